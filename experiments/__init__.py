@@ -1,0 +1,1 @@
+"""experiments: the pdmm-bridge command line and experiment runner."""

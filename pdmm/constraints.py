@@ -1,0 +1,66 @@
+"""Edge constraints A_ij x_i + A_ji x_j = b_ij (MATH.md section 1) as operators on directed edges.
+
+Directed edge e = i->j carries A_e = A_ij (the matrix node i applies) and b_e = b_ij. PDMM's
+z-form (MATH.md section 2) keeps one dual vector z_{i|j} per directed edge; with penalty c = rho:
+
+    gather:    u_i = sum_{j in N_i} A_ij^T (z_{i|j} - c b_ij / 2)      (node i's linear term)
+    curvature: C_i = c sum_{j in N_i} A_ij^T A_ij                       (node i's quadratic term)
+    messages:  y_{i|j} = z_{i|j} + 2c (A_ij x_i - b_ij / 2)             (then z_{j|i} <- y_{i|j})
+"""
+import torch
+
+
+class Consensus:
+    """A_ij = s_ij I with s_ij = +1 if i < j else -1, b_ij = 0: x_i = x_j on every edge.
+
+    The edge state is kept signed, w_e = s_e z_e, which removes every sign from the loop:
+    u_i = sum_e w_e and, since s_{j|i} = -s_{i|j}, the message becomes -(w_e + 2c x_i).
+    """
+
+    def __init__(self, graph):
+        self.graph = graph
+
+    def state_shape(self, batch, dim):
+        return (self.graph.num_edges, batch, dim)
+
+    def curvature(self, rho):
+        """C_i = rho d_i I, as a (n, 1) scalar per node."""
+        return (rho * self.graph.degree.to(self.graph.sign.dtype)).unsqueeze(1)
+
+    def gather(self, w, rho):
+        return self.graph.aggregate(w)
+
+    def messages(self, w, x, rho):
+        return -(w + (2 * rho) * self.graph.gather(x))
+
+    def residual(self, x):
+        """A_ij x_i + A_ji x_j - b_ij = s_ij (x_i - x_j), per directed edge (E, B, d)."""
+        g = self.graph
+        return g.sign.view(-1, 1, 1) * (g.gather(x) - x.index_select(0, g.dst))
+
+
+class EdgeMatrices:
+    """General per-edge matrices: A (E, m, d) with A[e] = A_ij for e = i->j, b (E, m) with b[e] = b_ij."""
+
+    def __init__(self, graph, A, b):
+        self.graph, self.A, self.b = graph, A, b
+
+    def state_shape(self, batch, dim):
+        return (self.graph.num_edges, batch, self.A.shape[1])
+
+    def curvature(self, rho):
+        """C_i = rho sum_j A_ij^T A_ij, as (n, 1, d, d)."""
+        gram = torch.einsum("emd,emk->edk", self.A, self.A)
+        return (rho * self.graph.aggregate(gram)).unsqueeze(1)
+
+    def gather(self, z, rho):
+        return self.graph.aggregate(torch.einsum("emd,ebm->ebd", self.A, z - (rho / 2) * self.b.unsqueeze(1)))
+
+    def messages(self, z, x, rho):
+        Ax = torch.einsum("emd,ebd->ebm", self.A, self.graph.gather(x))
+        return z + (2 * rho) * (Ax - self.b.unsqueeze(1) / 2)
+
+    def residual(self, x):
+        g = self.graph
+        own = torch.einsum("emd,ebd->ebm", self.A, g.gather(x))
+        return own + g.exchange(own) - self.b.unsqueeze(1)

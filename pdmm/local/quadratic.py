@@ -1,0 +1,47 @@
+"""Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x + r_i (averaging, least squares)."""
+import cvxpy as cp
+import numpy as np
+from .base import LocalFunction, add, eigenvalue_range, is_scalar, multiply, spd_solver
+
+
+class Quadratic(LocalFunction):
+    """f_i(x) = 1/2 x^T P_i x - q_i^T x + r_i.
+
+    P: (n, B) for P_i = p_i I, or (n, B, d, d) symmetric positive semidefinite; q: (n, B, d); r: (n, B).
+    The x-update solves (P_i + C_i) x = q_i - u_i (closed form, one factorisation per solve).
+    """
+
+    def __init__(self, P, q, r):
+        self.P, self.q, self.r = P, q, r
+        self.shape = tuple(q.shape)
+
+    def value(self, x):
+        return ((0.5 * multiply(self.P, x) - self.q) * x).sum(-1).sum(0) + self.r.sum(0)
+
+    def gradient(self, x):
+        return multiply(self.P, x) - self.q
+
+    def prox(self, curvature):
+        solve = spd_solver(add(self.P, curvature, self.q.shape[-1]))
+        return lambda u: solve(self.q - u)
+
+    def smoothness(self):
+        return eigenvalue_range(self.P, self.q.shape[-1])[1].expand(self.q.shape[:2])
+
+    def strong_convexity(self):
+        return eigenvalue_range(self.P, self.q.shape[-1])[0].expand(self.q.shape[:2])
+
+    def cvxpy_value(self, xs, b):
+        d = self.q.shape[-1]
+        total = 0
+        for i, x in enumerate(xs):
+            P = self.P[i, b].item() * np.eye(d) if is_scalar(self.P) else self.P[i, b].cpu().numpy()
+            root = _psd_root(P)
+            total += 0.5 * cp.sum_squares(root @ x) - self.q[i, b].cpu().numpy() @ x + self.r[i, b].item()
+        return total
+
+
+def _psd_root(P):
+    """R with R^T R = P for symmetric positive semidefinite P (so cvxpy sees a sum of squares)."""
+    w, V = np.linalg.eigh((P + P.T) / 2)
+    return (V * np.sqrt(np.clip(w, 0, None))).T

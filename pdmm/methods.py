@@ -1,0 +1,129 @@
+"""Update rules: PDMM (MATH.md 2), QA-PDMM (MATH.md 3) and edge-based consensus ADMM.
+
+Each method is one step over the whole graph at once, written as the three named phases
+    gather   u_i  <- what node i collects from its edges          (edge -> node)
+    fuse     x_i  <- a local update from u_i                      (node)
+    exchange z_e  <- the messages sent back along each edge       (node -> edge -> reverse edge)
+The edge operator (pdmm.constraints) supplies the constraint-specific terms, so the same
+rules run with consensus or general edge matrices; all edge traffic passes through
+`exchange`, the single place where message drops, quantisation or a process boundary belong.
+State tensors: x (n, B, d), edge state (E, B, m).
+"""
+import torch
+
+from .constraints import Consensus
+from .local.base import add, spd_solver
+
+
+def _check_theta(theta):
+    if not 0 < theta <= 1:
+        raise ValueError(f"theta must be in (0, 1] (1 = PDMM, 1/2 = averaged PDMM), got {theta}")
+    return float(theta)
+
+
+class PDMM:
+    """z-form PDMM with averaging theta on z (MATH.md section 2):
+
+        x_i^{k+1}     = argmin_x f_i(x) + u_i^T x + 1/2 x^T C_i x,  u_i = sum_j A_ij^T (z_{i|j} - c b_ij / 2)
+        z_{j|i}^{k+1} = (1 - theta) z_{j|i}^k + theta (z_{i|j}^k + 2c (A_ij x_i^{k+1} - b_ij / 2))
+    """
+
+    def __init__(self, graph, local, edges, rho, theta=1.0):
+        self.graph, self.local, self.edges, self.rho = graph, local, edges, rho
+        self.theta = _check_theta(theta)
+        self.fuse = local.prox(edges.curvature(rho))
+
+    def init(self, x0):
+        """z^0 matching lambda^0 = 0 at x^0: z_{i|j}^0 = rho (A_ji x_j^0 - b_ij / 2) (zero when x^0 = 0)."""
+        zero = torch.zeros(self.edges.state_shape(x0.shape[1], x0.shape[2]), dtype=x0.dtype, device=x0.device)
+        return {"x": x0, "z": self.graph.exchange(self.edges.messages(zero, x0, self.rho)) / 2}
+
+    def step(self, state):
+        z = state["z"]
+        u = self.edges.gather(z, self.rho)
+        x = self.fuse(u)
+        return {"x": x, "z": self.exchange(z, self.edges.messages(z, x, self.rho))}
+
+    def exchange(self, z, y):
+        received = self.graph.exchange(y)
+        return received if self.theta == 1 else torch.lerp(z, received, self.theta)
+
+
+class QAPDMM(PDMM):
+    """QA-PDMM (MATH.md section 3, non-recursive form): f_i replaced by its quadratic model, so
+    only gradients are needed. With B_i = eta_i I + C_i and g_i^k = -u_i^k:
+
+        x_i^{k+1/2} = B_i^{-1} [eta_i x_i^{k-1/2} + g_i^k - grad f_i(x_i^{k-1/2})]
+        x_i^{k+1}   = B_i^{-1} [eta_i x_i^{k+1/2} + g_i^k - grad f_i(x_i^{k+1/2})]
+
+    then the multiplier (z) update of PDMM. eta: "L" (default, eta_i = L_i, the descent-lemma
+    majoriser: fast), "safe" (eta_i = L_i^2 / (2 m_i), the paper's sufficient condition: slow),
+    a number, or one value per node.
+    """
+
+    def __init__(self, graph, local, edges, rho, theta=1.0, eta="L"):
+        if not local.smooth:
+            raise ValueError(f"qa-pdmm needs smooth local functions; {type(local).__name__} is not smooth "
+                             "(use method='pdmm')")
+        self.graph, self.local, self.edges, self.rho = graph, local, edges, rho
+        self.theta = _check_theta(theta)
+        self.eta = self._eta(eta)
+        self.inverse = spd_solver(add(self.eta, edges.curvature(rho), local.shape[2]))
+
+    def _eta(self, eta):
+        shape = self.local.shape[:2]
+        like = dict(dtype=self.graph.sign.dtype, device=self.graph.sign.device)
+        if eta == "L":
+            return self.local.smoothness()
+        if eta == "safe":
+            m = self.local.strong_convexity()
+            if bool((m <= 0).any()):
+                raise ValueError("eta='safe' = L^2 / (2m) needs strongly convex f_i (m > 0)")
+            return self.local.smoothness() ** 2 / (2 * m)
+        eta = torch.as_tensor(eta, **like)
+        if eta.dim() == 1:
+            eta = eta.unsqueeze(1)
+        if not (bool(torch.isfinite(eta).all()) and bool((eta > 0).all())):
+            raise ValueError(f"eta must be 'L', 'safe' or positive numbers, got {eta.tolist()}")
+        try:
+            return eta.expand(shape)
+        except RuntimeError:
+            raise ValueError(f"eta must be a number or one value per node ({shape[0]}), got shape {tuple(eta.shape)}")
+
+    def init(self, x0):
+        return {**super().init(x0), "x_half": x0}
+
+    def step(self, state):
+        z, eta = state["z"], self.eta.unsqueeze(-1)
+        g = -self.edges.gather(z, self.rho)
+        half = self.inverse(eta * state["x_half"] + g - self.local.gradient(state["x_half"]))
+        x = self.inverse(eta * half + g - self.local.gradient(half))
+        return {"x": x, "x_half": half, "z": self.exchange(z, self.edges.messages(z, x, self.rho))}
+
+
+class ADMM:
+    """Edge-based consensus ADMM (Boyd et al. 2011, section 7.2), scaled duals w_{i,e} and edge values u_e:
+
+        x_i^{k+1} = argmin_x f_i(x) + rho/2 sum_{e at i} ||x - u_e^k + w_{i,e}^k||^2
+        u_e^{k+1} = mean over the two ends of (x^{k+1} + w^k),   w_{i,e}^{k+1} = w_{i,e}^k + x_i^{k+1} - u_e^{k+1}
+    """
+
+    def __init__(self, graph, local, edges, rho):
+        if not isinstance(edges, Consensus):
+            raise ValueError("admm is the edge-based consensus baseline; it supports constraints='consensus' only")
+        self.graph, self.rho = graph, rho
+        self.fuse = local.prox(edges.curvature(rho))
+
+    def init(self, x0):
+        """w^0 = 0 and u_e^0 = (x_i^0 + x_j^0) / 2 (zero when x^0 = 0)."""
+        s = self.graph.gather(x0)
+        return {"x": x0, "w": torch.zeros_like(s), "u": (s + self.graph.exchange(s)) / 2}
+
+    def step(self, state):
+        x = self.fuse(self.rho * self.graph.aggregate(state["w"] - state["u"]))
+        s = self.graph.gather(x) + state["w"]
+        u = (s + self.graph.exchange(s)) / 2
+        return {"x": x, "w": s - u, "u": u}
+
+
+METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM, "admm": ADMM}

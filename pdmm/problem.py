@@ -1,0 +1,180 @@
+"""pdmm.Problem (MATH.md section 1) and ready-made constructors with per-node data.
+
+Row i of every data array belongs to the i-th node of `G.nodes`. Arrays may carry a leading
+batch axis B for B independent instances on the same graph, solved together.
+"""
+import numpy as np
+import torch
+
+from .compiled import CompiledGraph
+from .constraints import Consensus, EdgeMatrices
+from .local import Lasso, LocalFunction, Logistic, Quadratic
+
+
+class Problem:
+    """minimise sum_i f_i(x_i) s.t. A_ij x_i + A_ji x_j = b_ij on every edge {i, j} of `graph`.
+
+    constraints: "consensus" (x_i = x_j on every edge) or a dict {(i, j): (A_ij, A_ji, b_ij)}
+    with one entry per undirected edge, A of shape (m, d) and b of shape (m,).
+    """
+
+    def __init__(self, graph, local, constraints="consensus"):
+        if not isinstance(local, LocalFunction):
+            raise TypeError(f"local must be a pdmm.local.LocalFunction, got {type(local).__name__}")
+        self.graph = graph
+        self.compiled = CompiledGraph.from_networkx(graph)
+        self.local = local
+        self.n, self.batch, self.dim = local.shape
+        if self.n != self.compiled.n:
+            raise ValueError(f"the local data has {self.n} nodes but the graph has {self.compiled.n}")
+        if isinstance(constraints, str):
+            if constraints != "consensus":
+                raise ValueError(f"constraints must be 'consensus' or a dict of edge matrices, got {constraints!r}")
+            self.edge_matrices = None
+        else:
+            self.edge_matrices = _edge_matrices(self.compiled, constraints, self.dim)
+
+    @property
+    def is_consensus(self):
+        return self.edge_matrices is None
+
+    def compile(self, device, dtype):
+        """(compiled graph, local function, edge operator) on `device` in `dtype`."""
+        graph = self.compiled.to(device, dtype)
+        local = self.local.to(device, dtype)
+        if self.is_consensus:
+            return graph, local, Consensus(graph)
+        A, b = (t.to(device, dtype) for t in self.edge_matrices)
+        return graph, local, EdgeMatrices(graph, A, b)
+
+    def __repr__(self):
+        kind = "consensus" if self.is_consensus else "edge matrices"
+        return (f"Problem({type(self.local).__name__}, n={self.n}, d={self.dim}, batch={self.batch}, "
+                f"edges={self.compiled.num_edges // 2}, constraints={kind})")
+
+
+def _edge_matrices(graph, constraints, dim):
+    """Stack {(i, j): (A_ij, A_ji, b_ij)} into A (E, m, d) and b (E, m) in directed-edge order."""
+    nodes = graph.nodes
+    undirected = {frozenset((nodes[i], nodes[j])) for i, j in zip(graph.src.tolist(), graph.dst.tolist())}
+    extra = [key for key in constraints if frozenset(key) not in undirected]
+    if extra:
+        raise ValueError(f"constraints given for pairs that are not edges of the graph: {extra[:5]}")
+    A, b = [], []
+    for i, j in zip(graph.src.tolist(), graph.dst.tolist()):
+        u, v = nodes[i], nodes[j]
+        if (u, v) in constraints:
+            A_uv, _, b_uv = constraints[(u, v)]
+        elif (v, u) in constraints:
+            _, A_uv, b_uv = constraints[(v, u)]
+        else:
+            raise ValueError(f"no constraint given for edge ({u!r}, {v!r})")
+        A.append(_finite(f"A for edge ({u!r}, {v!r})", np.atleast_2d(np.asarray(A_uv, dtype=np.float64))))
+        b.append(_finite(f"b for edge ({u!r}, {v!r})", np.atleast_1d(np.asarray(b_uv, dtype=np.float64))))
+    shapes = {a.shape for a in A}
+    if len(shapes) != 1 or next(iter(shapes))[1] != dim:
+        raise ValueError(f"every A_ij must have the same shape (m, d={dim}); got shapes {sorted(shapes)}")
+    m = A[0].shape[0]
+    if any(v.shape != (m,) for v in b):
+        raise ValueError(f"every b_ij must have shape ({m},), matching A_ij's {m} rows")
+    return torch.from_numpy(np.stack(A)), torch.from_numpy(np.stack(b))
+
+
+def _finite(name, array):
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return array
+
+
+def _node_data(name, value, n, tail):
+    """Validate per-node data of shape (n, *tail) or (B, n, *tail); return (n, B, *tail) float64."""
+    if torch.is_tensor(value):
+        value = value.detach().cpu().numpy()
+    array = _finite(name, np.asarray(value, dtype=np.float64))
+    k = len(tail)
+    if array.ndim == k + 1:
+        array = array[None]
+    if array.ndim != k + 2 or array.shape[1] != n or any(t is not None and s != t for s, t in zip(array.shape[2:], tail)):
+        want = ", ".join(["n"] + [str(t) if t is not None else "*" for t in tail])
+        raise ValueError(f"{name} must have shape ({want}) or (B, {want}) with n={n} nodes, got {array.shape}")
+    return torch.from_numpy(np.ascontiguousarray(np.moveaxis(array, 0, 1)))
+
+
+def _broadcast_batch(*tensors):
+    """Expand node-major data (n, B, ...) to one common batch size."""
+    sizes = {t.shape[1] for t in tensors} - {1}
+    if len(sizes) > 1:
+        raise ValueError(f"data arrays disagree on the batch size: {sorted(sizes)}")
+    B = sizes.pop() if sizes else 1
+    return [t.expand(t.shape[0], B, *t.shape[2:]).contiguous() for t in tensors]
+
+
+def _gram(H, y, ridge):
+    """P_i = H_i^T H_i + ridge I, q_i = H_i^T y_i, r_i = 1/2 ||y_i||^2 from H (n, B, k, d), y (n, B, k)."""
+    if ridge < 0:
+        raise ValueError(f"ridge must be >= 0, got {ridge}")
+    eye = torch.eye(H.shape[-1], dtype=H.dtype)
+    P = torch.einsum("nbkd,nbke->nbde", H, H) + ridge * eye
+    return P, torch.einsum("nbkd,nbk->nbd", H, y), 0.5 * (y * y).sum(-1)
+
+
+def _regression_data(G, H, y):
+    n = G.number_of_nodes()
+    H = _node_data("H", H, n, (None, None))
+    y = _node_data("y", y, n, (H.shape[2],))
+    return _broadcast_batch(H, y)
+
+
+def averaging(G, a, constraints="consensus"):
+    """f_i(x) = 1/2 ||x - a_i||^2; a of shape (n,), (n, d) or (B, n, d). Solution: x_i = mean(a)."""
+    a = np.asarray(a.detach().cpu() if torch.is_tensor(a) else a, dtype=np.float64)
+    a = _node_data("a", a[:, None] if a.ndim == 1 else a, G.number_of_nodes(), (None,))
+    ones = torch.ones(a.shape[:2], dtype=a.dtype)
+    return Problem(G, Quadratic(ones, a, 0.5 * (a * a).sum(-1)), constraints)
+
+
+def least_squares(G, H, y, ridge=0.0, constraints="consensus"):
+    """f_i(x) = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2; H (n, k, d) or (B, n, k, d), y (n, k) or (B, n, k)."""
+    H, y = _regression_data(G, H, y)
+    P, q, r = _gram(H, y, ridge)
+    return Problem(G, Quadratic(P, q, r), constraints)
+
+
+def lasso(G, H, y, lam, constraints="consensus"):
+    """f_i(x) = 1/2 ||H_i x - y_i||^2 + (lam / n) ||x||_1, so the centralised problem has weight lam."""
+    if not lam >= 0:
+        raise ValueError(f"lam must be >= 0, got {lam}")
+    H, y = _regression_data(G, H, y)
+    P, q, r = _gram(H, y, 0.0)
+    return Problem(G, Lasso(P, q, r, lam / G.number_of_nodes()), constraints)
+
+
+def logistic(G, X, y, reg=0.1, constraints="consensus"):
+    """f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2; labels +-1 (0/1 mapped to -1/+1)."""
+    if not reg >= 0:
+        raise ValueError(f"reg must be >= 0, got {reg}")
+    n = G.number_of_nodes()
+    X = _node_data("X", X, n, (None, None))
+    y = _node_data("y", y, n, (X.shape[2],))
+    labels = set(torch.unique(y).tolist())
+    if labels <= {0.0, 1.0}:
+        y = 2 * y - 1
+    elif not labels <= {-1.0, 1.0}:
+        raise ValueError(f"logistic labels must be -1/+1 or 0/1, got values {sorted(labels)[:5]}")
+    X, y = _broadcast_batch(X, y)
+    return Problem(G, Logistic(X, y, float(reg)), constraints)
+
+
+def quadratic(G, P, q, constraints="consensus"):
+    """f_i(x) = 1/2 x^T P_i x - q_i^T x with P_i symmetric PSD (n, d, d) or (B, n, d, d), q (n, d) or (B, n, d)."""
+    n = G.number_of_nodes()
+    q = _node_data("q", q, n, (None,))
+    d = q.shape[-1]
+    P = _node_data("P", P, n, (d, d))
+    if not torch.allclose(P, P.transpose(-1, -2)):
+        raise ValueError("every P_i must be symmetric")
+    if bool((torch.linalg.eigvalsh(P)[..., 0] < -1e-10 * P.abs().amax((-1, -2)).clamp(min=1)).any()):
+        raise ValueError("every P_i must be positive semidefinite (f_i convex)")
+    P, q = _broadcast_batch(P, q)
+    return Problem(G, Quadratic(P, q, torch.zeros(q.shape[:2], dtype=q.dtype)), constraints)
+

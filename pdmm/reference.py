@@ -1,0 +1,32 @@
+"""The centralised solution of a Problem with cvxpy: the independent reference for every method."""
+import cvxpy as cp
+import numpy as np
+
+
+def reference(problem, solver=cp.CLARABEL, **solver_options):
+    """argmin sum_i f_i(x_i) s.t. the edge constraints, solved centrally: (n, d) or (B, n, d).
+
+    Consensus problems use one shared variable x (x_i = x for every node); general edge
+    constraints use X in R^{n x d} with A_ij x_i + A_ji x_j = b_ij for every edge.
+    """
+    options = {"tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11} if solver == cp.CLARABEL else {}
+    options.update(solver_options)
+    graph, n, d = problem.compiled, problem.n, problem.dim
+    solutions = []
+    for b in range(problem.batch):
+        if problem.is_consensus:
+            x = cp.Variable(d)
+            xs, constraints = [x] * n, []
+        else:
+            X = cp.Variable((n, d))
+            xs = [X[i] for i in range(n)]
+            A, rhs = (t.numpy() for t in problem.edge_matrices)
+            src, dst, rev = (t.tolist() for t in (graph.src, graph.dst, graph.rev))
+            constraints = [A[e] @ xs[src[e]] + A[rev[e]] @ xs[dst[e]] == rhs[e]
+                           for e in range(len(src)) if src[e] < dst[e]]
+        task = cp.Problem(cp.Minimize(problem.local.cvxpy_value(xs, b)), constraints)
+        task.solve(solver=solver, **options)
+        if task.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+            raise RuntimeError(f"cvxpy could not solve the centralised problem (instance {b}): status {task.status}")
+        solutions.append(np.tile(x.value, (n, 1)) if problem.is_consensus else X.value)
+    return solutions[0] if problem.batch == 1 else np.stack(solutions)

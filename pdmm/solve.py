@@ -1,0 +1,159 @@
+"""pdmm.solve: run a method on a Problem, record its convergence, stop at tolerance or divergence."""
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .methods import METHODS
+from .problem import _node_data
+
+DIVERGENCE_GROWTH = 1e6
+
+
+@dataclass
+class Result:
+    """x: (n, d), or (B, n, d) for B > 1 instances, rows in G.nodes order; history: per-iteration
+    arrays "residual", "objective" and, with a reference, "error" (shape (iterations,) or (iterations, B))."""
+    x: np.ndarray
+    iterations: int
+    converged: bool
+    history: dict
+    method: str
+    params: dict
+    nodes: list
+    seconds: float
+    reference: np.ndarray | None = field(default=None, repr=False)
+
+    def __repr__(self):
+        last = {k: float(np.max(v[-1])) for k, v in self.history.items()} if self.iterations else {}
+        summary = ", ".join(f"{k}={v:.3g}" for k, v in last.items())
+        return f"Result({self.method}, iterations={self.iterations}, converged={self.converged}, {summary})"
+
+
+class DivergenceError(RuntimeError):
+    """The iterates became non-finite or the residual grew by DIVERGENCE_GROWTH; `.result` holds the run so far."""
+
+    def __init__(self, message, result):
+        super().__init__(message)
+        self.result = result
+
+
+def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=1e-10, reference=None, device="cpu",
+          dtype=torch.float64, seed=0, x0=None, progress=False, **method_params):
+    """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
+
+    Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x).
+    reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
+    the relative error ||x - x*||_F / ||x*||_F per iteration. x0: None (zeros), "random"
+    (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
+    if not (isinstance(rho, (int, float)) and math.isfinite(rho) and rho > 0):
+        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    if not (isinstance(max_iter, int) and max_iter >= 1):
+        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    if not tol >= 0:
+        raise ValueError(f"tol must be >= 0, got {tol!r}")
+    graph, local, edges = problem.compile(device, dtype)
+    try:
+        algorithm = METHODS[method](graph, local, edges, float(rho), **method_params)
+    except TypeError as err:
+        raise TypeError(f"bad parameter for method {method!r}: {err}") from None
+    x_star = _reference(problem, reference, device, dtype)
+    state = algorithm.init(_initial_x(problem, x0, seed, device, dtype))
+
+    rows, start, converged = [], time.perf_counter(), False
+    bar = tqdm(total=max_iter, desc=method, disable=not progress, leave=False)
+    try:
+        for k in range(max_iter):
+            x_old = state["x"]
+            state = algorithm.step(state)
+            x = state["x"]
+            scale = torch.clamp(_rms(x), min=1.0)
+            row = {"residual": _rms(edges.residual(x)), "objective": local.value(x)}
+            if x_star is not None:
+                row["error"] = _norm(x - x_star) / torch.clamp(_norm(x_star), min=torch.finfo(dtype).tiny)
+            rows.append(row)
+            if not bool(torch.isfinite(x).all() & torch.isfinite(row["residual"]).all()):
+                raise _diverged(f"{method} diverged at iteration {k + 1}: the iterates are no longer finite")
+            floor = torch.clamp(rows[0]["residual"], min=math.sqrt(torch.finfo(dtype).eps) * scale)
+            if bool((row["residual"] > DIVERGENCE_GROWTH * floor).any()):
+                raise _diverged(f"{method} diverged at iteration {k + 1}: the residual grew from "
+                                f"{rows[0]['residual'].max():.3g} to {row['residual'].max():.3g} (rho={rho})")
+            bar.update()
+            if k % 20 == 0:
+                bar.set_postfix(residual=f"{row['residual'].max():.2e}")
+            if bool((row["residual"] <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()):
+                converged = True
+                break
+    except DivergenceError as err:
+        err.result = _result(problem, method, rho, method_params, state, rows, False, start, x_star)
+        raise
+    finally:
+        bar.close()
+    return _result(problem, method, rho, method_params, state, rows, converged, start, x_star)
+
+
+def _diverged(message):
+    return DivergenceError(message, None)
+
+
+def _rms(v):
+    """Root mean square over nodes/edges of the per-row vector norm: (N, B, m) -> (B,)."""
+    return torch.sqrt((v * v).sum(-1).mean(0))
+
+
+def _norm(v):
+    """Frobenius norm per instance: (n, B, d) -> (B,)."""
+    return torch.sqrt((v * v).sum((0, 2)))
+
+
+def _initial_x(problem, x0, seed, device, dtype):
+    shape = (problem.n, problem.batch, problem.dim)
+    if x0 is None:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    if isinstance(x0, str):
+        if x0 != "random":
+            raise ValueError(f"x0 must be None, 'random' or an array, got {x0!r}")
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randn(shape, generator=generator, dtype=torch.float64).to(device, dtype)
+    return _batched(problem, _node_data("x0", x0, problem.n, (problem.dim,))).to(device, dtype)
+
+
+def _reference(problem, reference, device, dtype):
+    if reference is None:
+        return None
+    if isinstance(reference, str):
+        if reference != "cvxpy":
+            raise ValueError(f"reference must be None, 'cvxpy' or an array, got {reference!r}")
+        from .reference import reference as centralised
+        reference = centralised(problem)
+    return _batched(problem, _node_data("reference", reference, problem.n, (problem.dim,))).to(device, dtype)
+
+
+def _batched(problem, x):
+    if x.shape[1] not in (1, problem.batch):
+        raise ValueError(f"expected {problem.batch} instances, got {x.shape[1]}")
+    return x.expand(problem.n, problem.batch, problem.dim).contiguous()
+
+
+def _to_numpy(x, batch):
+    """(n, B, d) tensor -> (n, d) or (B, n, d) array."""
+    x = x.detach().cpu().numpy().transpose(1, 0, 2)
+    return x[0] if batch == 1 else x
+
+
+def _result(problem, method, rho, method_params, state, rows, converged, start, x_star):
+    history = {}
+    for key in rows[0] if rows else ():
+        values = torch.stack([row[key] for row in rows]).detach().cpu().numpy()
+        history[key] = values[:, 0] if problem.batch == 1 else values
+    return Result(
+        x=_to_numpy(state["x"], problem.batch), iterations=len(rows), converged=converged, history=history,
+        method=method, params={"rho": rho, **method_params}, nodes=list(problem.compiled.nodes),
+        seconds=time.perf_counter() - start,
+        reference=None if x_star is None else _to_numpy(x_star, problem.batch))

@@ -91,12 +91,12 @@ def _node_data(name, value, n, tail):
     if torch.is_tensor(value):
         value = value.detach().cpu().numpy()
     array = _finite(name, np.asarray(value, dtype=np.float64))
-    k = len(tail)
+    k, given = len(tail), array.shape
     if array.ndim == k + 1:
         array = array[None]
     if array.ndim != k + 2 or array.shape[1] != n or any(t is not None and s != t for s, t in zip(array.shape[2:], tail)):
         want = ", ".join(["n"] + [str(t) if t is not None else "*" for t in tail])
-        raise ValueError(f"{name} must have shape ({want}) or (B, {want}) with n={n} nodes, got {array.shape}")
+        raise ValueError(f"{name} must have shape ({want}) or (B, {want}) with n={n} nodes, got {given}")
     return torch.from_numpy(np.ascontiguousarray(np.moveaxis(array, 0, 1)))
 
 

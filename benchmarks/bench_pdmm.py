@@ -1,0 +1,102 @@
+"""Cost of one PDMM iteration on 4-regular random graphs, against the cost of copying its state.
+
+For E directed edges (n = E / 4 nodes, pdmm.topology("random_regular", degree=4)) and x_i in R^d,
+plain PDMM (theta = 1) on pdmm.averaging(G, a) with consensus constraints, one instance (B = 1):
+
+    step    ms per bare `PDMM.step` (the three phases: aggregate, fuse, exchange)
+    solve   ms per iteration of `pdmm.solve(problem, max_iter=K, tol=0)` (adds residual, objective, checks),
+            from Result.seconds, which excludes compiling the problem and initialising the state
+    copy    ms to copy E*d + 2*n*d values (edge state z, node state x, node data a: the least an
+            iteration must read and write) into a preallocated tensor
+    ratio   copy / step: 1 would mean an iteration runs at copy speed (target: >= 0.3 at 10^6 edges)
+
+Each repetition times K steps, K copies and one K-iteration solve in turn, so all three see the same
+machine state; the table reports the median over --repeats after one warm-up repetition. Graph
+building is not timed.
+
+    python benchmarks/bench_pdmm.py [--device cuda] [--sizes 10000 100000 1000000] [--dims 1 16] [--repeats 7]
+"""
+import argparse
+import platform
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import pdmm
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def timed(fn, k, device):
+    """Seconds per call of fn, over k calls, with the device synchronised before both clock reads."""
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(k):
+        fn()
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+    return (time.perf_counter() - start) / k
+
+
+def bench(G, d, device, repeats):
+    """(ms per step, ms per solve iteration, ms per copy) medians for one graph and dimension."""
+    n, E = G.number_of_nodes(), 2 * G.number_of_edges()
+    a = np.random.default_rng(0).standard_normal((n, d))
+    problem = pdmm.averaging(G, a)
+    graph, local, edges = problem.compile(device, torch.float64)
+    algo = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
+    state = {"s": algo.init(torch.zeros(n, 1, d, dtype=torch.float64, device=device))}
+    source = torch.randn(E * d + 2 * n * d, dtype=torch.float64, device=device)
+    target = torch.empty_like(source)
+    k = max(5, 2 * 10**7 // (E * d))  # iterations per sample: 10^4 edges x d=1 -> 2000, 10^6 x 16 -> 5
+
+    def step():
+        state["s"] = algo.step(state["s"])
+
+    def solve():
+        result = pdmm.solve(problem, max_iter=k, tol=0, device=device)
+        assert result.iterations == k, f"solve stopped after {result.iterations} of {k} iterations"
+        return result.seconds / k
+
+    samples = []
+    for _ in range(repeats + 1):  # the first repetition is the warm-up
+        samples.append((timed(step, k, device), solve(), timed(lambda: target.copy_(source), k, device)))
+    return [1e3 * statistics.median(column) for column in zip(*samples[1:])]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6], help="directed edges E")
+    parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
+          + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
+    print(f"device {device}, float64, B = 1, median of {args.repeats} repetitions\n")
+    print("| directed edges | n | d | ms/iteration (step) | ms/iteration (solve loop) | ms per 10^6 edges (step) "
+          "| copy ms | copy/iteration ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for E in args.sizes:
+        if E % 4:
+            raise ValueError(f"a 4-regular graph has E = 4 n directed edges; {E} is not a multiple of 4")
+        G = pdmm.topology("random_regular", n=E // 4, seed=0, degree=4)
+        for d in args.dims:
+            step_ms, solve_ms, copy_ms = bench(G, d, device, args.repeats)
+            print(f"| {E:,} | {E // 4:,} | {d} | {step_ms:.3f} | {solve_ms:.3f} | {step_ms / (E / 1e6):.2f} "
+                  f"| {copy_ms:.3f} | {copy_ms / step_ms:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

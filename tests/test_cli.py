@@ -1,0 +1,122 @@
+"""pdmm-bridge solve (outputs, --compare, --data, bad input) and the synthetic problems behind it."""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import pdmm
+from experiments.cli import main
+from experiments.common import package_version
+from pdmm.synthetic import KINDS, make_data, make_problem
+
+
+def solve(tmp_path, *options):
+    """Run `pdmm-bridge solve OPTIONS --out tmp_path/run`; return (exit code, output directory)."""
+    out = tmp_path / "run"
+    return main(["solve", *options, "--out", str(out)]), out
+
+
+def history(out):
+    with open(out / "history.csv", newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def test_default_solve_writes_config_history_result_and_plot(tmp_path, capsys):
+    code, out = solve(tmp_path)
+    assert code == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["version"] == package_version() != ""
+    assert config["args"]["problem"] == "averaging" and config["args"]["graph"] == "random_geometric"
+    assert config["graph"]["n"] == 100 and config["graph"]["edges"] > 100
+    rows = history(out)
+    assert list(rows[0]) == ["method", "iteration", "residual", "objective", "error"]
+    assert config["methods"]["pdmm"]["iterations"] == len(rows) > 0
+    assert config["methods"]["pdmm"]["error"] == pytest.approx(float(rows[-1]["error"]))
+    with np.load(out / "result.npz") as result:
+        assert result["x_pdmm"].shape == result["x_star"].shape == (100, 3)
+    assert (out / "convergence.png").read_bytes()[:4] == b"\x89PNG"
+    summary = capsys.readouterr().out.strip()
+    assert summary.startswith("pdmm: ") and f"{len(rows)} iterations" in summary and summary.endswith(f"-> {out}")
+
+
+def test_compare_overlays_three_methods_that_all_reach_the_reference(tmp_path):
+    code, out = solve(tmp_path, "--compare", "pdmm,qa-pdmm,admm", "--nodes", "20", "--iters", "1000")
+    assert code == 0
+    rows = history(out)
+    assert list(dict.fromkeys(row["method"] for row in rows)) == ["pdmm", "qa-pdmm", "admm"]
+    config = json.loads((out / "config.json").read_text())
+    for method in ("pdmm", "qa-pdmm", "admm"):
+        last = [row for row in rows if row["method"] == method][-1]
+        assert float(last["error"]) < 1e-6
+        assert config["methods"][method]["converged"]
+    with np.load(out / "result.npz") as result:
+        assert set(result) == {"x_pdmm", "x_qa-pdmm", "x_admm", "x_star"}
+
+
+def test_data_file_gives_the_same_x_as_pdmm_solve(tmp_path):
+    data = make_data("least_squares", 10, dim=2, samples=4, seed=3)  # not the CLI's seed-0 synthetic data
+    np.savez(tmp_path / "data.npz", **data)
+    code, out = solve(tmp_path, "--problem", "least_squares", "--data", str(tmp_path / "data.npz"),
+                      "--graph", "ring", "--nodes", "10", "--ridge", "0.5", "--iters", "300", "--reference", "none")
+    assert code == 0
+    G = pdmm.topology("ring", 10)
+    expected = pdmm.solve(pdmm.least_squares(G, data["H"], data["y"], ridge=0.5), max_iter=300)
+    with np.load(out / "result.npz") as result:
+        np.testing.assert_allclose(result["x_pdmm"], expected.x, rtol=0, atol=1e-12)
+        assert "x_star" not in result
+
+
+def test_divergence_still_writes_the_run_and_exits_1(tmp_path, capsys):
+    code, out = solve(tmp_path, "--problem", "quadratic", "--method", "qa-pdmm", "--eta", "0.01",
+                      "--nodes", "20", "--reference", "none")
+    assert code == 1
+    assert "qa-pdmm diverged at iteration" in capsys.readouterr().err
+    assert json.loads((out / "config.json").read_text())["methods"]["qa-pdmm"]["diverged"]
+    assert len(history(out)) > 0 and (out / "convergence.png").exists()
+
+
+@pytest.mark.parametrize("options, culprit", [
+    (["--graph", "no_such_topology"], "no_such_topology"),
+    (["--rho", "0"], "--rho"),
+    (["--data", "{tmp}/missing.npz"], "missing.npz"),
+    (["--problem", "no_such_problem"], "no_such_problem"),
+    (["--method", "no_such_method"], "no_such_method"),
+    (["--problem", "lasso", "--method", "qa-pdmm"], "smooth"),
+    (["--method", "admm", "--theta", "0.5"], "--theta"),
+])
+def test_bad_input_is_one_error_line_and_exit_code_2(tmp_path, capsys, options, culprit):
+    with pytest.raises(SystemExit) as exit:
+        solve(tmp_path, "--nodes", "10", *(option.format(tmp=tmp_path) for option in options))
+    assert exit.value.code == 2
+    message = capsys.readouterr().err.strip()
+    assert message.startswith("pdmm-bridge solve: error: ") and "\n" not in message
+    assert culprit in message
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_synthetic_kind_solves_to_its_reference(kind):
+    G = pdmm.topology("random_geometric", 10, seed=1)
+    problem = make_problem(kind, G, make_data(kind, 10, dim=3, samples=6, seed=2))
+    x = pdmm.solve(problem, rho=0.3, max_iter=3000, tol=1e-8).x
+    x_star = pdmm.reference(problem)
+    assert np.linalg.norm(x - x_star) <= 1e-6 * np.linalg.norm(x_star)
+
+
+def test_make_data_shapes_batches_and_labels():
+    assert make_data("least_squares", 5, dim=2, samples=4)["H"].shape == (5, 4, 2)
+    batched = make_data("quadratic", 5, dim=2, batch=3)
+    assert batched["P"].shape == (3, 5, 2, 2) and batched["q"].shape == (3, 5, 2)
+    assert np.all(np.linalg.eigvalsh(batched["P"]) > 0)
+    assert set(np.unique(make_data("logistic", 5)["y"])) == {-1.0, 1.0}
+    assert make_problem("averaging", pdmm.topology("ring", 5), make_data("averaging", 5, batch=3)).batch == 3
+    np.testing.assert_array_equal(make_data("averaging", 5, seed=7)["a"], make_data("averaging", 5, seed=7)["a"])
+
+
+def test_make_problem_names_an_unknown_kind_and_missing_arrays():
+    G = pdmm.topology("ring", 5)
+    with pytest.raises(ValueError, match="unknown problem kind 'ridge'"):
+        make_problem("ridge", G, {})
+    with pytest.raises(ValueError, match=r"missing \['y'\]"):
+        make_problem("logistic", G, {"X": np.ones((5, 4, 2))})

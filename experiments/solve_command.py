@@ -72,7 +72,7 @@ def add_parser(subparsers):
     solver.add_argument("--rho", type=positive(float), default=1.0, help="penalty parameter")
     solver.add_argument("--theta", type=float, help="averaging for pdmm / qa-pdmm (1 = PDMM, 0.5 = averaged)")
     solver.add_argument("--eta", type=_eta, help="qa-pdmm proximal weight: L, safe or a number")
-    solver.add_argument("--iters", type=positive(int), default=500, help="maximum iterations")
+    solver.add_argument("--iters", type=positive(int), default=1000, help="maximum iterations")
     solver.add_argument("--tol", type=float, default=1e-10)
     solver.add_argument("--reference", choices=("cvxpy", "none"), default="cvxpy",
                         help="centralised solution for the relative error")

@@ -1,4 +1,6 @@
 """Communication graphs: named topologies (networkx generators) and graph files."""
+import functools
+import inspect
 import math
 from pathlib import Path
 
@@ -30,6 +32,7 @@ def _torus(n, rows=None):
 
 def _sampled(make):
     """Wrap a random generator so it is resampled (new seeds from `seed`) until connected."""
+    @functools.wraps(make)  # keeps make's signature: the accepted parameters
     def sample(n, seed, **params):
         rng = np.random.default_rng(seed)
         for _ in range(MAX_RESAMPLES):
@@ -79,10 +82,11 @@ def topology(kind, n, seed=0, **params):
         raise ValueError(f"unknown topology {kind!r}; choose one of {sorted(TOPOLOGIES)}")
     if n < 2:
         raise ValueError(f"a topology needs n >= 2 nodes, got n={n}")
-    try:
-        G = TOPOLOGIES[kind](n, seed=seed, **params)
-    except TypeError as err:
-        raise TypeError(f"bad parameters {params} for topology {kind!r}: {err}") from None
+    accepted = list(inspect.signature(TOPOLOGIES[kind]).parameters)[2:]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise TypeError(f"bad parameters {unknown} for topology {kind!r}; it accepts {accepted or 'none'}")
+    G = TOPOLOGIES[kind](n, seed=seed, **params)
     return nx.convert_node_labels_to_integers(G, label_attribute="label")
 
 

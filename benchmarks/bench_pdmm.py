@@ -12,11 +12,15 @@ plain PDMM (theta = 1) on pdmm.averaging(G, a) with consensus constraints, one i
 
 Each repetition times K steps, K copies and one K-iteration solve in turn, so all three see the same
 machine state; the table reports the median over --repeats after one warm-up repetition. Graph
-building is not timed.
+building is not timed. Every size is run twice in the same process: first with glibc's default
+allocator settings (what a plain `import pdmm` gets), then after experiments.common.tune_allocator()
+(what the pdmm-bridge command line uses), and, at the largest size, with the step under
+torch.compile (pdmm.solve(..., compile=True)).
 
     python benchmarks/bench_pdmm.py [--device cuda] [--sizes 10000 100000 1000000] [--dims 1 16] [--repeats 7]
 """
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -25,6 +29,7 @@ import numpy as np
 import torch
 
 import pdmm
+from experiments.common import tune_allocator
 
 
 def cpu_model():
@@ -47,22 +52,25 @@ def timed(fn, k, device):
     return (time.perf_counter() - start) / k
 
 
-def bench(G, d, device, repeats):
+def bench(G, d, device, repeats, compiled=False):
     """(ms per step, ms per solve iteration, ms per copy) medians for one graph and dimension."""
     n, E = G.number_of_nodes(), 2 * G.number_of_edges()
     a = np.random.default_rng(0).standard_normal((n, d))
     problem = pdmm.averaging(G, a)
     graph, local, edges = problem.compile(device, torch.float64)
     algo = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
+    algo_step = torch.compile(algo.step) if compiled else algo.step
     state = {"s": algo.init(torch.zeros(n, 1, d, dtype=torch.float64, device=device))}
     source = torch.randn(E * d + 2 * n * d, dtype=torch.float64, device=device)
     target = torch.empty_like(source)
     k = max(5, 2 * 10**7 // (E * d))  # iterations per sample: 10^4 edges x d=1 -> 2000, 10^6 x 16 -> 5
 
     def step():
-        state["s"] = algo.step(state["s"])
+        state["s"] = algo_step(state["s"])
 
     def solve():
+        if compiled:  # the solve loop adds the same eager residual / objective work either way
+            return float("nan")
         result = pdmm.solve(problem, max_iter=k, tol=0, device=device)
         assert result.iterations == k, f"solve stopped after {result.iterations} of {k} iterations"
         return result.seconds / k
@@ -84,18 +92,26 @@ def main():
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
           + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
-    print(f"device {device}, float64, B = 1, median of {args.repeats} repetitions\n")
-    print("| directed edges | n | d | ms/iteration (step) | ms/iteration (solve loop) | ms per 10^6 edges (step) "
-          "| copy ms | copy/iteration ratio |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"device {device}, float64, B = 1, median of {args.repeats} repetitions, "
+          f"load average {os.getloadavg()[0]:.2f} at start\n")
+    print("| allocator | step | directed edges | n | d | ms/iteration (step) | ms/iteration (solve loop) "
+          "| ms per 10^6 edges (step) | copy ms | copy/iteration ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    graphs = {}
     for E in args.sizes:
         if E % 4:
             raise ValueError(f"a 4-regular graph has E = 4 n directed edges; {E} is not a multiple of 4")
-        G = pdmm.topology("random_regular", n=E // 4, seed=0, degree=4)
-        for d in args.dims:
-            step_ms, solve_ms, copy_ms = bench(G, d, device, args.repeats)
-            print(f"| {E:,} | {E // 4:,} | {d} | {step_ms:.3f} | {solve_ms:.3f} | {step_ms / (E / 1e6):.2f} "
-                  f"| {copy_ms:.3f} | {copy_ms / step_ms:.3f} |", flush=True)
+        graphs[E] = pdmm.topology("random_regular", n=E // 4, seed=0, degree=4)
+    runs = [("default", False, args.sizes), ("tuned", False, args.sizes), ("tuned", True, args.sizes[-1:])]
+    for allocator, compiled, sizes in runs:
+        if allocator == "tuned" and not tune_allocator():
+            print("(no glibc: the tuned rows use the default allocator)")
+        for E in sizes:
+            for d in args.dims:
+                step_ms, solve_ms, copy_ms = bench(graphs[E], d, device, args.repeats, compiled)
+                print(f"| {allocator} | {'compiled' if compiled else 'eager'} | {E:,} | {E // 4:,} | {d} "
+                      f"| {step_ms:.3f} | {solve_ms:.3f} | {step_ms / (E / 1e6):.2f} | {copy_ms:.3f} "
+                      f"| {copy_ms / step_ms:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

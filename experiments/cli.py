@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from . import solve_command
-from .common import UsageError
+from .common import UsageError, tune_allocator
 
 COMMANDS = [solve_command]
 
@@ -25,6 +25,7 @@ def main(argv=None):
     for command in COMMANDS:
         command.add_parser(subparsers).set_defaults(run=command.run)
     args = parser.parse_args(argv)
+    tune_allocator()
     try:
         return args.run(args)
     except UsageError as err:

@@ -1,5 +1,6 @@
 """Pieces every pdmm-bridge command shares: the usage error, argument types, graphs, the version."""
 import argparse
+import ctypes
 import math
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -11,6 +12,22 @@ import pdmm
 
 class UsageError(Exception):
     """Bad input from the command line; the CLI prints it as one `error:` line and exits with code 2."""
+
+
+def tune_allocator():
+    """Make glibc keep freed memory for reuse instead of returning it to the OS.
+
+    Large graphs allocate edge tensors of many MB every iteration; by default glibc maps each
+    one fresh and pays a page fault per 4 kB (2-3x slower iterations at 10^6 edges, d = 16,
+    BENCHMARKS.md). Sets M_MMAP_MAX = 0 and M_TRIM_THRESHOLD = 2 GB for this process.
+    Returns False where there is no glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4
+    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def package_version():

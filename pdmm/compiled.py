@@ -24,6 +24,7 @@ class CompiledGraph:
     degree: torch.Tensor   # (n,) int64
     sign: torch.Tensor     # (E,) +1 where src < dst (in node order), else -1
     incidence: torch.Tensor | None  # (n, E) sparse CSR of ones; None when every degree is equal
+    forward: torch.Tensor  # (E/2,) the edges with src < dst: one per undirected edge
 
     @classmethod
     def from_networkx(cls, G):
@@ -62,7 +63,7 @@ class CompiledGraph:
                 warnings.simplefilter("ignore", UserWarning)
                 incidence = torch.sparse_csr_tensor(crow, col, torch.ones(len(src), dtype=dtype, device=device),
                                                     (len(nodes), len(src)), check_invariants=False)
-        return cls(nodes, src, dst, rev, degree, sign, incidence)
+        return cls(nodes, src, dst, rev, degree, sign, incidence, torch.nonzero(src < dst).squeeze(1))
 
     def to(self, device, dtype):
         """The same graph with index tensors on `device` and float tensors in `dtype`."""
@@ -79,7 +80,7 @@ class CompiledGraph:
 
     def gather(self, x):
         """x[src]: (n, ...) -> (E, ...)."""
-        return x.index_select(0, self.src)
+        return select(x, self.src)
 
     def aggregate(self, v):
         """Sum of v_e over the edges leaving each node: (E, ...) -> (n, ...)."""
@@ -89,4 +90,11 @@ class CompiledGraph:
 
     def exchange(self, v):
         """v[rev]: what edge j->i sent arrives at edge i->j."""
-        return v.index_select(0, self.rev)
+        return select(v, self.rev)
+
+
+def select(v, index):
+    """v[index] along dim 0; rows of one number go through a 1-D view, which torch indexes 2-4x faster."""
+    if v[0].numel() == 1:
+        return v.reshape(-1).index_select(0, index).view(len(index), *v.shape[1:])
+    return v.index_select(0, index)

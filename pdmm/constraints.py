@@ -9,16 +9,20 @@ z-form (MATH.md section 2) keeps one dual vector z_{i|j} per directed edge; with
 """
 import torch
 
+from .compiled import select
+
 
 class Consensus:
     """A_ij = s_ij I with s_ij = +1 if i < j else -1, b_ij = 0: x_i = x_j on every edge.
 
     The edge state is kept signed, w_e = s_e z_e, which removes every sign from the loop:
-    u_i = sum_e w_e and, since s_{j|i} = -s_{i|j}, the message becomes -(w_e + 2c x_i).
+    u_i = sum_e w_e and, since s_{j|i} = -s_{i|j}, the message becomes -2c x_i - w_e
+    (scaling the n node rows, not the E edge rows).
     """
 
     def __init__(self, graph):
         self.graph = graph
+        self.ends = graph.src[graph.forward], graph.dst[graph.forward]  # (i, j) with i < j, per undirected edge
 
     def state_shape(self, batch, dim):
         return (self.graph.num_edges, batch, dim)
@@ -31,12 +35,11 @@ class Consensus:
         return self.graph.aggregate(w)
 
     def messages(self, w, x, rho):
-        return -(w + (2 * rho) * self.graph.gather(x))
+        return torch.sub(self.graph.gather((-2 * rho) * x), w)
 
     def residual(self, x):
-        """A_ij x_i + A_ji x_j - b_ij = s_ij (x_i - x_j), per directed edge (E, B, d)."""
-        g = self.graph
-        return g.sign.view(-1, 1, 1) * (g.gather(x) - x.index_select(0, g.dst))
+        """A_ij x_i + A_ji x_j - b_ij = +-(x_i - x_j), one row per undirected edge {i, j}: (E/2, B, d)."""
+        return select(x, self.ends[0]) - select(x, self.ends[1])
 
 
 class EdgeMatrices:
@@ -61,6 +64,7 @@ class EdgeMatrices:
         return z + (2 * rho) * (Ax - self.b.unsqueeze(1) / 2)
 
     def residual(self, x):
+        """A_ij x_i + A_ji x_j - b_ij, one row per undirected edge {i, j}: (E/2, B, m)."""
         g = self.graph
         own = torch.einsum("emd,ebd->ebm", self.A, g.gather(x))
-        return own + g.exchange(own) - self.b.unsqueeze(1)
+        return (own + g.exchange(own) - self.b.unsqueeze(1))[g.forward]

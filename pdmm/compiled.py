@@ -28,17 +28,17 @@ class CompiledGraph:
 
     @classmethod
     def from_networkx(cls, G):
-        """Compile G; raise if it has no edges or is not connected."""
-        if G.number_of_edges() == 0:
-            raise ValueError(f"the graph has {G.number_of_nodes()} nodes and no edges; PDMM needs a connected graph")
+        """Compile G (self loops are ignored); raise if it has no edges or is not connected."""
         if G.is_directed():
             raise ValueError("the graph must be undirected (pass G.to_undirected())")
+        nodes = list(G.nodes)
+        index = {v: k for k, v in enumerate(nodes)}
+        pairs = np.array([(index[u], index[v]) for u, v in G.edges if u != v], dtype=np.int64).reshape(-1, 2)
+        if len(pairs) == 0:
+            raise ValueError(f"the graph has {len(nodes)} nodes and no edges; PDMM needs a connected graph")
         if not nx.is_connected(G):
             k = nx.number_connected_components(G)
             raise ValueError(f"the graph is disconnected: it has {k} connected components; consensus needs one")
-        nodes = list(G.nodes)
-        index = {v: k for k, v in enumerate(nodes)}
-        pairs = np.array([(index[u], index[v]) for u, v in G.edges if u != v], dtype=np.int64)
         src = np.concatenate([pairs[:, 0], pairs[:, 1]])
         dst = np.concatenate([pairs[:, 1], pairs[:, 0]])
         order = np.lexsort((dst, src))
@@ -85,7 +85,7 @@ class CompiledGraph:
     def aggregate(self, v):
         """Sum of v_e over the edges leaving each node: (E, ...) -> (n, ...)."""
         if self.incidence is None:  # equal degrees: the contiguous out-edges of a node form one row
-            return v.view(self.n, -1, *v.shape[1:]).sum(1)
+            return v.reshape(self.n, -1, *v.shape[1:]).sum(1)
         return (self.incidence @ v.reshape(len(v), -1)).view(self.n, *v.shape[1:])
 
     def exchange(self, v):

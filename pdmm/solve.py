@@ -15,8 +15,9 @@ DIVERGENCE_GROWTH = 1e6
 
 @dataclass
 class Result:
-    """x: (n, d), or (B, n, d) for B > 1 instances, rows in G.nodes order; history: per-iteration
-    arrays "residual", "objective" and, with a reference, "error" (shape (iterations,) or (iterations, B))."""
+    """x: (n, d), or (B, n, d) for B > 1 instances, rows in G.nodes order (labels in `nodes`);
+    history: per-iteration arrays "residual", "objective" and, with a reference, "error" (shape
+    (iterations,) or (iterations, B)); reference: the x* the error was measured against."""
     x: np.ndarray
     iterations: int
     converged: bool

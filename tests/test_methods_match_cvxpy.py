@@ -2,6 +2,7 @@
 import networkx as nx
 import numpy as np
 import pytest
+import torch
 
 import pdmm
 
@@ -167,3 +168,11 @@ def test_string_node_labels():
     result = pdmm.solve(pdmm.averaging(G, a))
     assert result.nodes == list(G.nodes)
     np.testing.assert_allclose(result.x[:, 0], a.mean(), atol=1e-9)
+
+
+def test_float32_runs_in_float32():
+    G = graph("random_geometric", {}, n=30)
+    a = np.random.default_rng(6).normal(size=(30, 3))
+    result = pdmm.solve(pdmm.averaging(G, a), dtype=torch.float32, tol=1e-6, rho=0.3)
+    assert result.converged and result.x.dtype == np.float32
+    np.testing.assert_allclose(result.x, np.tile(a.mean(0), (30, 1)), atol=1e-5)

@@ -43,9 +43,11 @@ class Lasso(Quadratic):
         """
         d = self.q.shape[-1]
         M = add(self.P, curvature, d)
-        if is_scalar(M):
-            inverse = spd_solver(M)
-            return lambda u: inverse(soft_threshold(self.q - u, self.t))
+        diagonal = M.unsqueeze(-1) if is_scalar(M) else torch.diagonal(M, dim1=-2, dim2=-1)
+        if is_scalar(M) or bool((M == torch.diag_embed(diagonal)).all()):
+            if bool((diagonal <= 0).any()):
+                raise ValueError("a node's x-update has no unique minimiser: P_i + C_i has a zero on its diagonal")
+            return lambda u: soft_threshold(self.q - u, self.t) / diagonal
         low, high = eigenvalue_range(M, d)
         sigma = torch.sqrt(low.clamp(min=1e-12) * high).unsqueeze(-1)  # balances the two ADMM steps
         eye = torch.eye(d, dtype=M.dtype, device=M.device)

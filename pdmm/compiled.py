@@ -4,6 +4,7 @@ Every undirected edge {i, j} becomes two directed edges i->j and j->i, sorted by
 the edges leaving node i are contiguous. Edge tensors have shape (E, ...), node tensors (n, ...).
 
     gather(x)         (E, ...)   x[src]: each edge reads its sending node
+    gather_sub(x, v)  (E, ...)   x[src] - v, fused
     aggregate(v)      (n, ...)   sum over edges leaving node i of v_e
     exchange(v)       (E, ...)   v[rev]: edge i->j receives what edge j->i sent
 """
@@ -81,6 +82,12 @@ class CompiledGraph:
     def gather(self, x):
         """x[src]: (n, ...) -> (E, ...)."""
         return select(x, self.src)
+
+    def gather_sub(self, x, v):
+        """x[src] - v, without materialising x[src] when every degree is equal (a broadcast)."""
+        if self.incidence is None:
+            return (x.unsqueeze(1) - v.reshape(self.n, -1, *v.shape[1:])).view(v.shape)
+        return self.gather(x) - v
 
     def aggregate(self, v):
         """Sum of v_e over the edges leaving each node: (E, ...) -> (n, ...)."""

@@ -35,7 +35,7 @@ class Consensus:
         return self.graph.aggregate(w)
 
     def messages(self, w, x, rho):
-        return torch.sub(self.graph.gather((-2 * rho) * x), w)
+        return self.graph.gather_sub((-2 * rho) * x, w)
 
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij = +-(x_i - x_j), one row per undirected edge {i, j}: (E/2, B, d)."""

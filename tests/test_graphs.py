@@ -59,6 +59,17 @@ def test_aggregate_sums_out_edges(kind):
     torch.testing.assert_close(g.aggregate(v), expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["random_regular", "barabasi_albert"])  # broadcast path and gather path
+def test_gather_sub_and_exchange(kind):
+    g = pdmm.CompiledGraph.from_networkx(pdmm.topology(kind, n=25, seed=0))
+    x = torch.randn(g.n, 2, 3, dtype=torch.float64)
+    v = torch.randn(g.num_edges, 2, 3, dtype=torch.float64)
+    torch.testing.assert_close(g.gather_sub(x, v), x[g.src] - v, rtol=0, atol=0)
+    torch.testing.assert_close(g.exchange(v), v[g.rev], rtol=0, atol=0)
+    scalar_rows = v[..., :1][:, :1]  # one number per row: the 1-D lookup path
+    torch.testing.assert_close(g.exchange(scalar_rows), scalar_rows[g.rev], rtol=0, atol=0)
+
+
 def test_disconnected_graph_names_components():
     G = nx.disjoint_union_all([nx.path_graph(3), nx.path_graph(4), nx.cycle_graph(5)])
     with pytest.raises(ValueError, match="disconnected: it has 3 connected components"):

@@ -88,6 +88,8 @@ def run(args):
     params = _method_params(args, methods)
     G = build_graph(args.graph, args.nodes, args.seed, dict(args.graph_param))
     problem = _problem(args, G)
+    if "qa-pdmm" in methods and not problem.local.smooth:
+        raise UsageError(f"qa-pdmm needs smooth local functions; {args.problem} is not smooth (use pdmm or admm)")
     x_star = pdmm.reference(problem) if args.reference == "cvxpy" else None
 
     results, failures = {}, {}

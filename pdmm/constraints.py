@@ -47,6 +47,9 @@ class EdgeMatrices:
 
     def __init__(self, graph, A, b):
         self.graph, self.A, self.b = graph, A, b
+        forward = graph.forward  # one directed edge i->j per undirected edge, for residuals
+        self.ends = graph.src[forward], graph.dst[forward]
+        self.forward_terms = A[forward], A[graph.rev[forward]], b[forward].unsqueeze(1)
 
     def state_shape(self, batch, dim):
         return (self.graph.num_edges, batch, self.A.shape[1])
@@ -65,6 +68,6 @@ class EdgeMatrices:
 
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij, one row per undirected edge {i, j}: (E/2, B, m)."""
-        g = self.graph
-        own = torch.einsum("emd,ebd->ebm", self.A, g.gather(x))
-        return (own + g.exchange(own) - self.b.unsqueeze(1))[g.forward]
+        A_ij, A_ji, b = self.forward_terms
+        return (torch.einsum("emd,ebd->ebm", A_ij, select(x, self.ends[0]))
+                + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1])) - b)

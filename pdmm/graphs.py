@@ -2,6 +2,7 @@
 import functools
 import inspect
 import math
+import numbers
 from pathlib import Path
 
 import networkx as nx
@@ -14,6 +15,8 @@ def _grid_shape(n, rows):
     """rows x cols = n; by default the most square factorisation of n."""
     if rows is None:
         rows = max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
+    if not (isinstance(rows, numbers.Integral) and rows >= 1):
+        raise ValueError(f"rows must be a positive integer, got {rows!r}")
     if n % rows:
         raise ValueError(f"grid/torus needs rows to divide n, got n={n}, rows={rows}")
     return rows, n // rows
@@ -44,10 +47,14 @@ def _sampled(make):
 
 
 def _erdos_renyi(n, seed, p=None):
+    if p is not None and not 0 < p <= 1:
+        raise ValueError(f"erdos_renyi needs 0 < p <= 1, got p={p}")
     return nx.erdos_renyi_graph(n, 2 * math.log(n) / n if p is None else p, seed=seed)
 
 
 def _random_geometric(n, seed, radius=None):
+    if radius is not None and not radius > 0:
+        raise ValueError(f"random_geometric needs radius > 0, got radius={radius}")
     return nx.random_geometric_graph(n, math.sqrt(2 * math.log(n) / n) if radius is None else radius, seed=seed)
 
 
@@ -80,20 +87,23 @@ def topology(kind, n, seed=0, **params):
     """
     if kind not in TOPOLOGIES:
         raise ValueError(f"unknown topology {kind!r}; choose one of {sorted(TOPOLOGIES)}")
-    if n < 2:
-        raise ValueError(f"a topology needs n >= 2 nodes, got n={n}")
+    if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 2):
+        raise ValueError(f"a topology needs an integer n >= 2 nodes, got n={n!r}")
     accepted = list(inspect.signature(TOPOLOGIES[kind]).parameters)[2:]
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise TypeError(f"bad parameters {unknown} for topology {kind!r}; it accepts {accepted or 'none'}")
-    G = TOPOLOGIES[kind](n, seed=seed, **params)
+    try:
+        G = TOPOLOGIES[kind](n, seed=seed, **params)
+    except (nx.NetworkXException, TypeError) as err:  # e.g. "n * d must be even", m >= n
+        raise ValueError(f"topology {kind!r} with n={n} and {params}: {err}") from None
     return nx.convert_node_labels_to_integers(G, label_attribute="label")
 
 
 def load_graph(path):
     """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix).
 
-    Edge-list node labels that are all integers become ints.
+    Edge-list node labels that are all integers ("7", not "07") become ints.
     """
     path = Path(path)
     if not path.is_file():
@@ -107,6 +117,14 @@ def load_graph(path):
         raise ValueError(f"could not read graph file {path}: {err}") from None
     if G.number_of_edges() == 0:
         raise ValueError(f"graph file {path} holds no edges")
-    if all(isinstance(v, str) and v.lstrip("-").isdigit() for v in G):
+    if path.suffix.lower() != ".graphml" and all(_is_int_label(v) for v in G):
         G = nx.relabel_nodes(G, int)
     return nx.Graph(G)
+
+
+def _is_int_label(label):
+    """True for labels that are the canonical text of an int ("7", "-3"; not "07" or "--3")."""
+    try:
+        return str(int(label)) == label
+    except ValueError:
+        return False

@@ -34,7 +34,10 @@ class PDMM:
         self.fuse = local.prox(edges.curvature(rho))
 
     def init(self, x0):
-        """z^0 matching lambda^0 = 0 at x^0: z_{i|j}^0 = rho (A_ji x_j^0 - b_ij / 2) (zero when x^0 = 0)."""
+        """z^0 matching lambda^0 = 0 at x^0: z_{i|j}^0 = rho (A_ji x_j^0 - b_ij / 2).
+
+        With x^0 = 0 this is -rho b_ij / 2, zero only when b = 0 (as for consensus).
+        """
         zero = torch.zeros(self.edges.state_shape(x0.shape[1], x0.shape[2]), dtype=x0.dtype, device=x0.device)
         return {"x": x0, "z": self.graph.exchange(self.edges.messages(zero, x0, self.rho)) / 2}
 
@@ -42,9 +45,10 @@ class PDMM:
         z = state["z"]
         u = self.edges.gather(z, self.rho)
         x = self.fuse(u)
-        return {"x": x, "z": self.exchange(z, self.edges.messages(z, x, self.rho))}
+        return {"x": x, "z": self.update_edges(z, self.edges.messages(z, x, self.rho))}
 
-    def exchange(self, z, y):
+    def update_edges(self, z, y):
+        """z_{j|i} <- (1 - theta) z_{j|i} + theta y_{i|j}: exchange the messages, then average."""
         received = self.graph.exchange(y)
         return received if self.theta == 1 else torch.lerp(z, received, self.theta)
 
@@ -73,14 +77,19 @@ class QAPDMM(PDMM):
     def _eta(self, eta):
         shape = self.local.shape[:2]
         like = dict(dtype=self.graph.sign.dtype, device=self.graph.sign.device)
-        if eta == "L":
-            return self.local.smoothness()
-        if eta == "safe":
-            m = self.local.strong_convexity()
-            if bool((m <= 0).any()):
-                raise ValueError("eta='safe' = L^2 / (2m) needs strongly convex f_i (m > 0)")
-            return self.local.smoothness() ** 2 / (2 * m)
-        eta = torch.as_tensor(eta, **like)
+        if isinstance(eta, str):
+            if eta == "L":
+                return self.local.smoothness()
+            if eta == "safe":
+                m = self.local.strong_convexity()
+                if bool((m <= 0).any()):
+                    raise ValueError("eta='safe' = L^2 / (2m) needs strongly convex f_i (m > 0)")
+                return self.local.smoothness() ** 2 / (2 * m)
+            raise ValueError(f"eta must be 'L', 'safe' or positive numbers, got {eta!r}")
+        try:
+            eta = torch.as_tensor(eta, **like)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"eta must be 'L', 'safe' or positive numbers, got {eta!r}") from None
         if eta.dim() == 1:
             eta = eta.unsqueeze(1)
         if not (bool(torch.isfinite(eta).all()) and bool((eta > 0).all())):
@@ -98,7 +107,7 @@ class QAPDMM(PDMM):
         g = -self.edges.gather(z, self.rho)
         half = self.inverse(eta * state["x_half"] + g - self.local.gradient(state["x_half"]))
         x = self.inverse(eta * half + g - self.local.gradient(half))
-        return {"x": x, "x_half": half, "z": self.exchange(z, self.edges.messages(z, x, self.rho))}
+        return {"x": x, "x_half": half, "z": self.update_edges(z, self.edges.messages(z, x, self.rho))}
 
 
 class ADMM:

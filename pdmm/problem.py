@@ -3,6 +3,8 @@
 Row i of every data array belongs to the i-th node of `G.nodes`. Arrays may carry a leading
 batch axis B for B independent instances on the same graph, solved together.
 """
+import math
+
 import numpy as np
 import torch
 
@@ -60,6 +62,11 @@ def _edge_matrices(graph, constraints, dim):
     extra = [key for key in constraints if frozenset(key) not in undirected]
     if extra:
         raise ValueError(f"constraints given for pairs that are not edges of the graph: {extra[:5]}")
+    twice = [(i, j) for i, j in constraints if (j, i) in constraints and i != j]
+    if twice:
+        i, j = twice[0]
+        raise ValueError(f"constraints given for both ({i!r}, {j!r}) and ({j!r}, {i!r}); give one entry "
+                         "(A_ij, A_ji, b_ij) per undirected edge")
     A, b = [], []
     for i, j in zip(graph.src.tolist(), graph.dst.tolist()):
         u, v = nodes[i], nodes[j]
@@ -109,10 +116,16 @@ def _broadcast_batch(*tensors):
     return [t.expand(t.shape[0], B, *t.shape[2:]).contiguous() for t in tensors]
 
 
+def _weight(name, value):
+    """A finite number >= 0 (ridge, lam, reg)."""
+    if not (isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def _gram(H, y, ridge):
     """P_i = H_i^T H_i + ridge I, q_i = H_i^T y_i, r_i = 1/2 ||y_i||^2 from H (n, B, k, d), y (n, B, k)."""
-    if ridge < 0:
-        raise ValueError(f"ridge must be >= 0, got {ridge}")
+    ridge = _weight("ridge", ridge)
     eye = torch.eye(H.shape[-1], dtype=H.dtype)
     P = torch.einsum("nbkd,nbke->nbde", H, H) + ridge * eye
     return P, torch.einsum("nbkd,nbk->nbd", H, y), 0.5 * (y * y).sum(-1)
@@ -130,29 +143,27 @@ def averaging(G, a, constraints="consensus"):
     a = np.asarray(a.detach().cpu() if torch.is_tensor(a) else a, dtype=np.float64)
     a = _node_data("a", a[:, None] if a.ndim == 1 else a, G.number_of_nodes(), (None,))
     ones = torch.ones(a.shape[:2], dtype=a.dtype)
-    return Problem(G, Quadratic(ones, a, 0.5 * (a * a).sum(-1)), constraints)
+    return Problem(G, Quadratic(ones, a, 0.5 * (a * a).sum(-1), y=a), constraints)
 
 
 def least_squares(G, H, y, ridge=0.0, constraints="consensus"):
     """f_i(x) = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2; H (n, k, d) or (B, n, k, d), y (n, k) or (B, n, k)."""
     H, y = _regression_data(G, H, y)
     P, q, r = _gram(H, y, ridge)
-    return Problem(G, Quadratic(P, q, r), constraints)
+    return Problem(G, Quadratic(P, q, r, H, y, _weight("ridge", ridge)), constraints)
 
 
 def lasso(G, H, y, lam, constraints="consensus"):
     """f_i(x) = 1/2 ||H_i x - y_i||^2 + (lam / n) ||x||_1, so the centralised problem has weight lam."""
-    if not lam >= 0:
-        raise ValueError(f"lam must be >= 0, got {lam}")
+    lam = _weight("lam", lam)
     H, y = _regression_data(G, H, y)
     P, q, r = _gram(H, y, 0.0)
-    return Problem(G, Lasso(P, q, r, lam / G.number_of_nodes()), constraints)
+    return Problem(G, Lasso(P, q, r, lam / G.number_of_nodes(), H, y), constraints)
 
 
 def logistic(G, X, y, reg=0.1, constraints="consensus"):
     """f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2; labels +-1 (0/1 mapped to -1/+1)."""
-    if not reg >= 0:
-        raise ValueError(f"reg must be >= 0, got {reg}")
+    reg = _weight("reg", reg)
     n = G.number_of_nodes()
     X = _node_data("X", X, n, (None, None))
     y = _node_data("y", y, n, (X.shape[2],))
@@ -162,7 +173,7 @@ def logistic(G, X, y, reg=0.1, constraints="consensus"):
     elif not labels <= {-1.0, 1.0}:
         raise ValueError(f"logistic labels must be -1/+1 or 0/1, got values {sorted(labels)[:5]}")
     X, y = _broadcast_batch(X, y)
-    return Problem(G, Logistic(X, y, float(reg)), constraints)
+    return Problem(G, Logistic(X, y, reg), constraints)
 
 
 def quadratic(G, P, q, constraints="consensus"):

@@ -1,5 +1,7 @@
 """pdmm.solve: run a method on a Problem, record its convergence, stop at tolerance or divergence."""
+import inspect
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -11,6 +13,7 @@ from .methods import METHODS
 from .problem import _node_data
 
 DIVERGENCE_GROWTH = 1e6
+DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 
 @dataclass
@@ -42,11 +45,13 @@ class DivergenceError(RuntimeError):
         self.result = result
 
 
-def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=1e-10, reference=None, device="cpu",
+def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
           dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, **method_params):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
 
-    Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x).
+    Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
+    (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
+    left is then up to about 10 tol.
     reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
     the relative error ||x - x*||_F / ||x*||_F per iteration. x0: None (zeros), "random"
     (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
@@ -55,23 +60,29 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=1e-10, reference=N
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    if not (isinstance(rho, (int, float)) and math.isfinite(rho) and rho > 0):
+    if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
-    if not (isinstance(max_iter, int) and max_iter >= 1):
+    if not (isinstance(max_iter, numbers.Integral) and not isinstance(max_iter, bool) and max_iter >= 1):
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-    if not tol >= 0:
-        raise ValueError(f"tol must be >= 0, got {tol!r}")
-    graph, local, edges = problem.compile(device, dtype)
+    if dtype not in DEFAULT_TOL:
+        raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    tol = DEFAULT_TOL[dtype] if tol is None else tol
+    if not (_is_real(tol) and tol >= 0):
+        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} requested but CUDA is not available")
     try:
-        algorithm = METHODS[method](graph, local, edges, float(rho), **method_params)
+        inspect.signature(METHODS[method]).bind(None, None, None, rho, **method_params)
     except TypeError as err:
         raise TypeError(f"bad parameter for method {method!r}: {err}") from None
+    graph, local, edges = problem.compile(device, dtype)
+    algorithm = METHODS[method](graph, local, edges, float(rho), **method_params)
     x_star = _reference(problem, reference, device, dtype)
     state = algorithm.init(_initial_x(problem, x0, seed, device, dtype))
     step = torch.compile(algorithm.step) if compile else algorithm.step
 
     rows, start, converged = [], time.perf_counter(), False
-    with tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
+    with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
         for k in range(max_iter):
             x_old = state["x"]
             state = step(state)
@@ -94,11 +105,15 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=1e-10, reference=N
     return _result(problem, method, rho, method_params, state, rows, converged, start, x_star)
 
 
+def _is_real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _divergence(method, rho, k, x, rows, scale):
-    """A message if the iterates are non-finite or the residual grew DIVERGENCE_GROWTH-fold, else None."""
-    residual = rows[-1]["residual"]
-    if not bool(torch.isfinite(x).all() & torch.isfinite(residual).all()):
-        return f"{method} diverged at iteration {k + 1}: the iterates are no longer finite"
+    """A message if the iterates or objective are non-finite or the residual grew DIVERGENCE_GROWTH-fold."""
+    residual, objective = rows[-1]["residual"], rows[-1]["objective"]
+    if not bool(torch.isfinite(x).all() & torch.isfinite(residual).all() & torch.isfinite(objective).all()):
+        return f"{method} diverged at iteration {k + 1}: the iterates or the objective are no longer finite"
     floor = torch.clamp(rows[0]["residual"], min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
     if bool((residual > DIVERGENCE_GROWTH * floor).any()):
         return (f"{method} diverged at iteration {k + 1}: the residual grew from {rows[0]['residual'].max():.3g} "

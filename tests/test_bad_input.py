@@ -2,6 +2,7 @@
 import networkx as nx
 import numpy as np
 import pytest
+import torch
 
 import pdmm
 
@@ -25,7 +26,11 @@ def averaging():
     ({"method": "qa-pdmm", "eta": 0}, ValueError, "eta must be 'L', 'safe' or positive numbers"),
     ({"method": "qa-pdmm", "eta": [1.0, 2.0]}, ValueError, "eta must be a number or one value per node"),
     ({"max_iter": 0}, ValueError, "max_iter must be an integer >= 1"),
-    ({"tol": -1}, ValueError, "tol must be >= 0"),
+    ({"tol": -1}, ValueError, "tol must be a number >= 0"),
+    ({"rho": True}, ValueError, "rho must be a finite number > 0"),
+    ({"dtype": torch.int64}, ValueError, "dtype must be torch.float64 or torch.float32"),
+    ({"method": "qa-pdmm", "eta": "fast"}, ValueError, "eta must be 'L', 'safe' or positive numbers, got 'fast'"),
+    ({"method": "qa-pdmm", "eta": np.ones(4)}, ValueError, "eta must be a number or one value per node"),
     ({"x0": np.zeros((5, 1))}, ValueError, r"x0 must have shape \(n, 1\)"),
     ({"x0": "ones"}, ValueError, "x0 must be None, 'random' or an array"),
     ({"reference": np.zeros((6, 2))}, ValueError, r"reference must have shape \(n, 1\)"),
@@ -41,11 +46,11 @@ def test_solve_rejects(kwargs, error, message):
     (lambda: pdmm.averaging(G, np.full((6, 2), np.nan)), "a contains NaN or inf"),
     (lambda: pdmm.averaging(G, np.zeros((2, 3, 6, 2))), r"a must have shape"),
     (lambda: pdmm.least_squares(G, np.ones((6, 4, 2)), np.ones((6, 3))), r"y must have shape \(n, 4\)"),
-    (lambda: pdmm.least_squares(G, np.ones((6, 4, 2)), np.ones((6, 4)), ridge=-1), "ridge must be >= 0"),
+    (lambda: pdmm.least_squares(G, np.ones((6, 4, 2)), np.ones((6, 4)), ridge=-1), "ridge must be a finite number >= 0"),
     (lambda: pdmm.least_squares(G, np.ones((2, 6, 4, 2)), np.ones((3, 6, 4))), "disagree on the batch size"),
-    (lambda: pdmm.lasso(G, np.ones((6, 4, 2)), np.ones((6, 4)), lam=-1), "lam must be >= 0"),
+    (lambda: pdmm.lasso(G, np.ones((6, 4, 2)), np.ones((6, 4)), lam=-1), "lam must be a finite number >= 0"),
     (lambda: pdmm.logistic(G, np.ones((6, 4, 2)), np.full((6, 4), 2.0)), "labels must be -1/\\+1 or 0/1"),
-    (lambda: pdmm.logistic(G, np.ones((6, 4, 2)), np.ones((6, 4)), reg=-0.1), "reg must be >= 0"),
+    (lambda: pdmm.logistic(G, np.ones((6, 4, 2)), np.ones((6, 4)), reg=-0.1), "reg must be a finite number >= 0"),
     (lambda: pdmm.logistic(G, np.full((6, 4, 2), np.inf), np.ones((6, 4))), "X contains NaN or inf"),
     (lambda: pdmm.quadratic(G, np.tile([[1.0, 2.0], [0.0, 1.0]], (6, 1, 1)), np.ones((6, 2))), "must be symmetric"),
     (lambda: pdmm.quadratic(G, np.tile(-np.eye(2), (6, 1, 1)), np.ones((6, 2))), "positive semidefinite"),
@@ -58,11 +63,24 @@ def test_solve_rejects(kwargs, error, message):
     (lambda: pdmm.averaging(G, A, constraints={e: (1, -1, [0, 0]) for e in G.edges}), r"b_ij must have shape \(1,\)"),
     (lambda: pdmm.averaging(G, A, constraints={e: (np.nan, -1, 0) for e in G.edges}), "contains NaN or inf"),
     (lambda: pdmm.Problem(G, "not a function"), "local must be a pdmm.local.LocalFunction"),
+    (lambda: pdmm.averaging(G, A, constraints={(0, 1): (1, -1, 0), (1, 0): (1, -1, 1),
+                                               **{e: (1, -1, 0) for e in list(G.edges)[1:]}}),
+     r"both \(0, 1\) and \(1, 0\)"),
+    (lambda: pdmm.least_squares(G, np.ones((6, 4, 2)), np.ones((6, 4)), ridge=float("nan")), "ridge must be"),
+    (lambda: pdmm.lasso(G, np.ones((6, 4, 2)), np.ones((6, 4)), lam=float("inf")), "lam must be"),
+    (lambda: pdmm.logistic(G, np.ones((6, 4, 2)), np.ones((6, 4)), reg=float("inf")), "reg must be"),
     (lambda: pdmm.averaging(nx.path_graph(7), A), "a must have shape"),
 ])
 def test_problem_rejects(make, message):
     with pytest.raises((ValueError, TypeError), match=message):
         make()
+
+
+def test_eta_per_node_as_numpy_array():
+    rng = np.random.default_rng(1)
+    problem = pdmm.least_squares(G, rng.normal(size=(6, 5, 2)), rng.normal(size=(6, 5)))
+    L = problem.local.smoothness()[:, 0].numpy()
+    assert pdmm.solve(problem, method="qa-pdmm", eta=2 * L).converged
 
 
 def test_singular_x_update_is_named():

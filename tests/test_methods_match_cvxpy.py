@@ -176,3 +176,12 @@ def test_float32_runs_in_float32():
     result = pdmm.solve(pdmm.averaging(G, a), dtype=torch.float32, tol=1e-6, rho=0.3)
     assert result.converged and result.x.dtype == np.float32
     np.testing.assert_allclose(result.x, np.tile(a.mean(0), (30, 1)), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["least_squares", "logistic"])
+def test_averaged_qa_pdmm(kind):
+    """theta < 1 with QA-PDMM (an extension: MATH.md 3 has theta = 1) reaches the same solution."""
+    G = graph("random_geometric", {})
+    H, y = regression(G.number_of_nodes())
+    problem = pdmm.least_squares(G, H, y) if kind == "least_squares" else pdmm.logistic(G, H, np.sign(y))
+    check(problem, "qa-pdmm", {"theta": 0.5})

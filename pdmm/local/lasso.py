@@ -19,8 +19,8 @@ class Lasso(Quadratic):
 
     smooth = False
 
-    def __init__(self, P, q, r, t):
-        super().__init__(P, q, r)
+    def __init__(self, P, q, r, t, H=None, y=None):
+        super().__init__(P, q, r, H, y)
         self.t = t
 
     def value(self, x):
@@ -69,13 +69,13 @@ class Lasso(Quadratic):
             for _ in range(0, INNER_MAX_ITER, POLISH_EVERY):
                 x = polish(v, z)
                 if x is not None:
-                    warm.update(z=x, w=(v - multiply(M, x)) / sigma)  # the ADMM dual at the optimum
+                    warm.update(z=x.detach(), w=((v - multiply(M, x)) / sigma).detach())  # the ADMM dual there
                     return x
                 for _ in range(POLISH_EVERY):
                     x = inverse(v + sigma * (z - w))
                     z = soft_threshold(x + w, self.t / sigma)
                     w = w + x - z
-            warm.update(z=z, w=w)
+            warm.update(z=z.detach(), w=w.detach())
             return z
 
         return solve

@@ -55,7 +55,7 @@ class Logistic(LocalFunction):
                 x = x + t * step
                 if bool((t * step).abs().max() <= NEWTON_TOL * (1 + x.abs().max())):
                     break
-            warm["x"] = x
+            warm["x"] = x.detach()
             return x
 
         return solve

@@ -1,6 +1,7 @@
 """Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x + r_i (averaging, least squares)."""
 import cvxpy as cp
 import numpy as np
+import torch
 from .base import LocalFunction, add, eigenvalue_range, is_scalar, multiply, spd_solver
 
 
@@ -9,14 +10,20 @@ class Quadratic(LocalFunction):
 
     P: (n, B) for P_i = p_i I, or (n, B, d, d) symmetric positive semidefinite; q: (n, B, d); r: (n, B).
     The x-update solves (P_i + C_i) x = q_i - u_i (closed form, one factorisation per solve).
+    Least squares passes its data too, f_i = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2 (H = None:
+    identity), so the value is computed in that form, free of the cancellation in r_i - q_i^T x.
     """
 
-    def __init__(self, P, q, r):
+    def __init__(self, P, q, r, H=None, y=None, ridge=0.0):
         self.P, self.q, self.r = P, q, r
+        self.H, self.y, self.ridge = H, y, ridge
         self.shape = tuple(q.shape)
 
     def value(self, x):
-        return ((0.5 * multiply(self.P, x) - self.q) * x).sum(-1).sum(0) + self.r.sum(0)
+        if self.y is None:
+            return ((0.5 * multiply(self.P, x) - self.q) * x).sum(-1).sum(0) + self.r.sum(0)
+        fit = x if self.H is None else torch.einsum("nbkd,nbd->nbk", self.H, x)
+        return 0.5 * (((fit - self.y) ** 2).sum(-1) + self.ridge * (x * x).sum(-1)).sum(0)
 
     def gradient(self, x):
         return multiply(self.P, x) - self.q

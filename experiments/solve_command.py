@@ -131,6 +131,12 @@ def _method_params(args, methods):
     return params
 
 
+def _defaults(method):
+    """The method's own parameter defaults (theta, eta), so config.json records every value used."""
+    return {name: p.default for name, p in inspect.signature(pdmm.METHODS[method]).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
 def _problem(args, G):
     """The pdmm.Problem from --data or synthetic data; bad or missing data is a UsageError."""
     if args.data is None:
@@ -169,7 +175,7 @@ def _write_config(path, args, methods, params, G, results, failures):
     summary = {method: {
         "iterations": result.iterations, "converged": result.converged, "diverged": method in failures,
         "seconds": result.seconds, "residual": _final(result, "residual"), "error": _final(result, "error"),
-        "params": {"rho": args.rho, **params[method]},
+        "params": {"rho": args.rho, **_defaults(method), **params[method]},
     } for method, result in results.items()}
     config = {"version": package_version(), "args": resolved,
               "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()}, "methods": summary}

@@ -50,6 +50,7 @@ def test_compare_overlays_three_methods_that_all_reach_the_reference(tmp_path):
         last = [row for row in rows if row["method"] == method][-1]
         assert float(last["error"]) < 1e-6
         assert config["methods"][method]["converged"]
+    assert config["methods"]["qa-pdmm"]["params"] == {"rho": 1.0, "theta": 1.0, "eta": "L"}
     with np.load(out / "result.npz") as result:
         assert set(result) == {"x_pdmm", "x_qa-pdmm", "x_admm", "x_star"}
 

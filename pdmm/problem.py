@@ -17,16 +17,18 @@ class Problem:
     """minimise sum_i f_i(x_i) s.t. A_ij x_i + A_ji x_j = b_ij on every edge {i, j} of `graph`.
 
     constraints: "consensus" (x_i = x_j on every edge) or a dict {(i, j): (A_ij, A_ji, b_ij)}
-    with one entry per undirected edge, A of shape (m, d) and b of shape (m,).
+    with one entry per undirected edge, A of shape (m, d) and b of shape (m,). batched: whether
+    results keep the batch axis (default: when there is more than one instance).
     """
 
-    def __init__(self, graph, local, constraints="consensus"):
+    def __init__(self, graph, local, constraints="consensus", batched=None):
         if not isinstance(local, LocalFunction):
             raise TypeError(f"local must be a pdmm.local.LocalFunction, got {type(local).__name__}")
         self.graph = graph
         self.compiled = CompiledGraph.from_networkx(graph)
         self.local = local
         self.n, self.batch, self.dim = local.shape
+        self.batched = self.batch > 1 if batched is None else bool(batched)
         if self.n != self.compiled.n:
             raise ValueError(f"the local data has {self.n} nodes but the graph has {self.compiled.n}")
         if isinstance(constraints, str):
@@ -107,6 +109,11 @@ def _node_data(name, value, n, tail):
     return torch.from_numpy(np.ascontiguousarray(np.moveaxis(array, 0, 1)))
 
 
+def _has_batch_axis(first, first_ndim, second, second_ndim):
+    """Whether either array was given with a leading batch axis (one more than its per-instance ndim)."""
+    return np.ndim(first) > first_ndim or np.ndim(second) > second_ndim
+
+
 def _broadcast_batch(*tensors):
     """Expand node-major data (n, B, ...) to one common batch size."""
     sizes = {t.shape[1] for t in tensors} - {1}
@@ -141,29 +148,33 @@ def _regression_data(G, H, y):
 def averaging(G, a, constraints="consensus"):
     """f_i(x) = 1/2 ||x - a_i||^2; a of shape (n,), (n, d) or (B, n, d). Solution: x_i = mean(a)."""
     a = np.asarray(a.detach().cpu() if torch.is_tensor(a) else a, dtype=np.float64)
+    batched = a.ndim == 3
     a = _node_data("a", a[:, None] if a.ndim == 1 else a, G.number_of_nodes(), (None,))
     ones = torch.ones(a.shape[:2], dtype=a.dtype)
-    return Problem(G, Quadratic(ones, a, 0.5 * (a * a).sum(-1), y=a), constraints)
+    return Problem(G, Quadratic(ones, a, 0.5 * (a * a).sum(-1), y=a), constraints, batched)
 
 
 def least_squares(G, H, y, ridge=0.0, constraints="consensus"):
     """f_i(x) = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2; H (n, k, d) or (B, n, k, d), y (n, k) or (B, n, k)."""
+    batched = _has_batch_axis(H, 3, y, 2)
     H, y = _regression_data(G, H, y)
     P, q, r = _gram(H, y, ridge)
-    return Problem(G, Quadratic(P, q, r, H, y, _weight("ridge", ridge)), constraints)
+    return Problem(G, Quadratic(P, q, r, H, y, _weight("ridge", ridge)), constraints, batched)
 
 
 def lasso(G, H, y, lam, constraints="consensus"):
     """f_i(x) = 1/2 ||H_i x - y_i||^2 + (lam / n) ||x||_1, so the centralised problem has weight lam."""
     lam = _weight("lam", lam)
+    batched = _has_batch_axis(H, 3, y, 2)
     H, y = _regression_data(G, H, y)
     P, q, r = _gram(H, y, 0.0)
-    return Problem(G, Lasso(P, q, r, lam / G.number_of_nodes(), H, y), constraints)
+    return Problem(G, Lasso(P, q, r, lam / G.number_of_nodes(), H, y), constraints, batched)
 
 
 def logistic(G, X, y, reg=0.1, constraints="consensus"):
     """f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2; labels +-1 (0/1 mapped to -1/+1)."""
     reg = _weight("reg", reg)
+    batched = _has_batch_axis(X, 3, y, 2)
     n = G.number_of_nodes()
     X = _node_data("X", X, n, (None, None))
     y = _node_data("y", y, n, (X.shape[2],))
@@ -173,12 +184,13 @@ def logistic(G, X, y, reg=0.1, constraints="consensus"):
     elif not labels <= {-1.0, 1.0}:
         raise ValueError(f"logistic labels must be -1/+1 or 0/1, got values {sorted(labels)[:5]}")
     X, y = _broadcast_batch(X, y)
-    return Problem(G, Logistic(X, y, reg), constraints)
+    return Problem(G, Logistic(X, y, reg), constraints, batched)
 
 
 def quadratic(G, P, q, constraints="consensus"):
     """f_i(x) = 1/2 x^T P_i x - q_i^T x with P_i symmetric PSD (n, d, d) or (B, n, d, d), q (n, d) or (B, n, d)."""
     n = G.number_of_nodes()
+    batched = _has_batch_axis(P, 3, q, 2)
     q = _node_data("q", q, n, (None,))
     d = q.shape[-1]
     P = _node_data("P", P, n, (d, d))
@@ -187,5 +199,5 @@ def quadratic(G, P, q, constraints="consensus"):
     if bool((torch.linalg.eigvalsh(P)[..., 0] < -1e-10 * P.abs().amax((-1, -2)).clamp(min=1)).any()):
         raise ValueError("every P_i must be positive semidefinite (f_i convex)")
     P, q = _broadcast_batch(P, q)
-    return Problem(G, Quadratic(P, q, torch.zeros(q.shape[:2], dtype=q.dtype)), constraints)
+    return Problem(G, Quadratic(P, q, torch.zeros(q.shape[:2], dtype=q.dtype)), constraints, batched)
 

@@ -4,7 +4,7 @@ import numpy as np
 
 
 def reference(problem, solver=cp.CLARABEL, **solver_options):
-    """argmin sum_i f_i(x_i) s.t. the edge constraints, solved centrally: (n, d) or (B, n, d).
+    """argmin sum_i f_i(x_i) s.t. the edge constraints, solved centrally: (n, d), or (B, n, d) if batched.
 
     Consensus problems use one shared variable x (x_i = x for every node); general edge
     constraints use X in R^{n x d} with A_ij x_i + A_ji x_j = b_ij for every edge.
@@ -29,4 +29,4 @@ def reference(problem, solver=cp.CLARABEL, **solver_options):
         if task.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             raise RuntimeError(f"cvxpy could not solve the centralised problem (instance {b}): status {task.status}")
         solutions.append(np.tile(x.value, (n, 1)) if problem.is_consensus else X.value)
-    return solutions[0] if problem.batch == 1 else np.stack(solutions)
+    return np.stack(solutions) if problem.batched else solutions[0]

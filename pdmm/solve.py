@@ -18,7 +18,7 @@ DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 @dataclass
 class Result:
-    """x: (n, d), or (B, n, d) for B > 1 instances, rows in G.nodes order (labels in `nodes`);
+    """x: (n, d), or (B, n, d) for batched problems, rows in G.nodes order (labels in `nodes`);
     history: per-iteration arrays "residual", "objective" and, with a reference, "error" (shape
     (iterations,) or (iterations, B)); reference: the x* the error was measured against."""
     x: np.ndarray
@@ -160,19 +160,19 @@ def _batched(problem, x):
     return x.expand(problem.n, problem.batch, problem.dim).contiguous()
 
 
-def _to_numpy(x, batch):
-    """(n, B, d) tensor -> (n, d) or (B, n, d) array."""
+def _to_numpy(x, batched):
+    """(n, B, d) tensor -> (B, n, d) array, or (n, d) for an unbatched problem."""
     x = x.detach().cpu().numpy().transpose(1, 0, 2)
-    return x[0] if batch == 1 else x
+    return x if batched else x[0]
 
 
 def _result(problem, method, rho, method_params, state, rows, converged, start, x_star):
     history = {}
     for key in rows[0] if rows else ():
         values = torch.stack([row[key] for row in rows]).detach().cpu().numpy()
-        history[key] = values[:, 0] if problem.batch == 1 else values
+        history[key] = values if problem.batched else values[:, 0]
     return Result(
-        x=_to_numpy(state["x"], problem.batch), iterations=len(rows), converged=converged, history=history,
+        x=_to_numpy(state["x"], problem.batched), iterations=len(rows), converged=converged, history=history,
         method=method, params={"rho": rho, **method_params}, nodes=list(problem.compiled.nodes),
         seconds=time.perf_counter() - start,
-        reference=None if x_star is None else _to_numpy(x_star, problem.batch))
+        reference=None if x_star is None else _to_numpy(x_star, problem.batched))

@@ -27,6 +27,7 @@ from .plots import plot_convergence
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 HISTORY_COLUMNS = ("residual", "objective", "error")
+DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10
 
 
 def _methods(text):
@@ -52,9 +53,10 @@ def add_parser(subparsers):
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("problem and data")
     data.add_argument("--problem", default="averaging", choices=KINDS)
-    data.add_argument("--dim", type=positive(int), default=3, help="variable size d (synthetic data)")
-    data.add_argument("--samples", type=positive(int), default=10, help="rows of H or X per node (synthetic data)")
-    data.add_argument("--batch", type=positive(int), help="solve this many independent instances at once")
+    data.add_argument("--dim", type=positive(int), help=f"variable size d (synthetic data; default {DEFAULT_DIM})")
+    data.add_argument("--samples", type=positive(int), help=f"rows of H or X per node (synthetic data; default {DEFAULT_SAMPLES})")
+    data.add_argument("--batch", type=positive(int), help="solve this many independent instances at once "
+                      "(synthetic data)")
     data.add_argument("--ridge", type=float, default=0.0, help="least_squares ridge weight")
     data.add_argument("--lam", type=float, default=0.1, help="lasso l1 weight")
     data.add_argument("--reg", type=float, default=0.1, help="logistic ridge weight")
@@ -140,8 +142,12 @@ def _defaults(method):
 def _problem(args, G):
     """The pdmm.Problem from --data or synthetic data; bad or missing data is a UsageError."""
     if args.data is None:
+        args.dim, args.samples = args.dim or DEFAULT_DIM, args.samples or DEFAULT_SAMPLES  # resolved for config.json
         data = make_data(args.problem, G.number_of_nodes(), args.dim, args.samples, args.batch, args.seed)
     else:
+        given = [f"--{name}" for name in ("dim", "samples", "batch") if getattr(args, name) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} size synthetic data; with --data the arrays' shapes decide")
         if not Path(args.data).is_file():
             raise UsageError(f"data file not found: {args.data}")
         if not zipfile.is_zipfile(args.data):

@@ -85,6 +85,7 @@ def test_divergence_still_writes_the_run_and_exits_1(tmp_path, capsys):
     (["--method", "no_such_method"], "no_such_method"),
     (["--problem", "lasso", "--method", "qa-pdmm"], "smooth"),
     (["--method", "admm", "--theta", "0.5"], "--theta"),
+    (["--data", "{tmp}/missing.npz", "--dim", "4"], "--dim"),
 ])
 def test_bad_input_is_one_error_line_and_exit_code_2(tmp_path, capsys, options, culprit):
     with pytest.raises(SystemExit) as exit:

@@ -131,11 +131,9 @@ def _weight(name, value):
 
 
 def _gram(H, y, ridge):
-    """P_i = H_i^T H_i + ridge I, q_i = H_i^T y_i, r_i = 1/2 ||y_i||^2 from H (n, B, k, d), y (n, B, k)."""
-    ridge = _weight("ridge", ridge)
+    """P_i = H_i^T H_i + ridge I and q_i = H_i^T y_i from H (n, B, k, d), y (n, B, k)."""
     eye = torch.eye(H.shape[-1], dtype=H.dtype)
-    P = torch.einsum("nbkd,nbke->nbde", H, H) + ridge * eye
-    return P, torch.einsum("nbkd,nbk->nbd", H, y), 0.5 * (y * y).sum(-1)
+    return torch.einsum("nbkd,nbke->nbde", H, H) + ridge * eye, torch.einsum("nbkd,nbk->nbd", H, y)
 
 
 def _regression_data(G, H, y):
@@ -151,15 +149,16 @@ def averaging(G, a, constraints="consensus"):
     batched = a.ndim == 3
     a = _node_data("a", a[:, None] if a.ndim == 1 else a, G.number_of_nodes(), (None,))
     ones = torch.ones(a.shape[:2], dtype=a.dtype)
-    return Problem(G, Quadratic(ones, a, 0.5 * (a * a).sum(-1), y=a), constraints, batched)
+    return Problem(G, Quadratic(ones, a, y=a), constraints, batched)
 
 
 def least_squares(G, H, y, ridge=0.0, constraints="consensus"):
     """f_i(x) = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2; H (n, k, d) or (B, n, k, d), y (n, k) or (B, n, k)."""
+    ridge = _weight("ridge", ridge)
     batched = _has_batch_axis(H, 3, y, 2)
     H, y = _regression_data(G, H, y)
-    P, q, r = _gram(H, y, ridge)
-    return Problem(G, Quadratic(P, q, r, H, y, _weight("ridge", ridge)), constraints, batched)
+    P, q = _gram(H, y, ridge)
+    return Problem(G, Quadratic(P, q, H, y, ridge), constraints, batched)
 
 
 def lasso(G, H, y, lam, constraints="consensus"):
@@ -167,8 +166,8 @@ def lasso(G, H, y, lam, constraints="consensus"):
     lam = _weight("lam", lam)
     batched = _has_batch_axis(H, 3, y, 2)
     H, y = _regression_data(G, H, y)
-    P, q, r = _gram(H, y, 0.0)
-    return Problem(G, Lasso(P, q, r, lam / G.number_of_nodes(), H, y), constraints, batched)
+    P, q = _gram(H, y, 0.0)
+    return Problem(G, Lasso(P, q, lam / G.number_of_nodes(), H, y), constraints, batched)
 
 
 def logistic(G, X, y, reg=0.1, constraints="consensus"):
@@ -199,5 +198,5 @@ def quadratic(G, P, q, constraints="consensus"):
     if bool((torch.linalg.eigvalsh(P)[..., 0] < -1e-10 * P.abs().amax((-1, -2)).clamp(min=1)).any()):
         raise ValueError("every P_i must be positive semidefinite (f_i convex)")
     P, q = _broadcast_batch(P, q)
-    return Problem(G, Quadratic(P, q, torch.zeros(q.shape[:2], dtype=q.dtype)), constraints, batched)
+    return Problem(G, Quadratic(P, q), constraints, batched)
 

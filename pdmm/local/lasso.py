@@ -1,4 +1,4 @@
-"""Lasso local functions f_i(x) = 1/2 x^T P_i x - q_i^T x + r_i + t ||x||_1 (least squares + l1)."""
+"""Lasso local functions f_i(x) = 1/2 ||H_i x - y_i||^2 + t ||x||_1 (least squares + l1)."""
 import cvxpy as cp
 import torch
 
@@ -19,8 +19,8 @@ class Lasso(Quadratic):
 
     smooth = False
 
-    def __init__(self, P, q, r, t, H=None, y=None):
-        super().__init__(P, q, r, H, y)
+    def __init__(self, P, q, t, H=None, y=None):
+        super().__init__(P, q, H, y)
         self.t = t
 
     def value(self, x):

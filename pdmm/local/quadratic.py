@@ -1,27 +1,29 @@
-"""Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x + r_i (averaging, least squares)."""
+"""Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x (averaging, least squares, general)."""
 import cvxpy as cp
 import numpy as np
 import torch
+
 from .base import LocalFunction, add, eigenvalue_range, is_scalar, multiply, spd_solver
 
 
 class Quadratic(LocalFunction):
-    """f_i(x) = 1/2 x^T P_i x - q_i^T x + r_i.
+    """f_i(x) = 1/2 x^T P_i x - q_i^T x.
 
-    P: (n, B) for P_i = p_i I, or (n, B, d, d) symmetric positive semidefinite; q: (n, B, d); r: (n, B).
+    P: (n, B) for P_i = p_i I, or (n, B, d, d) symmetric positive semidefinite; q: (n, B, d).
     The x-update solves (P_i + C_i) x = q_i - u_i (closed form, one factorisation per solve).
-    Least squares passes its data too, f_i = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2 (H = None:
-    identity), so the value is computed in that form, free of the cancellation in r_i - q_i^T x.
+    Least squares also passes its data, f_i = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2 with
+    P_i = H_i^T H_i + ridge I, q_i = H_i^T y_i (H = None: identity); values are then computed in
+    that form, which includes the constant 1/2 ||y_i||^2 and avoids cancellation.
     """
 
-    def __init__(self, P, q, r, H=None, y=None, ridge=0.0):
-        self.P, self.q, self.r = P, q, r
+    def __init__(self, P, q, H=None, y=None, ridge=0.0):
+        self.P, self.q = P, q
         self.H, self.y, self.ridge = H, y, ridge
         self.shape = tuple(q.shape)
 
     def value(self, x):
         if self.y is None:
-            return ((0.5 * multiply(self.P, x) - self.q) * x).sum(-1).sum(0) + self.r.sum(0)
+            return ((0.5 * multiply(self.P, x) - self.q) * x).sum(-1).sum(0)
         fit = x if self.H is None else torch.einsum("nbkd,nbd->nbk", self.H, x)
         return 0.5 * (((fit - self.y) ** 2).sum(-1) + self.ridge * (x * x).sum(-1)).sum(0)
 
@@ -42,9 +44,12 @@ class Quadratic(LocalFunction):
         d = self.q.shape[-1]
         total = 0
         for i, x in enumerate(xs):
+            if self.y is not None:
+                fit = x if self.H is None else self.H[i, b].cpu().numpy() @ x
+                total += 0.5 * cp.sum_squares(fit - self.y[i, b].cpu().numpy()) + 0.5 * self.ridge * cp.sum_squares(x)
+                continue
             P = self.P[i, b].item() * np.eye(d) if is_scalar(self.P) else self.P[i, b].cpu().numpy()
-            root = _psd_root(P)
-            total += 0.5 * cp.sum_squares(root @ x) - self.q[i, b].cpu().numpy() @ x + self.r[i, b].item()
+            total += 0.5 * cp.sum_squares(_psd_root(P) @ x) - self.q[i, b].cpu().numpy() @ x
         return total
 
 

@@ -1,1 +1,16 @@
-"""attention: multi-head attention over token graphs with switchable residual signals (issue: attention)."""
+"""attention: multi-head attention over token graphs with switchable residual signal, kernel and graph.
+
+    config = attention.AttentionConfig(d_model=128, n_head=4, residual="belief")
+    y = attention.MultiHeadAttention(config)(x, attention.TokenGraph.causal(x.shape[1]))
+"""
+from .block import MLP, Block
+from .config import KERNELS, RESIDUALS, AttentionConfig
+from .gat import GraphAttention
+from .gpt import GPT
+from .graph import TokenGraph
+from .graph_transformer import GraphTransformer
+from .mha import MultiHeadAttention
+from .vit import ViT
+
+__all__ = ["MLP", "Block", "KERNELS", "RESIDUALS", "AttentionConfig", "GraphAttention", "GPT", "TokenGraph",
+           "GraphTransformer", "MultiHeadAttention", "ViT"]

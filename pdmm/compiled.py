@@ -1,12 +1,17 @@
-"""A networkx graph compiled once into index tensors, and the three message-passing primitives.
+"""Graphs compiled once into index tensors, and the message-passing primitives on them.
 
-Every undirected edge {i, j} becomes two directed edges i->j and j->i, sorted by (src, dst), so
-the edges leaving node i are contiguous. Edge tensors have shape (E, ...), node tensors (n, ...).
+`EdgeList` holds directed edges sorted by (src, dst), so the edges of node i (src = i) are
+contiguous. Edge tensors have shape (E, ...), node tensors (n, ...). Its primitives:
 
-    gather(x)         (E, ...)   x[src]: each edge reads its sending node
-    gather_sub(x, v)  (E, ...)   x[src] - v, fused
-    aggregate(v)      (n, ...)   sum over edges leaving node i of v_e
-    exchange(v)       (E, ...)   v[rev]: edge i->j receives what edge j->i sent
+    gather(x)            (E, ...)   x[src]: each edge reads its own node
+    gather_neighbour(x)  (E, ...)   x[dst]: each edge reads the node at its other end
+    aggregate(v)         (n, ...)   sum of v_e over the edges of each node
+    aggregate_max(v)     (n, ...)   max of v_e over the edges of each node
+
+`CompiledGraph` is an undirected graph as PDMM sees it: every edge {i, j} becomes i->j and j->i,
+and `exchange(v)` = v[rev] hands edge i->j what edge j->i sent. The sparse attention path in
+`attention` runs on the same `EdgeList` (src = the attending token, dst = the attended one).
+All primitives are differentiable.
 """
 import warnings
 from dataclasses import dataclass
@@ -17,14 +22,74 @@ import torch
 
 
 @dataclass(frozen=True)
-class CompiledGraph:
-    nodes: list            # node labels; node index k is nodes[k]
+class EdgeList:
+    n: int                 # number of nodes
     src: torch.Tensor      # (E,) int64, sorted
     dst: torch.Tensor      # (E,) int64
-    rev: torch.Tensor      # (E,) int64, edge index of dst->src
-    degree: torch.Tensor   # (n,) int64
-    sign: torch.Tensor     # (E,) +1 where src < dst (in node order), else -1
+    degree: torch.Tensor   # (n,) int64, edges per src node
     incidence: torch.Tensor | None  # (n, E) sparse CSR of ones; None when every degree is equal
+
+    @staticmethod
+    def arrays(n, src, dst, device="cpu", dtype=torch.float64):
+        """The fields of an EdgeList from (src, dst) already sorted by (src, dst)."""
+        src, dst = (torch.as_tensor(a, dtype=torch.int64, device=device) for a in (src, dst))
+        degree = torch.bincount(src, minlength=n)
+        incidence = None
+        if bool((degree != degree[0]).any()):
+            crow = torch.zeros(n + 1, dtype=torch.int64, device=device)
+            crow[1:] = torch.cumsum(degree, 0)
+            col = torch.arange(len(src), device=device)
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                incidence = torch.sparse_csr_tensor(crow, col, torch.ones(len(src), dtype=dtype, device=device),
+                                                    (n, len(src)), check_invariants=False)
+        return dict(n=n, src=src, dst=dst, degree=degree, incidence=incidence)
+
+    @classmethod
+    def from_pairs(cls, n, src, dst, device="cpu", dtype=torch.float64):
+        """Edges src[e] -> dst[e] (any order, no duplicates) over nodes 0..n-1, sorted by (src, dst)."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        order = np.lexsort((dst, src))
+        return cls(**cls.arrays(n, src[order], dst[order], device, dtype))
+
+    def to(self, device, dtype):
+        """The same edges with index tensors on `device` and float tensors in `dtype`."""
+        return EdgeList(**self.arrays(self.n, self.src, self.dst, device, dtype))
+
+    @property
+    def num_edges(self):
+        return len(self.src)
+
+    def gather(self, x):
+        """x[src]: (n, ...) -> (E, ...)."""
+        return select(x, self.src)
+
+    def gather_neighbour(self, x):
+        """x[dst]: (n, ...) -> (E, ...)."""
+        return select(x, self.dst)
+
+    def aggregate(self, v):
+        """Sum of v_e over the edges of each node: (E, ...) -> (n, ...)."""
+        if self.incidence is None:  # equal degrees: the contiguous edges of a node form one row
+            return v.reshape(self.n, -1, *v.shape[1:]).sum(1)
+        if v.dtype != self.incidence.dtype:  # e.g. bfloat16, which sparse CSR products do not support
+            return v.new_zeros(self.n, *v.shape[1:]).index_add(0, self.src, v)
+        return (self.incidence @ v.reshape(len(v), -1)).view(self.n, *v.shape[1:])
+
+    def aggregate_max(self, v):
+        """Max of v_e over the edges of each node (every node needs an edge): (E, ...) -> (n, ...)."""
+        if self.incidence is None:
+            return v.reshape(self.n, -1, *v.shape[1:]).amax(1)
+        out = v.new_empty(self.n, *v.shape[1:])
+        index = self.src.view(-1, *[1] * (v.dim() - 1)).expand_as(v)
+        return out.scatter_reduce(0, index, v, "amax", include_self=False)
+
+
+@dataclass(frozen=True)
+class CompiledGraph(EdgeList):
+    nodes: list            # node labels; node index k is nodes[k]
+    rev: torch.Tensor      # (E,) int64, edge index of dst->src
+    sign: torch.Tensor     # (E,) +1 where src < dst (in node order), else -1
     forward: torch.Tensor  # (E/2,) the edges with src < dst: one per undirected edge
 
     @classmethod
@@ -47,53 +112,25 @@ class CompiledGraph:
         position[order] = np.arange(len(order))
         m = len(pairs)
         partner = np.concatenate([np.arange(m, 2 * m), np.arange(m)])  # unsorted index of the reverse edge
-        src, dst, rev = src[order], dst[order], position[partner[order]]
-        degree = np.bincount(src, minlength=len(nodes))
-        return cls.build(nodes, src, dst, rev, degree)
+        return cls.build(nodes, src[order], dst[order], position[partner[order]])
 
     @classmethod
-    def build(cls, nodes, src, dst, rev, degree, device="cpu", dtype=torch.float64):
-        src, dst, rev, degree = (torch.as_tensor(a, dtype=torch.int64, device=device) for a in (src, dst, rev, degree))
+    def build(cls, nodes, src, dst, rev, device="cpu", dtype=torch.float64):
+        edges = cls.arrays(len(nodes), src, dst, device, dtype)
+        src, dst = edges["src"], edges["dst"]
         sign = torch.where(src < dst, 1.0, -1.0).to(dtype)
-        incidence = None
-        if bool((degree != degree[0]).any()):
-            crow = torch.zeros(len(nodes) + 1, dtype=torch.int64, device=device)
-            crow[1:] = torch.cumsum(degree, 0)
-            col = torch.arange(len(src), device=device)
-            with warnings.catch_warnings():  # "sparse CSR support is in beta"
-                warnings.simplefilter("ignore", UserWarning)
-                incidence = torch.sparse_csr_tensor(crow, col, torch.ones(len(src), dtype=dtype, device=device),
-                                                    (len(nodes), len(src)), check_invariants=False)
-        return cls(nodes, src, dst, rev, degree, sign, incidence, torch.nonzero(src < dst).squeeze(1))
+        rev = torch.as_tensor(rev, dtype=torch.int64, device=device)
+        return cls(**edges, nodes=nodes, rev=rev, sign=sign, forward=torch.nonzero(src < dst).squeeze(1))
 
     def to(self, device, dtype):
         """The same graph with index tensors on `device` and float tensors in `dtype`."""
-        return CompiledGraph.build(self.nodes, self.src, self.dst, self.rev, self.degree, device, dtype)
-
-    @property
-    def n(self):
-        return len(self.nodes)
-
-    @property
-    def num_edges(self):
-        """Number of directed edges E = 2 |undirected edges|."""
-        return len(self.src)
-
-    def gather(self, x):
-        """x[src]: (n, ...) -> (E, ...)."""
-        return select(x, self.src)
+        return CompiledGraph.build(self.nodes, self.src, self.dst, self.rev, device, dtype)
 
     def gather_sub(self, x, v):
         """x[src] - v, without materialising x[src] when every degree is equal (a broadcast)."""
         if self.incidence is None:
             return (x.unsqueeze(1) - v.reshape(self.n, -1, *v.shape[1:])).view(v.shape)
         return self.gather(x) - v
-
-    def aggregate(self, v):
-        """Sum of v_e over the edges leaving each node: (E, ...) -> (n, ...)."""
-        if self.incidence is None:  # equal degrees: the contiguous out-edges of a node form one row
-            return v.reshape(self.n, -1, *v.shape[1:]).sum(1)
-        return (self.incidence @ v.reshape(len(v), -1)).view(self.n, *v.shape[1:])
 
     def exchange(self, v):
         """v[rev]: what edge j->i sent arrives at edge i->j."""

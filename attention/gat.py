@@ -1,0 +1,67 @@
+"""Graph attention with GAT's additive scores, as a drop-in for MultiHeadAttention (MATH.md 5).
+
+    alpha_ij = softmax_{j in N(i)}( LeakyReLU(c^T [W h_i || W h_j]) ),   head_i = sum_j alpha_ij W h_j
+
+per head, c = [c_dst; c_src]. The heads then go through the same residual signal and W^o as
+MultiHeadAttention (GAT's sigma is left to the block's MLP), so GraphAttention differs from it
+only in `project` and `attend`.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .kernels import edge_softmax
+from .mha import MultiHeadAttention
+
+NEGATIVE_SLOPE = 0.2
+
+
+class GraphAttention(MultiHeadAttention):
+    """GAT-style multi-head graph attention; c_attn = W (no separate Q, K), att_dst / att_src = c."""
+
+    def __init__(self, config, layer_index=None):
+        if config.kernel != "softmax" or config.symmetric:
+            raise ValueError("GraphAttention has its own additive score: use kernel='softmax', symmetric=False")
+        super().__init__(config, layer_index)
+        nh, hs = config.n_head, config.head_size
+        self.att_dst = nn.Parameter(torch.randn(nh, hs) / hs ** 0.5)
+        self.att_src = nn.Parameter(torch.randn(nh, hs) / hs ** 0.5)
+
+    def projection_width(self):
+        return self.config.d_model
+
+    def project(self, x):
+        """W h as (B, nh, T, hs); it serves as query side, key side and value."""
+        B, T, _ = x.shape
+        wh = self.c_attn(x).view(B, T, self.config.n_head, -1).transpose(1, 2)
+        return wh, wh, wh
+
+    def attend(self, q, k, v, graph):
+        w = self.weights(q, k, graph)
+        w = F.dropout(w, self.config.dropout, training=self.training and self.config.dropout > 0)
+        if graph.kind == "graph" and graph.layout == "sparse":
+            edges = graph.edge_list(v.device, v.dtype)
+            return edges.aggregate(w.unsqueeze(-1) * edges.gather_neighbour(v.permute(2, 0, 1, 3))).permute(1, 2, 0, 3)
+        return w @ v
+
+    def weights(self, q, k, graph):
+        """alpha: (E, B, nh) per edge on a sparse graph, else (B, nh, T, T) zero off the graph."""
+        e_dst = (q * self.att_dst.unsqueeze(1)).sum(-1)  # (B, nh, T): c_dst . W h_i
+        e_src = (k * self.att_src.unsqueeze(1)).sum(-1)  # (B, nh, T): c_src . W h_j
+        if graph.kind == "graph" and graph.layout == "sparse":
+            edges = graph.edge_list(q.device, q.dtype)
+            e_dst, e_src = e_dst.permute(2, 0, 1), e_src.permute(2, 0, 1)  # token-major (T, B, nh)
+            return edge_softmax(F.leaky_relu(edges.gather(e_dst) + edges.gather_neighbour(e_src), NEGATIVE_SLOPE), edges)
+        scores = F.leaky_relu(e_dst.unsqueeze(-1) + e_src.unsqueeze(-2), NEGATIVE_SLOPE)  # (B, nh, T, T)
+        if graph.kind == "causal":
+            scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+        elif graph.kind == "graph":
+            scores = scores.masked_fill(~graph.mask(scores.device), float("-inf"))
+        return scores.softmax(-1)
+
+    def entropy(self, q, k, graph):
+        w = self.weights(q, k, graph)
+        plogp = w * w.clamp_min(1e-30).log()
+        if graph.kind == "graph" and graph.layout == "sparse":
+            return -graph.edge_list(q.device, q.dtype).aggregate(plogp).mean((0, 1))
+        return -plogp.sum(-1).mean((0, 2))

@@ -1,0 +1,49 @@
+"""A transformer whose tokens are the nodes of a graph and whose token graph is that graph.
+
+With self loops, layer l lets each node read its neighbours once: after l layers a node has had
+exactly l rounds of neighbour communication, the budget of l PDMM iterations (MATH.md 2, 4).
+"""
+import torch
+import torch.nn as nn
+
+from .block import Block, init_weights
+from .gat import GraphAttention
+from .graph import TokenGraph
+from .mha import MultiHeadAttention
+
+LAYERS = {"attention": MultiHeadAttention, "gat": GraphAttention}
+
+
+class GraphTransformer(nn.Module):
+    """Node features (B, n, in_features) -> a readout after every layer, (n_layer, B, n, out_features).
+
+    tied=True applies one block n_layer times (one set of weights for every round, like an
+    iteration); layer="gat" uses GAT's additive scores instead of dot-product attention.
+    """
+
+    def __init__(self, config, n_layer, in_features=1, out_features=1, tied=False, layer="attention"):
+        super().__init__()
+        if layer not in LAYERS:
+            raise ValueError(f"unknown layer {layer!r}; choose one of {', '.join(LAYERS)}")
+        if not (isinstance(n_layer, int) and n_layer >= 1):
+            raise ValueError(f"n_layer must be a positive integer, got {n_layer!r}")
+        self.n_layer, self.tied, self.in_features = n_layer, tied, in_features
+        self.embed = nn.Linear(in_features, config.d_model)
+        n_blocks = 1 if tied else n_layer
+        self.blocks = nn.ModuleList(Block(config, index + 1, LAYERS[layer]) for index in range(n_blocks))
+        self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.readout = nn.Linear(config.d_model, out_features)
+        init_weights(self, n_layer)
+
+    def forward(self, x, graph):
+        """x: (B, n, in_features) node features; graph: the TokenGraph over the n nodes."""
+        if not isinstance(graph, TokenGraph):
+            raise TypeError("GraphTransformer needs the token graph, e.g. TokenGraph.from_networkx(G)")
+        if x.dim() != 3 or x.shape[-1] != self.in_features:
+            raise ValueError(f"expected node features of shape (B, n, {self.in_features}), got {tuple(x.shape)}")
+        h = self.embed(x)  # (B, n, C)
+        readouts = []
+        for layer in range(self.n_layer):
+            h = self.blocks[0 if self.tied else layer](h, graph)
+            readouts.append(self.readout(self.ln_f(h)))
+        return torch.stack(readouts)

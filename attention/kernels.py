@@ -1,0 +1,97 @@
+"""Attention kernels over a token graph: q, k, v (B, nh, T, hs) -> heads (B, nh, T, hs) (MATH.md 4-5).
+
+Each kernel turns scores into weights over the neighbours of every token and sums their values:
+head_i = sum_{j in N(i)} w_ij v_j. Softmax on full, causal and dense-mask graphs goes through
+scaled_dot_product_attention, linear attention through prefix sums (causal), one product (full) or
+the masked weights (dense); on sparse graphs both run as gather / aggregate over the edge list.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def softmax_attention(q, k, v, graph, dropout_p=0.0, scale=None):
+    """w_ij = softmax_{j in N(i)}(q_i . k_j * scale), scale = 1 / sqrt(hs) by default."""
+    if graph.kind == "full":
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    if graph.kind == "causal":
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+    if graph.layout == "dense":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=graph.mask(q.device), dropout_p=dropout_p,
+                                              scale=scale)
+    edges = graph.edge_list(q.device, q.dtype)
+    q, k, v = (t.permute(2, 0, 1, 3) for t in (q, k, v))  # token-major (T, B, nh, hs), as the edge list wants
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (edges.gather(q) * edges.gather_neighbour(k)).sum(-1) * scale  # (E, B, nh)
+    w = F.dropout(edge_softmax(scores, edges), dropout_p, training=dropout_p > 0)
+    return edges.aggregate(w.unsqueeze(-1) * edges.gather_neighbour(v)).permute(1, 2, 0, 3)
+
+
+def edge_softmax(scores, edges):
+    """Softmax of per-edge scores (E, ...) over the edges of each attending token."""
+    w = (scores - edges.gather(edges.aggregate_max(scores.detach()))).exp()
+    return w / edges.gather(edges.aggregate(w))
+
+
+def feature_map(x):
+    """phi(x) = elu(x) + 1 > 0, the linear kernel's feature map."""
+    return F.elu(x) + 1
+
+
+def positive(denominator):
+    """phi > 0, so linear attention's denominators are > 0 unless phi underflowed; keep them finite."""
+    return denominator.clamp_min(torch.finfo(denominator.dtype).tiny)
+
+
+def linear_attention(q, k, v, graph, chunk=64):
+    """w_ij = phi(q_i) . phi(k_j) / sum_{j' in N(i)} phi(q_i) . phi(k_j'); O(T hs^2) for full and causal graphs.
+
+    Causal: y_i = (sum_{j<=i} v_j phi(k_j)^T) phi(q_i) / ((sum_{j<=i} phi(k_j))^T phi(q_i)), by prefix
+    sums over chunks of `chunk` tokens (within a chunk the same sums are a masked product).
+    """
+    q, k = feature_map(q), feature_map(k)
+    if graph.kind == "full":
+        kv = k.transpose(-2, -1) @ v  # (B, nh, hs, hs)
+        return (q @ kv) / positive(q @ k.sum(-2).unsqueeze(-1))
+    if graph.kind == "causal":
+        return causal_linear_attention(q, k, v, chunk)
+    if graph.layout == "dense":
+        w = (q @ k.transpose(-2, -1)) * graph.mask(q.device)  # (B, nh, T, T)
+        return (w @ v) / positive(w.sum(-1, keepdim=True))
+    edges = graph.edge_list(q.device, q.dtype)
+    q, k, v = (t.permute(2, 0, 1, 3) for t in (q, k, v))
+    w = (edges.gather(q) * edges.gather_neighbour(k)).sum(-1)  # (E, B, nh)
+    heads = edges.aggregate(w.unsqueeze(-1) * edges.gather_neighbour(v)) / positive(edges.aggregate(w).unsqueeze(-1))
+    return heads.permute(1, 2, 0, 3)
+
+
+def causal_linear_attention(q, k, v, chunk):
+    """Causal linear attention on feature-mapped q, k (B, nh, T, hs) by chunked prefix sums."""
+    B, nh, T, hs = q.shape
+    pad = -T % chunk  # zero features and values add nothing to any sum
+    q, k, v = (F.pad(t, (0, 0, 0, pad)).view(B, nh, -1, chunk, t.shape[-1]) for t in (q, k, v))  # (B, nh, n, c, .)
+    kv = k.transpose(-2, -1) @ v                               # (B, nh, n, hs, hs): each chunk's sum of k_j v_j^T
+    state = torch.cumsum(kv, dim=2) - kv                       # sums over all earlier chunks
+    k_sum = k.sum(-2)
+    k_state = torch.cumsum(k_sum, dim=2) - k_sum               # (B, nh, n, hs)
+    w = (q @ k.transpose(-2, -1)).tril()                       # (B, nh, n, c, c): within the chunk, j <= i
+    numerator = q @ state + w @ v
+    denominator = (q * k_state.unsqueeze(-2)).sum(-1, keepdim=True) + w.sum(-1, keepdim=True)
+    return (numerator / positive(denominator)).view(B, nh, -1, v.shape[-1])[:, :, :T]
+
+
+def softmax_entropy(q, k, graph, scale=None):
+    """Mean entropy (nats) of each head's softmax rows, (nh,): a probe statistic, computed explicitly."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if graph.kind == "graph" and graph.layout == "sparse":
+        edges = graph.edge_list(q.device, q.dtype)
+        q, k = (t.permute(2, 0, 1, 3) for t in (q, k))
+        w = edge_softmax((edges.gather(q) * edges.gather_neighbour(k)).sum(-1) * scale, edges)  # (E, B, nh)
+        return -edges.aggregate(w * w.clamp_min(1e-30).log()).mean((0, 1))
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
+    if graph.kind != "full":
+        scores = scores.masked_fill(~graph.mask(q.device) if graph.kind == "graph" else
+                                    torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    w = scores.softmax(-1)
+    return -(w * w.clamp_min(1e-30).log()).sum(-1).mean((0, 2))

@@ -1,0 +1,169 @@
+"""Multi-head attention whose residual signal, score kernel and token graph are switches (MATH.md 4-5)."""
+import math
+import numbers
+
+import torch
+import torch.nn as nn
+from torch.autograd.function import once_differentiable
+
+from .graph import resolve
+from .kernels import linear_attention, softmax_attention, softmax_entropy
+
+
+class MultiHeadAttention(nn.Module):
+    """forward(x, graph) = R W^o + b: the update a block adds to x, R the configured residual signal.
+
+    Parameters: c_attn = [W^Q W^K W^V] (W^K absent when symmetric), c_proj = W^o (2 d_model wide
+    for "concat"), c_proj_s = W^s for "belief_star" only; "diff" adds lambda_q1, lambda_k1,
+    lambda_q2, lambda_k2 (hs/2 each) and head_norm's gain (hs), i.e. 3 hs per layer.
+    `layer_index` (from 1) sets diff's lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)).
+    """
+
+    def __init__(self, config, layer_index=None):
+        super().__init__()
+        self.config = config
+        C, hs = config.d_model, config.head_size
+        if layer_index is not None and not (isinstance(layer_index, numbers.Integral) and not isinstance(layer_index, bool)
+                                            and layer_index >= 1):
+            raise ValueError(f"layer_index counts layers from 1, got {layer_index!r}")
+        if config.kernel == "diff" and layer_index is None:
+            raise ValueError("kernel 'diff' needs layer_index (counted from 1) to set lambda_init")
+        self.layer_index = layer_index
+        self.c_attn = nn.Linear(C, self.projection_width(), bias=config.bias)
+        if config.kernel == "diff":
+            self.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * (layer_index - 1))
+            self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+                nn.Parameter(torch.randn(hs // 2) * 0.1) for _ in range(4))
+            self.head_norm = nn.RMSNorm(hs, eps=1e-5)
+        self.c_proj = nn.Linear(2 * C if config.residual == "concat" else C, C, bias=config.bias)
+        if config.residual == "belief_star":
+            self.c_proj_s = nn.Linear(C, C, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.probes = {}
+
+    def forward(self, x, graph=None):
+        """x: (B, T, d_model); graph: TokenGraph over T tokens, or None for full attention."""
+        if x.dim() != 3 or x.shape[-1] != self.config.d_model:
+            raise ValueError(f"expected input of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
+        graph = resolve(graph, x.shape[1])
+        q, k, v = self.project(x)             # (B, nh, T, hs) each
+        heads = self.attend(q, k, v, graph)   # (B, nh, T, hs)
+        mh, v_all = merge(heads), merge(v)    # (B, T, C)
+        r = self.residual_signal(mh, v_all)   # (B, T, C), (B, T, 2C) for concat
+        y = self.c_proj(r)
+        if self.config.residual == "belief_star":  # + Concat(Delta^s_1..Delta^s_M) W^s
+            y = y + self.c_proj_s(orthogonal_part(split(mh, self.config.n_head), split(v_all, self.config.n_head)).flatten(-2))
+        if self.config.probe:
+            self.record(q, k, mh, v_all, r, graph)
+        return self.resid_dropout(y)
+
+    def projection_width(self):
+        """Output width of c_attn: Q, K, V (K = Q when symmetric)."""
+        return (2 if self.config.symmetric else 3) * self.config.d_model
+
+    def project(self, x):
+        """Q, K, V as (B, nh, T, hs); K is Q when symmetric."""
+        B, T, C = x.shape
+        parts = self.c_attn(x).split(C, dim=2)
+        q, k, v = (parts[0], parts[0], parts[1]) if self.config.symmetric else parts
+        return tuple(t.view(B, T, self.config.n_head, -1).transpose(1, 2) for t in (q, k, v))
+
+    def attend(self, q, k, v, graph):
+        """The heads head_m = sum_{j in N(i)} w_ij v_j of the configured kernel (MATH.md 4-5)."""
+        p = self.config.dropout if self.training else 0.0
+        if self.config.kernel == "softmax":
+            return softmax_attention(q, k, v, graph, p)
+        if self.config.kernel == "linear":
+            return linear_attention(q, k, v, graph)
+        # differential: (softmax(Q1 K1^T / sqrt(hs/2)) - lambda softmax(Q2 K2^T / sqrt(hs/2))) V, per head
+        # RMS-normalised (in the gain's dtype: float32 under autocast) and scaled by (1 - lambda_init).
+        # Both maps are linear in V: two SDPA calls. No attention dropout: two masks would not cancel.
+        (q1, q2), (k1, k2) = q.chunk(2, dim=-1), k.chunk(2, dim=-1)
+        heads = softmax_attention(q1, k1, v, graph) - self.diff_lambda() * softmax_attention(q2, k2, v, graph)
+        return self.head_norm(heads.to(self.head_norm.weight.dtype)).type_as(heads) * (1 - self.lambda_init)
+
+    def diff_lambda(self):
+        """lambda = exp(l_q1 . l_k1) - exp(l_q2 . l_k2) + lambda_init, one scalar per layer."""
+        return (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
+                + self.lambda_init)
+
+    def entropy(self, q, k, graph):
+        """Mean entropy of each head's attention rows, (nh,); None where the kernel has no softmax rows."""
+        return softmax_entropy(q, k, graph) if self.config.kernel == "softmax" else None
+
+    def residual_signal(self, mh, v):
+        """R from MH(X) and V(X), both (B, T, C) (MATH.md 5)."""
+        residual, gamma = self.config.residual, self.config.gamma
+        if residual == "standard":
+            return mh
+        if residual == "attentionx":
+            return torch.sub(v, mh, alpha=gamma)  # V - gamma MH
+        if residual == "concat":
+            return torch.cat([mh, v], dim=-1)
+        return orthogonal_part(mh, v)  # belief and belief_star
+
+    @torch.no_grad()
+    def record(self, q, k, mh, v, r, graph):
+        """Keep the last forward's signals (detached) for analysis."""
+        self.probes = {"mh": mh.detach(), "v": v.detach(), "residual": r.detach()}
+        if self.config.residual in ("belief", "belief_star"):
+            self.probes["alpha"] = projection_coefficient(mh, v)
+        entropy = self.entropy(q, k, graph)
+        if entropy is not None:
+            self.probes["entropy"] = entropy
+        if self.config.kernel == "diff":
+            self.probes["lambda"] = self.diff_lambda().detach()
+
+
+def merge(heads):
+    """(B, nh, T, hs) -> (B, T, nh * hs)."""
+    B, nh, T, hs = heads.shape
+    return heads.transpose(1, 2).reshape(B, T, nh * hs)
+
+
+def split(x, n_head):
+    """(B, T, nh * hs) -> (B, T, nh, hs), a view."""
+    return x.unflatten(-1, (n_head, -1))
+
+
+def projection_coefficient(a, v):
+    """alpha = <a, v> / <v, v> along the last axis; 0 where <v, v> <= eps^2 (eps of the dtype)."""
+    return torch.linalg.vecdot(a, v) / safe_squared_norm(v)
+
+
+def safe_squared_norm(v):
+    """<v, v> along the last axis, inf where it is <= eps^2, so that dividing by it gives 0 there."""
+    vv = torch.linalg.vecdot(v, v)
+    return vv.masked_fill(vv <= torch.finfo(vv.dtype).eps ** 2, float("inf"))
+
+
+def orthogonal_part(a, v):
+    """Delta = a - alpha v, alpha = <a, v> / <v, v>: the part of a orthogonal to v, row by row (MATH.md 5).
+
+    Where a row of V is (numerically) zero there is nothing to project out: alpha = 0, Delta = a, and
+    no NaN or inf in either pass.
+    """
+    return OrthogonalPart.apply(a, v)
+
+
+class OrthogonalPart(torch.autograd.Function):
+    """orthogonal_part with a hand-fused backward (fewer passes over (B, T, C) than autograd's):
+
+        dL/da = g - c v,   dL/dv = 2 alpha c v - alpha g - c a,   c = <g, v> / <v, v>
+    """
+
+    @staticmethod
+    def forward(ctx, a, v):
+        vv = safe_squared_norm(v).unsqueeze(-1)
+        alpha = torch.linalg.vecdot(a, v).unsqueeze(-1) / vv  # projection_coefficient, keeping vv
+        ctx.save_for_backward(a, v, alpha, vv)
+        return torch.addcmul(a, alpha, v, value=-1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        a, v, alpha, vv = ctx.saved_tensors
+        c = torch.linalg.vecdot(g, v).unsqueeze(-1) / vv
+        grad_a = torch.addcmul(g, c, v, value=-1)
+        grad_v = (a * c.neg()).addcmul_(g, alpha, value=-1).addcmul_(v, 2 * alpha * c)
+        return grad_a, grad_v

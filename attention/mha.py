@@ -4,6 +4,7 @@ import numbers
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from .graph import resolve
@@ -77,9 +78,12 @@ class MultiHeadAttention(nn.Module):
             return linear_attention(q, k, v, graph)
         # differential: (softmax(Q1 K1^T / sqrt(hs/2)) - lambda softmax(Q2 K2^T / sqrt(hs/2))) V, per head
         # RMS-normalised (in the gain's dtype: float32 under autocast) and scaled by (1 - lambda_init).
-        # Both maps are linear in V: two SDPA calls. No attention dropout: two masks would not cancel.
-        (q1, q2), (k1, k2) = q.chunk(2, dim=-1), k.chunk(2, dim=-1)
-        heads = softmax_attention(q1, k1, v, graph) - self.diff_lambda() * softmax_attention(q2, k2, v, graph)
+        # Both maps are linear in V: two SDPA calls, with Q and K halves zero-padded to V's head size
+        # (same scores) so SDPA can use its fused kernel. No attention dropout: two masks would not cancel.
+        half = q.shape[-1] // 2
+        q1, q2, k1, k2 = (F.pad(t, (0, half)) for t in (*q.chunk(2, -1), *k.chunk(2, -1)))
+        heads = (softmax_attention(q1, k1, v, graph, scale=half ** -0.5)
+                 - self.diff_lambda() * softmax_attention(q2, k2, v, graph, scale=half ** -0.5))
         return self.head_norm(heads.to(self.head_norm.weight.dtype)).type_as(heads) * (1 - self.lambda_init)
 
     def diff_lambda(self):

@@ -19,8 +19,12 @@ effects touch every row alike; --warmup untimed repeats come first. Targets (iss
 <= 1.05x, belief <= 1.08x, belief_star <= 1.15x of standard (the source papers report 1-4 % and
 4-10 % on GPU).
 
+A second table runs standard softmax attention on a sparse token graph (a random 8-regular graph
+with self loops over --sparse-tokens tokens, batch 1) in both layouts: the dense (T, T) mask
+through scaled_dot_product_attention and the edge list through gather / aggregate.
+
     python benchmarks/bench_attention.py [--device cpu] [--graph causal] [--batch 8] [--tokens 256]
-        [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3]
+        [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3] [--sparse-tokens 1024,4096]
 """
 import argparse
 import itertools
@@ -29,6 +33,7 @@ import platform
 import statistics
 import time
 
+import networkx as nx
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -99,6 +104,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--allocator", choices=("tuned", "default"), default="tuned",
                         help="tuned: glibc keeps freed memory, as `pdmm-bridge` commands run (BENCHMARKS.md)")
+    parser.add_argument("--sparse-tokens", default="1024,4096", help="token counts of the sparse-graph table")
     args = parser.parse_args()
     tuned = args.allocator == "tuned" and tune_allocator()
     device = torch.device(args.device)
@@ -147,6 +153,33 @@ def main():
         met = "—" if target is None else ("yes" if ratio <= target else "no")
         print(f"| {residual} | {kernel} | {'yes' if symmetric else 'no'} | {1e3 * statistics.median(samples):.2f} "
               f"| {ratio:.3f} | {peak / 2**20:.1f} | {'—' if target is None else f'{target:.2f}'} | {met} |")
+    sparse_table(args, device)
+
+
+def sparse_table(args, device):
+    """Dense-mask vs edge-list layout of one sparse token graph, same layer and input."""
+    print("\n| tokens | edges | layout | ms (forward + backward) | peak MB |")
+    print("|---:|---:|---|---:|---:|")
+    for T in (int(t) for t in args.sparse_tokens.split(",") if t):
+        graph = attention.TokenGraph.from_networkx(nx.random_regular_graph(8, T, seed=0), layout="sparse")
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(1, T, args.d_model, generator=generator).to(device).requires_grad_()
+        g = torch.randn(1, T, args.d_model, generator=generator).to(device)
+        torch.manual_seed(0)
+        layer = attention.MultiHeadAttention(attention.AttentionConfig(args.d_model, args.heads)).to(device)
+
+        def step(graph=graph):
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+            layer(x, graph).backward(g)
+
+        for layout_graph in (graph.dense(), graph):
+            run = lambda: step(layout_graph)
+            for _ in range(args.warmup):
+                run()
+            ms = 1e3 * statistics.median(timed(run, device) for _ in range(max(3, args.repeats // 3)))
+            peak = peak_bytes([run], device)[0]
+            print(f"| {T} | {graph.num_edges:,} | {layout_graph.layout} | {ms:.2f} | {peak / 2**20:.1f} |")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@ To add a command, write experiments/<name>_command.py and list it in COMMANDS.
 import argparse
 import sys
 
-from . import solve_command
+from . import plot_command, report_command, solve_command, sweep_command, train_command
 from .common import UsageError, tune_allocator
 
-COMMANDS = [solve_command]
+COMMANDS = [solve_command, train_command, sweep_command, plot_command, report_command]
 
 
 class Parser(argparse.ArgumentParser):
@@ -20,7 +20,7 @@ class Parser(argparse.ArgumentParser):
 
 def main(argv=None):
     """Parse argv (default sys.argv[1:]) and run the chosen command; returns its exit code."""
-    parser = Parser(prog="pdmm-bridge", description="Batched PDMM / QA-PDMM experiments on networkx graphs.")
+    parser = Parser(prog="pdmm-bridge", description="PDMM on networkx graphs, attention variants, and the experiments between them.")
     subparsers = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(subparsers).set_defaults(run=command.run)

@@ -1,0 +1,183 @@
+"""Run configurations: TOML files with [task], [model] and [train] tables, mapped to dataclasses.
+
+    config = load_config("experiments/configs/shakespeare_char_cpu.toml", ["model.residual=belief"])
+
+Unknown tables or keys are errors; `--set table.key=value` overrides any key (the value is read
+as a TOML value, so `2`, `0.5`, `true` and `"text"` or bare `text` all work). Task options (keys
+of [task] other than name and data) are checked against the task's own Options dataclass.
+"""
+import dataclasses
+import math
+import numbers
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import UsageError
+
+
+@dataclass
+class TaskConfig:
+    name: str = "char_lm"
+    data: str = ""                                # a text file for char_lm; unused by the other tasks
+    options: dict = field(default_factory=dict)   # the task's own keys, checked by the task
+
+
+@dataclass
+class ModelConfig:
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    dropout: float = 0.0
+    bias: bool = False
+    residual: str = "standard"
+    gamma: float = 1.0
+    kernel: str = "softmax"
+    symmetric: bool = False
+
+
+@dataclass
+class TrainConfig:
+    max_iters: int = 2000
+    batch_size: int = 12            # 0: the whole training set every step (full batch)
+    block_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-4            # cosine decay from lr to min_lr over max_iters, after warm-up
+    warmup_iters: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0          # 0: no clipping
+    eval_interval: int = 250
+    eval_iters: int = 20
+    log_interval: int = 1
+    checkpoint_interval: int = 250
+    seed: int = 0
+    device: str = "cpu"
+    compile: bool = False
+
+
+@dataclass
+class RunConfig:
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+TABLES = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
+NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma"}
+
+
+def load_config(path, overrides=()):
+    """Read a TOML config file and apply `table.key=value` overrides; raise UsageError on any bad key or value."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"config file not found: {path}")
+    try:
+        tables = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path} is not valid TOML: {err}") from None
+    for override in overrides:
+        apply_override(tables, override)
+    return from_tables(tables, source=str(path))
+
+
+def apply_override(tables, override):
+    """Set tables[table][key] from "table.key=value"."""
+    name, sep, text = override.partition("=")
+    table, dot, key = name.strip().partition(".")
+    if not (sep and dot and key):
+        raise UsageError(f"--set expects table.key=value (e.g. model.residual=belief), got {override!r}")
+    try:
+        value = tomllib.loads(f"value = {text.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()  # a bare word: a string
+    tables.setdefault(table, {})[key] = value
+
+
+def from_tables(tables, source="config"):
+    """RunConfig from {table: {key: value}}, with types and ranges checked."""
+    unknown = set(tables) - set(TABLES)
+    if unknown:
+        raise UsageError(f"{source}: unknown table(s) {sorted(unknown)}; expected {list(TABLES)}")
+    parts = {}
+    for table, cls in TABLES.items():
+        values = dict(tables.get(table, {}))
+        known = {f.name: f for f in dataclasses.fields(cls) if f.name != "options"}
+        if cls is TaskConfig:
+            values["options"] = {k: values.pop(k) for k in list(values) if k not in known}
+        else:
+            extra = set(values) - set(known)
+            if extra:
+                raise UsageError(f"{source}: unknown key(s) {', '.join(f'{table}.{k}' for k in sorted(extra))}; "
+                                 f"[{table}] accepts {', '.join(known)}")
+        for key, value in values.items():
+            if key != "options":
+                values[key] = checked(f"{table}.{key}", value, known[key].type)
+        parts[table] = cls(**values)
+    config = RunConfig(**parts)
+    check_ranges(config)
+    return config
+
+
+KINDS = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}
+
+
+def checked(name, value, kind):
+    """value if it has the field's type (an int is accepted for a float), else UsageError."""
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise UsageError(f"{name} must be {KINDS[kind]}, got {value!r}")
+    return float(value) if kind is float else value
+
+
+def check_ranges(config):
+    """Sizes, rates and intervals > 0; NON_NEGATIVE ones >= 0; betas and dropout below 1."""
+    for table in ("model", "train"):
+        for f in dataclasses.fields(TABLES[table]):
+            value = getattr(getattr(config, table), f.name)
+            if f.type in (int, float):
+                if f.name in NON_NEGATIVE and value < 0:
+                    raise UsageError(f"{table}.{f.name} must be >= 0, got {value}")
+                if f.name not in NON_NEGATIVE and value <= 0:
+                    raise UsageError(f"{table}.{f.name} must be > 0, got {value}")
+    for name, value in (("model.dropout", config.model.dropout), ("train.beta1", config.train.beta1),
+                        ("train.beta2", config.train.beta2)):
+        if value >= 1:
+            raise UsageError(f"{name} must be < 1, got {value}")
+    if config.train.min_lr > config.train.lr:
+        raise UsageError(f"train.min_lr ({config.train.min_lr}) must not exceed train.lr ({config.train.lr})")
+
+
+def to_tables(config):
+    """{table: {key: value}} with task options folded back into [task]."""
+    tables = {table: dataclasses.asdict(getattr(config, table)) for table in TABLES}
+    tables["task"].update(tables["task"].pop("options"))
+    return tables
+
+
+def to_toml(config):
+    """The resolved config as TOML text (flat tables of scalars and lists)."""
+    lines = []
+    for table, values in to_tables(config).items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {toml_value(value)}" for key, value in values.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return repr(value)

@@ -1,0 +1,190 @@
+"""pdmm-bridge report: a Markdown table of a sweep, one row per variant, written to SWEEP_DIR/report.md.
+
+    pdmm-bridge report runs/sweep
+    pdmm-bridge report runs/sweep --metrics val_loss,train_loss
+
+Each row is a variant (runs that differ only in seed, labelled as by `pdmm-bridge plot`): seeds
+finished / total, then for each metric its final value (at the last evaluation) and its best
+(min for losses, max for accuracies) as mean ± std over the finished seeds (std with ddof = 1;
+one seed shows its value alone), the parameter count, seconds per step and tokens/s (mean).
+Failed, pending and unfinished runs are listed below the table. Figures of val_loss and val_acc
+(or of each --metrics metric) over the finished runs are saved beside report.md and linked.
+"""
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from .common import UsageError
+from .plot_command import plot_groups
+from .runs import IGNORED_KEYS, expand, flat_config, group_runs, label, read_sweep
+
+DEFAULT_METRICS = ("val_loss", "val_acc", "train_acc")
+DEFAULT_FIGURES = ("val_loss", "val_acc")
+
+
+def _metric_list(text):
+    metrics = [m.strip() for m in text.split(",") if m.strip()]
+    if not metrics:
+        raise argparse.ArgumentTypeError(f"expected metric names separated by commas, got {text!r}")
+    return metrics
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("report", help="write SWEEP_DIR/report.md: a table row per variant",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sweep", metavar="SWEEP_DIR", help="a sweep directory (or a directory of run directories)")
+    p.add_argument("--metrics", type=_metric_list, metavar="M1,M2,...",
+                   help=f"metrics to tabulate and plot (default: those of {', '.join(DEFAULT_METRICS)} the runs log)")
+    return p
+
+
+def run(args):
+    path = Path(args.sweep)
+    runs = expand([path])
+    sweep = read_sweep(path) or {}
+    entries = {entry["name"]: entry for entry in sweep.get("runs", [])}
+    finished, loaded = [run for run in runs if run.finished], {run.name for run in runs}
+    if not finished:
+        statuses = [_status(run)[0] for run in runs]
+        statuses += [entry.get("status", "pending") for name, entry in entries.items() if name not in loaded]
+        counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses)) or "no runs"
+        raise UsageError(f"no finished run in {path} ({counts})")
+
+    logged = {name for run in finished for name in [*run.metric_names(), *run.summary.get("final", {})]}
+    if args.metrics:
+        unknown = [m for m in args.metrics if m not in logged]
+        if unknown:
+            raise UsageError(f"no finished run logs {', '.join(unknown)}; they log {', '.join(sorted(logged))}")
+    metrics = args.metrics or [m for m in DEFAULT_METRICS if m in logged]
+
+    groups = group_runs(runs)
+    missing = {name: [] for name in groups}  # sweep entries with no run directory, by variant
+    for name, entry in entries.items():
+        if name not in loaded:
+            missing.setdefault(_variant_of(entry, groups), []).append(entry)
+
+    figures = []
+    done = {name: [run for run in members if run.finished] for name, members in groups.items()}
+    for metric in args.metrics or [m for m in DEFAULT_FIGURES if m in logged]:
+        if any(metric in run.metric_names() for run in finished):
+            plot_groups({k: v for k, v in done.items() if v}, metric, path / f"plot_{metric}.png")
+            figures.append(metric)
+
+    lines = _header(path, sweep, finished, metrics)
+    lines += _table(groups, missing, metrics)
+    lines += _problems(runs, missing)
+    lines += [line for metric in figures for line in ("", f"![{metric}](plot_{metric}.png)")]
+    (path / "report.md").write_text("\n".join(lines) + "\n")
+    print(path / "report.md")
+    return 0
+
+
+def _variant_of(entry, groups):
+    """The label of the variant whose runs all have the entry's overrides, else a label built from them."""
+    overrides = {key: value for key, value in entry.get("overrides", {}).items() if key not in IGNORED_KEYS}
+    for name, members in groups.items():
+        if all(flat_config(run.config).get(key) == value for run in members for key, value in overrides.items()):
+            return name
+    return label(overrides) or entry["name"]
+
+
+def _status(run):
+    """(status, detail) of a run: "finished", or the sweep's "failed" / "pending", else "unfinished"."""
+    if run.finished:
+        return "finished", None
+    entry = run.entry or {}
+    status = entry.get("status") if entry.get("status") in ("failed", "pending") else "unfinished"
+    last = max((row["step"] for row in run.metrics), default=None)
+    detail = [f"last step {last}" if last is not None else "no step logged", entry.get("error")]
+    return status, "; ".join(_one_line(d) for d in detail if d)
+
+
+def _header(path, sweep, finished, metrics):
+    lines = [f"# {path.resolve().name}", ""]
+    if sweep:
+        grid = "; ".join(f"{key} = {', '.join(map(str, values))}" for key, values in sweep.get("grid", {}).items())
+        lines.append(f"Config `{sweep.get('config')}`, grid {grid or '(none)'}, seeds "
+                     f"{', '.join(map(str, sweep.get('seeds', [])))}.")
+    metas = [run.meta for run in finished if run.meta]
+    versions = [f"{key} {', '.join(sorted({str(meta.get(key)) for meta in metas}))}"
+                for key in ("git_commit", "torch", "device") if metas]
+    if versions:
+        lines.append(f"Finished runs: {'; '.join(versions)}.")
+    lines += ["", "Mean ± std over finished seeds (std with ddof = 1; one seed: its value). Final: at the last "
+              "evaluation; best: min over evaluations for losses, max for accuracies.", ""]
+    return lines
+
+
+def _table(groups, missing, metrics):
+    finished = {name: [run for run in members if run.finished] for name, members in groups.items()}
+    tokens = any(run.summary.get("tokens_per_second") is not None for runs in finished.values() for run in runs)
+    head = ["variant", "seeds"] + [f"{kind} {m}" for m in metrics for kind in ("final", "best")]
+    head += ["params", "s/step"] + (["tokens/s"] if tokens else [])
+    rows = [head, ["---"] * len(head)]
+    for name in dict.fromkeys([*groups, *missing]):
+        runs = finished.get(name, [])
+        total = len(groups.get(name, [])) + len(missing.get(name, []))
+        row = [name.replace("|", "\\|"), f"{len(runs)}/{total}"]
+        for metric in metrics:
+            row += [mean_std([final(run, metric) for run in runs]), mean_std([best(run, metric) for run in runs])]
+        params = sorted({run.summary.get("params") for run in runs} - {None})
+        row += [f"{params[0]:,}" + (f"–{params[-1]:,}" if len(params) > 1 else "") if params else "—",
+                _mean([run.summary.get("seconds_per_step") for run in runs], "{:.3g}")]
+        if tokens:
+            row.append(_mean([run.summary.get("tokens_per_second") for run in runs], "{:,.0f}"))
+        rows.append(row)
+    return ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _problems(runs, missing):
+    lines = []
+    for run in runs:
+        status, detail = _status(run)
+        if status != "finished":
+            lines.append(f"- `{run.name}`: {status} ({detail})")
+    for entry in (entry for group in missing.values() for entry in group):
+        error = entry.get("error")
+        lines.append(f"- `{entry['name']}`: {entry.get('status', 'pending')}, no run directory"
+                     + (f" ({_one_line(error)})" if error else ""))
+    return ["", "Runs not finished:", "", *lines] if lines else []
+
+
+def _one_line(text, limit=300):
+    """The last non-blank line of `text` (a traceback's exception), cut to `limit` characters."""
+    text = ([line.strip() for line in str(text).splitlines() if line.strip()] or [""])[-1]
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def final(run, metric):
+    """The metric at the run's last evaluation: summary["final"], else the last row that logs it."""
+    value = run.summary.get("final", {}).get(metric)
+    if value is None:
+        _, _, values = run.series(metric)
+        value = values[-1] if len(values) else None
+    return value
+
+
+def best(run, metric):
+    """summary["best"][metric], else min over the logged rows for a loss, max for an accuracy, else None."""
+    value = run.summary.get("best", {}).get(metric)
+    if value is None:
+        _, _, values = run.series(metric)
+        pick = np.min if "loss" in metric else np.max if "acc" in metric else None
+        value = pick(values) if pick and len(values) else None
+    return value
+
+
+def mean_std(values):
+    """"1.234 ± 0.056" over the values that are not None (std with ddof = 1); one value alone; none: "—"."""
+    values = np.array([v for v in values if v is not None], dtype=float)
+    if len(values) == 0:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.4g}"
+    return f"{values.mean():.4g} ± {values.std(ddof=1):.2g}"
+
+
+def _mean(values, fmt):
+    values = [v for v in values if v is not None]
+    return fmt.format(float(np.mean(values))) if values else "—"

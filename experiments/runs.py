@@ -1,0 +1,214 @@
+"""Reading what the trainer writes: run directories, sweep directories, and variants (runs grouped by config).
+
+    runs = expand(["runs/sweep"])               # a sweep directory -> its run directories
+    groups = group_runs(runs)                    # {"residual=belief": [seed 0, seed 1], ...}
+    curve = aligned(groups["residual=belief"], "val_loss")
+
+A run directory holds config.toml ([task], [model], [train]), metrics.jsonl (one JSON object per
+logged step), and, once finished, summary.json; meta.json records versions and the command line.
+A sweep directory holds sweep.json and one run directory per entry of its "runs" list.
+"""
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .common import UsageError
+
+IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
+
+
+@dataclass
+class Run:
+    """One run directory: config as {table: {key: value}}, metric rows, summary and meta (None when absent).
+
+    entry is the run's item in its sweep's sweep.json ("status", "error", ...), None outside a sweep.
+    """
+    path: Path
+    config: dict
+    metrics: list
+    summary: dict | None
+    meta: dict | None
+    entry: dict | None = None
+
+    @property
+    def name(self):
+        return self.path.name
+
+    @property
+    def finished(self):
+        return self.summary is not None and self.summary.get("status") == "finished"
+
+    @property
+    def failed(self):
+        return not self.finished and self.entry is not None and self.entry.get("status") == "failed"
+
+    @property
+    def seed(self):
+        return self.config.get("train", {}).get("seed")
+
+    def metric_names(self):
+        """Every metric some row logs ("train_loss", "lr", "val_loss", ...), in first-logged order."""
+        return list(dict.fromkeys(key for row in self.metrics for key in row if key not in ("step", "time")))
+
+    def series(self, metric):
+        """(steps, seconds, values) of the rows that carry `metric`; a step logged twice (resume) keeps the last row."""
+        rows = {row["step"]: row for row in self.metrics if row.get(metric) is not None}
+        steps = np.array(sorted(rows), dtype=int)
+        seconds = np.array([rows[s].get("time", np.nan) for s in steps], dtype=float)
+        return steps, seconds, np.array([rows[s][metric] for s in steps], dtype=float)
+
+
+def is_run_dir(path):
+    return (Path(path) / "metrics.jsonl").is_file()
+
+
+def load_run(path):
+    """The Run in directory `path`; UsageError when it has no metrics.jsonl or an unreadable file."""
+    path = Path(path)
+    if not is_run_dir(path):
+        raise UsageError(f"{path} is not a run directory (no metrics.jsonl)")
+    try:
+        config = tomllib.loads((path / "config.toml").read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UsageError(f"cannot read the config of run {path}: {err}") from None
+    return Run(path, config, _read_metrics(path / "metrics.jsonl"),
+               _read_json(path / "summary.json"), _read_json(path / "meta.json"))
+
+
+def _read_metrics(file):
+    """The rows of metrics.jsonl; a last line cut short by a killed run is dropped, a bad earlier one is an error."""
+    lines = file.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not (isinstance(row, dict) and isinstance(row.get("step"), int)):
+                raise ValueError("expected an object with an integer 'step'")
+        except ValueError as err:
+            if number == len(lines):
+                break
+            raise UsageError(f"{file}, line {number}: {err}") from None
+        rows.append(row)
+    return rows
+
+
+def _read_json(file):
+    """The parsed file, None when it does not exist."""
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UsageError(f"cannot read {file}: {err}") from None
+
+
+def read_sweep(path):
+    """sweep.json of a sweep directory as a dict, or None for a plain directory of run directories."""
+    return _read_json(Path(path) / "sweep.json")
+
+
+def sweep_runs(path):
+    """The run directories of a sweep: in sweep.json's order when there is one, else the subdirectories by name."""
+    path = Path(path)
+    sweep = read_sweep(path)
+    if sweep is None:
+        return [load_run(p) for p in sorted(path.iterdir()) if is_run_dir(p)]
+    runs = []
+    for entry in sweep.get("runs", []):
+        if is_run_dir(path / entry["name"]):
+            runs.append(load_run(path / entry["name"]))
+            runs[-1].entry = entry
+    return runs
+
+
+def is_sweep_dir(path):
+    path = Path(path)
+    return path.is_dir() and not is_run_dir(path) and (
+        (path / "sweep.json").is_file() or any(is_run_dir(p) for p in path.iterdir() if p.is_dir()))
+
+
+def expand(paths):
+    """The runs named by `paths`: a run directory is itself, a sweep directory is its run directories."""
+    runs, seen = [], set()
+    for arg in paths:
+        path = Path(arg)
+        if not path.is_dir():
+            raise UsageError(f"{path}: no such directory")
+        if is_run_dir(path):
+            found = [load_run(path)]
+        elif is_sweep_dir(path):
+            found = sweep_runs(path)
+        else:
+            raise UsageError(f"{path} is not a run directory (no metrics.jsonl) nor a sweep directory "
+                             "(no sweep.json, no run directories inside)")
+        for run in found:
+            if run.path.resolve() not in seen:
+                seen.add(run.path.resolve())
+                runs.append(run)
+    return runs
+
+
+def flat_config(config):
+    """{"model.residual": "belief", ...} from {table: {key: value}}."""
+    return {f"{table}.{key}": value for table, values in config.items() if isinstance(values, dict)
+            for key, value in values.items()}
+
+
+def differing_keys(runs):
+    """The dotted config keys whose values are not the same in all runs, seed, device and compile excepted."""
+    flats = [flat_config(run.config) for run in runs]
+    keys = dict.fromkeys(key for flat in flats for key in flat)
+    return [key for key in keys if key not in IGNORED_KEYS and
+            any(flat.get(key, None) != flats[0].get(key, None) for flat in flats)]
+
+
+def label(values):
+    """"kernel=diff, symmetric=True" from {"model.kernel": "diff", "model.symmetric": True}.
+
+    Keys are shortened to their last component unless two of them would then read the same.
+    """
+    short = [key.rsplit(".", 1)[-1] for key in values]
+    names = short if len(set(short)) == len(short) else list(values)
+    return ", ".join(f"{name}={value}" for name, value in zip(names, values.values()))
+
+
+def group_runs(runs):
+    """{label: [runs]} with one entry per variant (runs that differ only in seed), in first-seen order."""
+    keys = differing_keys(runs)
+    groups = {}
+    for run in runs:
+        flat = flat_config(run.config)
+        name = label({key: flat.get(key) for key in keys}) if keys else flat.get("task.name", run.name)
+        groups.setdefault(name, []).append(run)
+    return {name: sorted(members, key=lambda r: (r.seed is None, r.seed or 0)) for name, members in groups.items()}
+
+
+@dataclass
+class Curve:
+    """A variant's metric over the steps every seed logged: mean line and min..max band over seeds."""
+    steps: np.ndarray
+    seconds: np.ndarray   # wall-clock seconds, mean over seeds
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    seeds: int
+
+
+def aligned(runs, metric):
+    """The Curve of `metric` over the steps common to the runs that log it; None when there are none."""
+    series = [s for s in (run.series(metric) for run in runs) if len(s[0])]
+    if not series:
+        return None
+    common = series[0][0]
+    for steps, _, _ in series[1:]:
+        common = np.intersect1d(common, steps)
+    if not len(common):
+        return None
+    picked = [(seconds[np.isin(steps, common)], values[np.isin(steps, common)]) for steps, seconds, values in series]
+    seconds, values = (np.stack(part) for part in zip(*picked))  # (seeds, steps)
+    return Curve(common, seconds.mean(0), values.mean(0), values.min(0), values.max(0), len(series))

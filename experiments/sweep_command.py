@@ -1,0 +1,115 @@
+"""pdmm-bridge sweep: one config over a grid of overrides and several seeds, run one after another.
+
+    pdmm-bridge sweep experiments/configs/shakespeare_char_cpu.toml \\
+        --grid model.residual=standard,attentionx,belief,belief_star --seeds 0,1,2 --out runs/residuals
+
+Each run goes to OUT/<key=value,...,seed=S>/ (a run directory as `train` writes it); OUT/sweep.json
+lists the runs and their status. Finished runs are skipped, runs with a checkpoint resume, and a
+failing run is recorded and the sweep goes on (exit status 1 at the end if any failed).
+"""
+import itertools
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from .common import UsageError
+from .config import load_config
+from .train import CHECKPOINT, train
+from .train_command import with_data
+
+
+def grid_axis(text):
+    """"model.residual=standard,belief" -> ("model.residual", ["standard", "belief"])."""
+    key, sep, values = text.partition("=")
+    values = [v.strip() for v in values.split(",") if v.strip()]
+    if not (sep and "." in key and values):
+        raise UsageError(f"--grid expects table.key=value1,value2,..., got {text!r}")
+    return key.strip(), values
+
+
+def seeds(text):
+    try:
+        values = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds expects integers separated by commas, got {text!r}") from None
+    if not values or len(set(values)) != len(values) or min(values) < 0:
+        raise UsageError(f"--seeds expects distinct integers >= 0, got {text!r}")
+    return values
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser("sweep", help="train a grid of variants x seeds", description=__doc__.split("\n")[0])
+    parser.add_argument("config", help="a TOML file with [task], [model] and [train] tables")
+    parser.add_argument("--grid", action="append", default=[], metavar="TABLE.KEY=V1,V2,...",
+                        help="values to sweep (repeatable: the grid is their product)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
+                        help="override one config value for every run (repeatable)")
+    parser.add_argument("--data", help="the text file for char_lm (same as --set task.data=FILE)")
+    parser.add_argument("--out", help="sweep directory (default runs/<config name>-sweep)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def plan(args):
+    """[(name, overrides, seed)] for every grid point and seed, after checking each resolves."""
+    axes = [grid_axis(text) for text in args.grid]
+    runs = []
+    for values in itertools.product(*(vals for _, vals in axes)):
+        assignment = {key: value for (key, _), value in zip(axes, values)}
+        for seed in seeds(args.seeds):
+            name = ",".join([*(f"{key.split('.')[-1]}={value}" for key, value in assignment.items()), f"seed={seed}"])
+            overrides = [*with_data(args), *(f"{k}={v}" for k, v in assignment.items()), f"train.seed={seed}"]
+            load_config(args.config, overrides)  # a bad value fails here, before anything runs
+            runs.append({"name": name, "overrides": assignment, "seed": seed, "set": overrides})
+    return runs
+
+
+def write_sweep(record, out):
+    tmp = out / "sweep.tmp"
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, out / "sweep.json")
+
+
+def run(args):
+    runs = plan(args)
+    out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
+    grid = dict(grid_axis(text) for text in args.grid)
+    record = {"config": str(args.config), "set": with_data(args), "grid": grid, "seeds": seeds(args.seeds),
+              "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
+                        "error": None} for r in runs]}
+    if (out / "sweep.json").is_file():
+        previous = json.loads((out / "sweep.json").read_text())
+        same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get("set") == with_data(args)
+        if not same:
+            raise UsageError(f"{out} holds a different sweep; choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_sweep(record, out)
+    except OSError as err:
+        raise UsageError(f"cannot write to {out}: {err.strerror or err}") from None
+    failed = 0
+    for plan_entry, entry in zip(runs, record["runs"]):
+        run_dir = out / plan_entry["name"]
+        if (run_dir / "summary.json").is_file():
+            entry["status"] = "finished"
+            print(f"{run_dir}: finished earlier, skipped")
+            continue
+        try:
+            config = load_config(args.config, plan_entry["set"])
+            resume = (run_dir / CHECKPOINT).is_file()
+            summary = train(config, run_dir, resume=resume, force=not resume, progress=not args.no_progress)
+            entry["status"] = "finished"
+            final = ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items())
+            print(f"{run_dir}: {final}")
+        except Exception as err:  # one failing run must not stop the sweep
+            failed += 1
+            entry["status"], entry["error"] = "failed", f"{type(err).__name__}: {err}"
+            print(f"{run_dir}: failed: {entry['error']}", file=sys.stderr)
+            if not isinstance(err, UsageError):
+                traceback.print_exc(file=sys.stderr)
+        write_sweep(record, out)
+    print(f"{out}: {len(runs) - failed} of {len(runs)} runs finished" + (f", {failed} failed" if failed else ""))
+    return 1 if failed else 0

@@ -1,0 +1,82 @@
+"""What every task gives the training loop: a model, training batches, a loss and an evaluation."""
+import dataclasses
+
+import torch
+
+import attention
+
+from ..common import UsageError
+from ..config import checked
+
+
+class Task:
+    """A training task. Subclasses set `name`, `Options` (a dataclass of the [task] keys they accept)
+    and `metrics` (what `evaluate` returns), and implement the four methods below."""
+
+    name = ""
+    Options = None
+    metrics = ("val_loss",)
+    tokens_per_example = None  # tokens per example for tokens/s, where that means something
+
+    def __init__(self, config):
+        self.config = config
+        self.options = parse_options(self.Options, config.task.options, self.name)
+
+    def build_model(self):
+        """The model, its parameters initialised from the global torch RNG."""
+        raise NotImplementedError
+
+    def train_batch(self, generator):
+        """One training batch (a tuple of CPU tensors) drawn with `generator`."""
+        raise NotImplementedError
+
+    def loss(self, model, batch):
+        """(mean loss, logits of the predicted positions) for a batch already on the device."""
+        raise NotImplementedError
+
+    def evaluate(self, model, generator, device):
+        """{metric: value} for every name in `metrics`."""
+        raise NotImplementedError
+
+
+def parse_options(cls, values, task):
+    """cls(**values) with each value type-checked; unknown keys name the accepted ones."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(values) - set(fields)
+    if unknown:
+        accepted = ", ".join(["name", "data", *fields])
+        raise UsageError(f"unknown key(s) {', '.join(f'task.{k}' for k in sorted(unknown))} for task {task}; "
+                         f"[task] accepts {accepted}")
+    return cls(**{key: checked(f"task.{key}", value, fields[key].type) for key, value in values.items()})
+
+
+def attention_config(model):
+    """attention.AttentionConfig from the [model] table; its errors become usage errors."""
+    try:
+        return attention.AttentionConfig(d_model=model.d_model, n_head=model.n_head, residual=model.residual,
+                                         gamma=model.gamma, kernel=model.kernel, symmetric=model.symmetric,
+                                         dropout=model.dropout, bias=model.bias)
+    except ValueError as err:
+        raise UsageError(f"[model]: {err}") from None
+
+
+def sample_rows(n, batch_size, generator):
+    """batch_size distinct indices into n rows (all n, in order, when batch_size is 0 or >= n)."""
+    if batch_size == 0 or batch_size >= n:
+        return torch.arange(n)
+    return torch.randperm(n, generator=generator)[:batch_size]
+
+
+@torch.no_grad()
+def classification_metrics(task, model, splits, device, batch_size=4096):
+    """{f"{split}_loss", f"{split}_acc"} over whole splits {split: (inputs, targets)}."""
+    out = {}
+    for split, (inputs, targets) in splits.items():
+        total_loss, correct = 0.0, 0
+        for start in range(0, len(targets), batch_size):
+            batch = tuple(t[start:start + batch_size].to(device) for t in (inputs, targets))
+            loss, logits = task.loss(model, batch)
+            total_loss += loss.item() * len(batch[1])
+            correct += (logits.argmax(-1) == batch[1]).sum().item()
+        out[f"{split}_loss"], out[f"{split}_acc"] = total_loss / len(targets), correct / len(targets)
+    return out

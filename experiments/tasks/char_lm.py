@@ -1,0 +1,91 @@
+"""char_lm: character-level language modelling on any text file (nanoGPT's shakespeare_char)."""
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import attention
+
+from ..common import UsageError
+from .base import Task, attention_config
+
+
+@dataclass
+class CharLMOptions:
+    val_fraction: float = 0.1     # the last 10 % of the file is the validation split
+    sample_length: int = 500      # characters generated into sample.txt at the end (0: none)
+
+
+class CharLM(Task):
+    name = "char_lm"
+    Options = CharLMOptions
+    metrics = ("val_loss",)
+
+    def __init__(self, config):
+        super().__init__(config)
+        path = Path(config.task.data)
+        if not config.task.data:
+            raise UsageError("task char_lm needs a text file: set task.data (e.g. --set task.data=corpus.txt)")
+        if not path.is_file():
+            raise UsageError(f"data file not found: {path}")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read {path} as UTF-8 text: {err}") from None
+        self.chars = sorted(set(text))
+        if len(self.chars) < 2:
+            raise UsageError(f"{path} has {len(text)} characters and {len(self.chars)} distinct ones; "
+                             "a language model needs at least 2 distinct characters")
+        if config.train.batch_size < 1:
+            raise UsageError("task char_lm samples windows: train.batch_size must be >= 1 (0 means full batch, "
+                             "which only the finite tasks have)")
+        if not 0 < self.options.val_fraction < 1:
+            raise UsageError(f"task.val_fraction must be in (0, 1), got {self.options.val_fraction}")
+        index = {c: i for i, c in enumerate(self.chars)}
+        data = torch.tensor([index[c] for c in text], dtype=torch.long)
+        n_train = int(len(data) * (1 - self.options.val_fraction))
+        self.splits = {"train": data[:n_train], "val": data[n_train:]}
+        block = config.train.block_size
+        for split, tokens in self.splits.items():
+            if len(tokens) <= block + 1:
+                raise UsageError(f"{path}: the {split} split has {len(tokens)} characters; block_size {block} "
+                                 f"needs more than {block + 1} (a longer file or a smaller train.block_size)")
+        self.tokens_per_example = block
+
+    @property
+    def vocab_size(self):
+        return len(self.chars)
+
+    def build_model(self):
+        return attention.GPT(attention_config(self.config.model), self.vocab_size, self.config.train.block_size,
+                             self.config.model.n_layer)
+
+    def batch(self, split, batch_size, generator):
+        """Random windows: x = data[i : i + T], y = data[i + 1 : i + 1 + T]."""
+        data, T = self.splits[split], self.config.train.block_size
+        starts = torch.randint(len(data) - T - 1, (batch_size,), generator=generator)
+        x = torch.stack([data[i:i + T] for i in starts.tolist()])
+        y = torch.stack([data[i + 1:i + 1 + T] for i in starts.tolist()])
+        return x, y
+
+    def train_batch(self, generator):
+        return self.batch("train", self.config.train.batch_size, generator)
+
+    def loss(self, model, batch):
+        logits, loss = model(*batch)
+        return loss, logits
+
+    @torch.no_grad()
+    def evaluate(self, model, generator, device):
+        losses = [self.loss(model, tuple(t.to(device) for t in self.batch("val", self.config.train.batch_size,
+                                                                           generator)))[0].item()
+                  for _ in range(self.config.train.eval_iters)]
+        return {"val_loss": sum(losses) / len(losses)}
+
+    @torch.no_grad()
+    def sample(self, model, generator, device):
+        """sample_length characters generated from a newline (or the first character)."""
+        start = self.chars.index("\n") if "\n" in self.chars else 0
+        idx = torch.tensor([[start]], device=device)
+        out = model.generate(idx, self.options.sample_length, top_k=None, generator=generator)
+        return "".join(self.chars[i] for i in out[0].tolist())

@@ -1,0 +1,66 @@
+"""modular: predict (a op b) mod p from the tokens [a, op, b, =] (the grokking setup)."""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import attention
+
+from ..common import UsageError
+from .base import Task, attention_config, classification_metrics, sample_rows
+
+OPERATIONS = ("+", "-", "*", "/")
+
+
+@dataclass
+class ModularOptions:
+    p: int = 97
+    op: str = "+"
+    train_fraction: float = 0.5
+
+
+def is_prime(p):
+    return p >= 2 and all(p % k for k in range(2, int(p ** 0.5) + 1))
+
+
+class Modular(Task):
+    name = "modular"
+    Options = ModularOptions
+    metrics = ("val_loss", "val_acc", "train_acc")
+
+    def __init__(self, config):
+        super().__init__(config)
+        p, op = self.options.p, self.options.op
+        if op not in OPERATIONS:
+            raise UsageError(f"task.op must be one of {', '.join(OPERATIONS)}, got {op!r}")
+        if p < 2 or (op == "/" and not is_prime(p)):
+            raise UsageError(f"task.p must be {'a prime' if op == '/' else 'at least 2'} for op {op!r}, got {p}")
+        if not 0 < self.options.train_fraction < 1:
+            raise UsageError(f"task.train_fraction must be in (0, 1), got {self.options.train_fraction}")
+        a, b = torch.cartesian_prod(torch.arange(p), torch.arange(1 if op == "/" else 0, p)).T
+        if op == "/":  # a * b^-1 with b^-1 the inverse of b modulo the prime p
+            c = a * torch.tensor([pow(v, -1, p) for v in b.tolist()]) % p
+        else:
+            c = {"+": a + b, "-": a - b, "*": a * b}[op] % p
+        inputs = torch.stack([a, torch.full_like(a, p), b, torch.full_like(a, p + 1)], 1)  # a, op, b, =
+        order = torch.randperm(len(c), generator=torch.Generator().manual_seed(config.train.seed))
+        n_train = int(round(self.options.train_fraction * len(c)))
+        train, val = order[:n_train], order[n_train:]
+        self.splits = {"train": (inputs[train], c[train]), "val": (inputs[val], c[val])}
+
+    def build_model(self):
+        return attention.GPT(attention_config(self.config.model), self.options.p + 2, 4, self.config.model.n_layer)
+
+    def train_batch(self, generator):
+        inputs, targets = self.splits["train"]
+        rows = sample_rows(len(targets), self.config.train.batch_size, generator)
+        return inputs[rows], targets[rows]
+
+    def loss(self, model, batch):
+        inputs, targets = batch
+        logits = model(inputs)[0][:, -1]  # the prediction after "="
+        return F.cross_entropy(logits, targets), logits
+
+    def evaluate(self, model, generator, device):
+        metrics = classification_metrics(self, model, self.splits, device)
+        return {"val_loss": metrics["val_loss"], "val_acc": metrics["val_acc"], "train_acc": metrics["train_acc"]}

@@ -1,0 +1,211 @@
+"""The training loop: AdamW, warm-up + cosine decay, clipping, evaluation, metrics.jsonl, checkpoints, resume.
+
+    summary = train(load_config("experiments/configs/modular97.toml"), "runs/mod97")
+
+A run directory holds config.toml (resolved), meta.json (package version, git commit, torch,
+device, command line), metrics.jsonl (one row per logged step), ckpt.pt (every
+checkpoint_interval steps and at the end, written atomically), summary.json and curves.png at
+the end, and sample.txt for language models. Batches are drawn from a generator seeded by
+(seed, step), and the checkpoint holds the model, optimiser and torch RNG states, so a resumed
+run continues exactly as if it had never stopped.
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .common import UsageError, package_version
+from .config import from_tables, to_tables, to_toml
+from .plots import plot_training
+from .tasks import build_task
+
+CHECKPOINT = "ckpt.pt"
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+def learning_rate(step, train):
+    """Linear warm-up to lr over warmup_iters, then cosine decay to min_lr at max_iters (nanoGPT)."""
+    if step < train.warmup_iters:
+        return train.lr * (step + 1) / (train.warmup_iters + 1)
+    progress = (step - train.warmup_iters) / max(1, train.max_iters - train.warmup_iters)
+    return train.min_lr + 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))) * (train.lr - train.min_lr)
+
+
+def step_generator(seed, step, stream):
+    """A torch.Generator fixed by (seed, step, stream): batches do not depend on what ran before."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + step) * 4 + stream)
+
+
+def optimizer_for(model, train, device):
+    """AdamW with weight decay on matrices and embeddings only (dim >= 2), as nanoGPT does."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=train.lr, betas=(train.beta1, train.beta2),
+                             fused=torch.device(device).type == "cuda")
+
+
+def prepare_directory(out, resume, force):
+    """Create `out`, or check it can be resumed; never overwrite an existing run without force."""
+    out = Path(out)
+    if resume:
+        if not (out / CHECKPOINT).is_file():
+            raise UsageError(f"cannot resume: {out} has no {CHECKPOINT}")
+        return out
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise UsageError(f"{out} already holds a run; pass --resume to continue it or --force to overwrite it")
+        shutil.rmtree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write-test").touch()
+        (out / ".write-test").unlink()
+    except OSError as err:
+        raise UsageError(f"cannot write to {out}: {err.strerror or err}") from None
+    return out
+
+
+def git_commit():
+    """The commit of the checkout the package runs from, or None."""
+    try:
+        root = Path(__file__).resolve().parent.parent
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def save_atomic(obj, path):
+    """torch.save to a temporary file, then rename: a crash never leaves half a checkpoint."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def write_json(obj, path):
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def train(config, out, resume=False, force=False, progress=True):
+    """Train config's task and model into run directory `out`; returns the summary dict.
+
+    With resume=True the run continues from out/ckpt.pt under the config stored in out/config.toml
+    (a different config is an error). Raises TrainingDiverged when the loss stops being finite.
+    """
+    out = prepare_directory(out, resume, force)
+    if resume:
+        import tomllib
+        stored = from_tables(tomllib.loads((out / "config.toml").read_text()), source=str(out / "config.toml"))
+        if to_tables(stored) != to_tables(config):
+            raise UsageError(f"the config differs from the one {out} was started with ({out / 'config.toml'}); "
+                             "resume with that file")
+    train_cfg = config.train
+    device = torch.device(train_cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"train.device is {train_cfg.device} but CUDA is not available on this machine")
+    torch.manual_seed(train_cfg.seed)
+    task = build_task(config)
+    model = task.build_model().to(device)
+    optimizer = optimizer_for(model, train_cfg, device)
+    params = sum(p.numel() for p in model.parameters())
+    state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "metrics_bytes": 0}
+    if resume:
+        checkpoint = torch.load(out / CHECKPOINT, map_location=device, weights_only=False)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        torch.set_rng_state(checkpoint["rng"])
+        if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+        state = checkpoint["state"]
+        with open(out / "metrics.jsonl", "r+b") as f:
+            f.truncate(state["metrics_bytes"])  # rows logged after the checkpoint are recomputed
+    else:
+        (out / "config.toml").write_text(to_toml(config))
+        write_json({"version": package_version(), "git_commit": git_commit(), "torch": torch.__version__,
+                    "device": str(device), "argv": sys.argv, "python": sys.version.split()[0],
+                    "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, out / "meta.json")
+    forward = torch.compile(model) if train_cfg.compile else model
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+    def checkpoint(step):
+        save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
+                     "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                     "state": {**state, "step": step}, "config": to_tables(config)}, out / CHECKPOINT)
+
+    start_time = time.perf_counter() - state["elapsed"]
+    metrics_file = open(out / "metrics.jsonl", "a")
+    bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress, desc=out.name,
+               dynamic_ncols=True)
+    try:
+        for step in range(state["step"] + 1, train_cfg.max_iters + 1):  # step = updates done after this one
+            model.train()
+            lr = learning_rate(step - 1, train_cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = tuple(t.to(device) for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
+            tick = time.perf_counter()
+            with autocast:
+                loss, _ = task.loss(forward, batch)
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(f"the training loss became {loss.item()} at step {step}; "
+                                       "lower train.lr or raise train.warmup_iters")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if train_cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+            optimizer.step()
+            train_loss = loss.item()
+            state["train_seconds"] += time.perf_counter() - tick
+            row = {"step": step, "train_loss": train_loss, "lr": lr}
+            if step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters:
+                model.eval()
+                with autocast:
+                    row.update(task.evaluate(forward, step_generator(train_cfg.seed, step, 1), device))
+                bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.startswith("val_")}, refresh=False)
+            row["time"] = time.perf_counter() - start_time
+            if step % train_cfg.log_interval == 0 or "val_loss" in row:
+                metrics_file.write(json.dumps(row) + "\n")
+                metrics_file.flush()
+            bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
+            bar.update()
+            if step % train_cfg.checkpoint_interval == 0 or step == train_cfg.max_iters:
+                state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
+                checkpoint(step)
+    finally:
+        bar.close()
+        metrics_file.close()
+    return finish(task, model, config, out, state, params)
+
+
+def finish(task, model, config, out, state, params):
+    """summary.json, curves.png and (language models) sample.txt from the finished run."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [row for row in rows if "val_loss" in row]
+    steps = config.train.max_iters
+    seconds_per_step = state["train_seconds"] / steps
+    best = {m: (min if "loss" in m else max)(row[m] for row in evals) for m in task.metrics}
+    summary = {"status": "finished", "steps": steps, "params": params, "seconds_per_step": seconds_per_step,
+               "tokens_per_second": (config.train.batch_size * task.tokens_per_example / seconds_per_step
+                                     if task.tokens_per_example else None),
+               "final": {m: evals[-1][m] for m in task.metrics}, "best": best,
+               "wall_seconds": state["elapsed"]}
+    write_json(summary, out / "summary.json")
+    plot_training(rows, out / "curves.png", title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}")
+    if hasattr(task, "sample") and task.options.sample_length > 0:
+        model.eval()
+        text = task.sample(model, step_generator(config.train.seed, steps, 2), next(model.parameters()).device)
+        (out / "sample.txt").write_text(text)
+    return summary

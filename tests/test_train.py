@@ -1,0 +1,218 @@
+"""The experiment runner: configs, tasks, the training loop, determinism, resume, sweeps and bad input."""
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.cli import main
+from experiments.common import UsageError
+from experiments.config import RunConfig, from_tables, load_config, to_toml
+from experiments.tasks import TASKS, build_task
+from experiments.train import learning_rate, train
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
+TINY = ["model.n_layer=1", "model.n_head=2", "model.d_model=16", "train.block_size=16", "train.batch_size=4",
+        "train.warmup_iters=2", "train.eval_interval=5", "train.eval_iters=2", "train.checkpoint_interval=5",
+        "train.max_iters=10", "task.sample_length=20"]
+
+
+def tiny_config(tmp_path, *extra):
+    """The shipped Shakespeare config shrunk to seconds, reading the corpus from ../shared."""
+    return load_config(CONFIGS / "shakespeare_char_cpu.toml", [*TINY, f'task.data="{CORPUS}"', *extra])
+
+
+def rows(run):
+    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run):
+    return [(r["step"], r["train_loss"], r.get("val_loss")) for r in rows(run)]
+
+
+@pytest.mark.parametrize("name", ["shakespeare_char_cpu", "modular97", "digits_vit"])
+def test_shipped_configs_load_and_round_trip_through_toml(name):
+    import tomllib
+    config = load_config(CONFIGS / f"{name}.toml")
+    assert from_tables(tomllib.loads(to_toml(config))) == config
+    assert config.task.name in TASKS
+
+
+def test_set_overrides_parse_toml_values_and_unknown_keys_are_errors():
+    config = load_config(CONFIGS / "modular97.toml", ["model.residual=belief", "train.lr=3e-3", "model.symmetric=true",
+                                                      "task.op=/", "train.max_iters=7"])
+    assert (config.model.residual, config.train.lr, config.model.symmetric, config.task.options["op"],
+            config.train.max_iters) == ("belief", 3e-3, True, "/", 7)
+    for bad, message in [("model.residul=belief", "unknown key"), ("optim.lr=1", "unknown table"),
+                         ("train.lr=-1", "must be > 0"), ("train.max_iters=2.5", "integer"), ("lr=1", "table.key")]:
+        with pytest.raises(UsageError, match=message):
+            load_config(CONFIGS / "modular97.toml", [bad])
+    with pytest.raises(UsageError, match="unknown key.*task.colour"):
+        build_task(load_config(CONFIGS / "modular97.toml", ["task.colour=red"]))
+
+
+def test_learning_rate_warms_up_then_decays_to_min_lr():
+    train_cfg = RunConfig().train
+    assert learning_rate(0, train_cfg) < learning_rate(50, train_cfg) < train_cfg.lr
+    assert learning_rate(train_cfg.warmup_iters, train_cfg) == pytest.approx(train_cfg.lr)
+    assert learning_rate(train_cfg.max_iters, train_cfg) == pytest.approx(train_cfg.min_lr)
+    middle = (train_cfg.warmup_iters + train_cfg.max_iters) / 2
+    assert learning_rate(middle, train_cfg) == pytest.approx((train_cfg.lr + train_cfg.min_lr) / 2)
+
+
+@pytest.mark.parametrize("op,expected", [("+", lambda a, b, p: (a + b) % p), ("-", lambda a, b, p: (a - b) % p),
+                                         ("*", lambda a, b, p: a * b % p), ("/", lambda a, b, p: a * pow(b, p - 2, p) % p)])
+def test_modular_task_targets(op, expected):
+    task = build_task(load_config(CONFIGS / "modular97.toml", ["task.p=7", f'task.op="{op}"']))
+    inputs, targets = (torch.cat(parts) for parts in zip(*task.splits.values()))
+    assert len(targets) == 7 * (6 if op == "/" else 7)
+    assert all(expected(a, b, 7) == c for (a, _, b, _), c in zip(inputs.tolist(), targets.tolist()))
+    assert (inputs[:, 1] == 7).all() and (inputs[:, 3] == 8).all()  # the op and "=" tokens
+
+
+def test_char_lm_run_writes_every_file(tmp_path):
+    out = tmp_path / "run"
+    summary = train(tiny_config(tmp_path), out, progress=False)
+    assert {"config.toml", "meta.json", "metrics.jsonl", "ckpt.pt", "summary.json", "curves.png", "sample.txt"} <= {
+        p.name for p in out.iterdir()}
+    table = rows(out)
+    assert [r["step"] for r in table] == list(range(1, 11))
+    assert all({"step", "train_loss", "time", "lr"} <= set(r) for r in table)
+    assert [r["step"] for r in table if "val_loss" in r] == [5, 10]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["version"] and meta["torch"] == torch.__version__
+    assert summary["final"]["val_loss"] == table[-1]["val_loss"] and summary["tokens_per_second"] > 0
+    assert len((out / "sample.txt").read_text()) == 21
+    assert load_config(out / "config.toml") == tiny_config(tmp_path)
+
+
+@pytest.mark.parametrize("config", ["modular97", "digits_vit"])
+def test_classification_tasks_train_and_report_accuracy(tmp_path, config):
+    settings = ["train.max_iters=4", "train.eval_interval=2", "model.d_model=16", "model.n_head=2"]
+    if config == "modular97":
+        settings.append("task.p=11")
+    summary = train(load_config(CONFIGS / f"{config}.toml", settings), tmp_path / "run", progress=False)
+    assert set(summary["final"]) == {"val_loss", "val_acc", "train_acc"}
+    assert 0 <= summary["final"]["val_acc"] <= 1 and math.isfinite(summary["final"]["val_loss"])
+
+
+def test_same_seed_gives_identical_losses_and_another_seed_does_not(tmp_path):
+    config = tiny_config(tmp_path, "model.dropout=0.1")
+    train(config, tmp_path / "a", progress=False)
+    train(config, tmp_path / "b", progress=False)
+    train(tiny_config(tmp_path, "model.dropout=0.1", "train.seed=1"), tmp_path / "c", progress=False)
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    assert losses(tmp_path / "a") != losses(tmp_path / "c")
+
+
+def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_metrics(tmp_path):
+    command = [sys.executable, "-m", "experiments", "train", str(CONFIGS / "shakespeare_char_cpu.toml"),
+               "--data", str(CORPUS), "--no-progress", *[f"--set={s}" for s in TINY],
+               "--set=train.max_iters=400", "--set=train.checkpoint_interval=50", "--set=model.dropout=0.1"]
+    subprocess.run([*command, "--out", str(tmp_path / "whole")], check=True, capture_output=True)
+    victim = subprocess.Popen([*command, "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 230) and time.time() < deadline:
+        time.sleep(0.005)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not (tmp_path / "killed" / "summary.json").exists()  # it really was killed mid-way
+    subprocess.run([*command, "--out", str(tmp_path / "killed"), "--resume"], check=True, capture_output=True)
+    assert losses(tmp_path / "killed") == losses(tmp_path / "whole")
+    whole, resumed = (json.loads((tmp_path / run / "summary.json").read_text()) for run in ("whole", "killed"))
+    assert whole["final"] == resumed["final"] and whole["best"] == resumed["best"]
+
+
+def test_sweep_report_and_plot_over_four_residuals_and_two_seeds(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = main(["sweep", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
+                 *[f"--set={s}" for s in TINY], "--set=task.sample_length=0", "--set=train.max_iters=6",
+                 "--grid", "model.residual=standard,attentionx,belief,belief_star", "--seeds", "0,1", "--out", str(out)])
+    assert code == 0
+    record = json.loads((out / "sweep.json").read_text())
+    assert [r["status"] for r in record["runs"]] == ["finished"] * 8
+    assert main(["sweep", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
+                 *[f"--set={s}" for s in TINY], "--set=task.sample_length=0", "--set=train.max_iters=6",
+                 "--grid", "model.residual=standard,attentionx,belief,belief_star", "--seeds", "0,1",
+                 "--out", str(out)]) == 0
+    assert capsys.readouterr().out.count("finished earlier, skipped") == 8
+    assert main(["report", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    for residual in ("standard", "attentionx", "belief", "belief_star"):
+        row = next(line for line in report.splitlines() if line.startswith(f"| residual={residual} |"))
+        assert "2/2" in row and " ± " in row
+    from experiments.plot_command import plot_metric
+    from experiments.runs import expand
+    figure = plot_metric(expand([out]), "val_loss", tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").is_file() and (out / "plot_val_loss.png").is_file()
+    assert sorted(line.get_label().split(" (")[0] for line in figure.axes[0].get_lines()) == [
+        "residual=attentionx", "residual=belief", "residual=belief_star", "residual=standard"]
+
+
+def test_a_failing_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = main(["sweep", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
+                 *[f"--set={s}" for s in TINY], "--set=train.max_iters=2", "--set=task.sample_length=0",
+                 "--grid", "model.n_head=3,2", "--out", str(out)])  # 3 heads do not divide d_model 16
+    runs = json.loads((out / "sweep.json").read_text())["runs"]
+    assert code == 1 and [r["status"] for r in runs] == ["failed", "finished"]
+    assert "divisible" in runs[0]["error"]
+    assert main(["report", str(out)]) == 0
+    assert "n_head=3,seed=0`: failed" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("problem", ["missing", "empty", "one character", "one distinct character"])
+def test_bad_corpus_is_a_clear_error(tmp_path, capsys, problem):
+    path = tmp_path / "corpus.txt"
+    if problem != "missing":
+        path.write_text({"empty": "", "one character": "a", "one distinct character": "a" * 1000}[problem])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(path), "--out", str(tmp_path / "r")])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and ("not found" in error if problem == "missing" else "distinct" in error)
+
+
+@pytest.mark.parametrize("setting,message", [("task.name=poetry", "unknown task 'poetry'"),
+                                             ("model.n_head=3", "divisible"), ("model.residual=beleif", "unknown residual")])
+def test_bad_config_values_are_clear_errors(tmp_path, capsys, setting, message):
+    with pytest.raises(SystemExit):
+        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--set", setting,
+              "--out", str(tmp_path / "r")])
+    assert message in capsys.readouterr().err
+
+
+def test_run_directories_are_never_overwritten_without_force(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
+            *[f"--set={s}" for s in TINY], "--out", str(out)]
+    assert main(args) == 0
+    before = (out / "metrics.jsonl").read_text()
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "--force" in capsys.readouterr().err and (out / "metrics.jsonl").read_text() == before
+    assert main([*args, "--force", "--set=train.seed=3"]) == 0 and (out / "metrics.jsonl").read_text() != before
+
+
+def test_resume_and_output_errors(tmp_path, capsys):
+    base = ["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), *[f"--set={s}" for s in TINY]]
+    (tmp_path / "empty").mkdir()
+    for out, extra, message in [(tmp_path / "empty", ["--resume"], "no ckpt.pt"),
+                                (tmp_path / "nothing", ["--resume"], "no ckpt.pt"),
+                                (tmp_path / "file.txt" / "run", [], "cannot write")]:
+        (tmp_path / "file.txt").write_text("a file, not a directory")
+        with pytest.raises(SystemExit):
+            main([*base, "--out", str(out), *extra])
+        assert message in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    with pytest.raises(SystemExit):
+        main([*base, "--out", str(tmp_path / "r"), "--resume", "--set=model.residual=belief"])
+    assert "differs" in capsys.readouterr().err

@@ -1,14 +1,15 @@
 """The centralised solution of a Problem with cvxpy: the independent reference for every method."""
-import cvxpy as cp
 import numpy as np
 
 
-def reference(problem, solver=cp.CLARABEL, **solver_options):
+def reference(problem, solver="CLARABEL", **solver_options):
     """argmin sum_i f_i(x_i) s.t. the edge constraints, solved centrally: (n, d), or (B, n, d) if batched.
 
     Consensus problems use one shared variable x (x_i = x for every node); general edge
     constraints use X in R^{n x d} with A_ij x_i + A_ji x_j = b_ij for every edge.
     """
+    import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
+
     options = {"tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11} if solver == cp.CLARABEL else {}
     options.update(solver_options)
     graph, n, d = problem.compiled, problem.n, problem.dim

@@ -1,5 +1,4 @@
 """Lasso local functions f_i(x) = 1/2 ||H_i x - y_i||^2 + t ||x||_1 (least squares + l1)."""
-import cvxpy as cp
 import torch
 
 from .base import add, eigenvalue_range, is_scalar, multiply, spd_solver
@@ -81,4 +80,6 @@ class Lasso(Quadratic):
         return solve
 
     def cvxpy_value(self, xs, b):
+        import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
+
         return super().cvxpy_value(xs, b) + self.t * sum(cp.norm1(x) for x in xs)

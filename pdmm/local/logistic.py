@@ -1,5 +1,4 @@
 """Logistic-regression local functions f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2."""
-import cvxpy as cp
 import torch
 import torch.nn.functional as F
 
@@ -69,6 +68,8 @@ class Logistic(LocalFunction):
         return torch.full(self.X.shape[:2], float(self.reg), dtype=self.X.dtype, device=self.X.device)
 
     def cvxpy_value(self, xs, b):
+        import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
+
         total = 0
         for i, x in enumerate(xs):
             X, y = self.X[i, b].cpu().numpy(), self.y[i, b].cpu().numpy()

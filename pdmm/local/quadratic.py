@@ -1,5 +1,4 @@
 """Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x (averaging, least squares, general)."""
-import cvxpy as cp
 import numpy as np
 import torch
 
@@ -41,6 +40,8 @@ class Quadratic(LocalFunction):
         return eigenvalue_range(self.P, self.q.shape[-1])[0].expand(self.q.shape[:2])
 
     def cvxpy_value(self, xs, b):
+        import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
+
         d = self.q.shape[-1]
         total = 0
         for i, x in enumerate(xs):

@@ -216,3 +216,15 @@ def test_resume_and_output_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*base, "--out", str(tmp_path / "r"), "--resume", "--set=model.residual=belief"])
     assert "differs" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("residual", ["standard", "belief_star"])
+def test_compiled_training_matches_eager(tmp_path, residual):
+    """torch.compile (train.compile = true) changes speed, not the losses (to float32 rounding). ~1 min."""
+    eager = train(tiny_config(tmp_path, f"model.residual={residual}"), tmp_path / "eager", progress=False)
+    compiled = train(tiny_config(tmp_path, f"model.residual={residual}", "train.compile=true"), tmp_path / "compiled",
+                     progress=False)
+    for (step, a, va), (_, b, vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled")):
+        assert a == pytest.approx(b, rel=1e-4), step
+    assert compiled["final"]["val_loss"] == pytest.approx(eager["final"]["val_loss"], rel=1e-4)

@@ -7,11 +7,14 @@ as a TOML value, so `2`, `0.5`, `true` and `"text"` or bare `text` all work). Ta
 of [task] other than name and data) are checked against the task's own Options dataclass.
 """
 import dataclasses
+import json
 import math
 import numbers
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from .common import UsageError
 
@@ -152,6 +155,11 @@ def check_ranges(config):
                         ("train.beta2", config.train.beta2)):
         if value >= 1:
             raise UsageError(f"{name} must be < 1, got {value}")
+    try:
+        torch.device(config.train.device)
+    except RuntimeError:
+        raise UsageError(f"train.device must be a torch device such as cpu, cuda or cuda:1, "
+                         f"got {config.train.device!r}") from None
     if config.train.min_lr > config.train.lr:
         raise UsageError(f"train.min_lr ({config.train.min_lr}) must not exceed train.lr ({config.train.lr})")
 
@@ -177,7 +185,7 @@ def toml_value(value):
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(value)  # a JSON string is a valid TOML basic string (escapes included)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return repr(value)

@@ -13,20 +13,37 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from urllib.parse import quote
 
 from .common import UsageError
-from .config import load_config
+from .config import apply_override, load_config, toml_value
 from .train import CHECKPOINT, train
 from .train_command import with_data
 
 
 def grid_axis(text):
-    """"model.residual=standard,belief" -> ("model.residual", ["standard", "belief"])."""
+    """"model.residual=standard,belief" -> ("model.residual", ["standard", "belief"]), values as TOML reads them."""
     key, sep, values = text.partition("=")
-    values = [v.strip() for v in values.split(",") if v.strip()]
+    key, values = key.strip(), [v.strip() for v in values.split(",") if v.strip()]
     if not (sep and "." in key and values):
         raise UsageError(f"--grid expects table.key=value1,value2,..., got {text!r}")
-    return key.strip(), values
+    if key == "train.seed":
+        raise UsageError("sweep seeds with --seeds, not --grid train.seed=...")
+    return key, [parsed_value(key, value) for value in values]
+
+
+def parsed_value(key, text):
+    """The value `--set key=text` would give."""
+    tables = {}
+    apply_override(tables, f"{key}={text}")
+    table, _, name = key.partition(".")
+    return tables[table][name]
+
+
+def run_name(assignment, seed):
+    """"residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped."""
+    parts = [f"{key.split('.')[-1]}={value}" for key, value in assignment.items()] + [f"seed={seed}"]
+    return quote(",".join(parts), safe="=,+-.@")
 
 
 def seeds(text):
@@ -60,8 +77,9 @@ def plan(args):
     for values in itertools.product(*(vals for _, vals in axes)):
         assignment = {key: value for (key, _), value in zip(axes, values)}
         for seed in seeds(args.seeds):
-            name = ",".join([*(f"{key.split('.')[-1]}={value}" for key, value in assignment.items()), f"seed={seed}"])
-            overrides = [*with_data(args), *(f"{k}={v}" for k, v in assignment.items()), f"train.seed={seed}"]
+            name = run_name(assignment, seed)
+            overrides = [*with_data(args), *(f"{k}={toml_value(v)}" for k, v in assignment.items()),
+                         f"train.seed={seed}"]
             load_config(args.config, overrides)  # a bad value fails here, before anything runs
             runs.append({"name": name, "overrides": assignment, "seed": seed, "set": overrides})
     return runs
@@ -85,6 +103,7 @@ def run(args):
         same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get("set") == with_data(args)
         if not same:
             raise UsageError(f"{out} holds a different sweep; choose another --out")
+        record["runs"] = previous["runs"]  # keep earlier failures on record until their run is retried
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_sweep(record, out)
@@ -93,15 +112,18 @@ def run(args):
     failed = 0
     for plan_entry, entry in zip(runs, record["runs"]):
         run_dir = out / plan_entry["name"]
+        config = load_config(args.config, plan_entry["set"])
+        if (run_dir / "config.toml").is_file() and load_config(run_dir / "config.toml") != config:
+            raise UsageError(f"{run_dir} was run with a different config than {args.config} now gives; "
+                             "choose another --out")
         if (run_dir / "summary.json").is_file():
-            entry["status"] = "finished"
+            entry["status"], entry["error"] = "finished", None
             print(f"{run_dir}: finished earlier, skipped")
             continue
         try:
-            config = load_config(args.config, plan_entry["set"])
             resume = (run_dir / CHECKPOINT).is_file()
             summary = train(config, run_dir, resume=resume, force=not resume, progress=not args.no_progress)
-            entry["status"] = "finished"
+            entry["status"], entry["error"] = "finished", None
             final = ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items())
             print(f"{run_dir}: {final}")
         except Exception as err:  # one failing run must not stop the sweep

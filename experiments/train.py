@@ -28,6 +28,7 @@ from .plots import plot_training
 from .tasks import build_task
 
 CHECKPOINT = "ckpt.pt"
+RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT)  # what marks a directory as a run
 
 
 class TrainingDiverged(RuntimeError):
@@ -59,13 +60,21 @@ def optimizer_for(model, train, device):
 def prepare_directory(out, resume, force):
     """Create `out`, or check it can be resumed; never overwrite an existing run without force."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file, not a run directory")
     if resume:
         if not (out / CHECKPOINT).is_file():
-            raise UsageError(f"cannot resume: {out} has no {CHECKPOINT}")
+            started = (out / "metrics.jsonl").is_file()
+            raise UsageError(f"cannot resume: {out} has no {CHECKPOINT}"
+                             + (" (the run stopped before its first checkpoint; start it again with --force)"
+                                if started else ""))
         return out
     if out.exists() and any(out.iterdir()):
         if not force:
             raise UsageError(f"{out} already holds a run; pass --resume to continue it or --force to overwrite it")
+        if not any((out / name).exists() for name in RUN_FILES):
+            raise UsageError(f"{out} is not empty and holds no run ({', '.join(RUN_FILES)}); --force only "
+                             "overwrites run directories")
         shutil.rmtree(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -121,14 +130,17 @@ def train(config, out, resume=False, force=False, progress=True):
     model = task.build_model().to(device)
     optimizer = optimizer_for(model, train_cfg, device)
     params = sum(p.numel() for p in model.parameters())
-    state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "metrics_bytes": 0}
+    state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0}
     if resume:
-        checkpoint = torch.load(out / CHECKPOINT, map_location=device, weights_only=False)
+        checkpoint = torch.load(out / CHECKPOINT, map_location="cpu", weights_only=False)  # RNG states stay on CPU
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         torch.set_rng_state(checkpoint["rng"])
         if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+        for name in RUN_FILES:
+            if not (out / name).is_file():
+                raise UsageError(f"cannot resume: {out} has no {name}")
         state = checkpoint["state"]
         with open(out / "metrics.jsonl", "r+b") as f:
             f.truncate(state["metrics_bytes"])  # rows logged after the checkpoint are recomputed
@@ -146,6 +158,7 @@ def train(config, out, resume=False, force=False, progress=True):
                      "state": {**state, "step": step}, "config": to_tables(config)}, out / CHECKPOINT)
 
     start_time = time.perf_counter() - state["elapsed"]
+    first_step = state["step"] + 1
     metrics_file = open(out / "metrics.jsonl", "a")
     bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress, desc=out.name,
                dynamic_ncols=True)
@@ -155,20 +168,24 @@ def train(config, out, resume=False, force=False, progress=True):
             lr = learning_rate(step - 1, train_cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            batch = tuple(t.to(device) for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
             tick = time.perf_counter()
+            batch = tuple(t.to(device) for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
             with autocast:
                 loss, _ = task.loss(forward, batch)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(f"the training loss became {loss.item()} at step {step}; "
-                                       "lower train.lr or raise train.warmup_iters")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if train_cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
             optimizer.step()
-            train_loss = loss.item()
-            state["train_seconds"] += time.perf_counter() - tick
+            train_loss = loss.item()  # the step's one host sync
+            if not math.isfinite(train_loss):
+                raise TrainingDiverged(f"the training loss became {train_loss} at step {step}; "
+                                       "lower train.lr or raise train.warmup_iters")
+            if step > first_step:  # the first step of a process pays for warm-up (and compilation)
+                state["train_seconds"] += time.perf_counter() - tick
+                state["timed_steps"] += 1
+            else:
+                state["first_seconds"] = time.perf_counter() - tick
             row = {"step": step, "train_loss": train_loss, "lr": lr}
             if step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters:
                 model.eval()
@@ -191,21 +208,26 @@ def train(config, out, resume=False, force=False, progress=True):
 
 
 def finish(task, model, config, out, state, params):
-    """summary.json, curves.png and (language models) sample.txt from the finished run."""
+    """curves.png, sample.txt (language models) and, last, summary.json from the finished run.
+
+    seconds_per_step: forward, backward and update time per step, batch building included, over
+    the steps after the first of each process (warm-up and compilation left out)."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [row for row in rows if "val_loss" in row]
     steps = config.train.max_iters
-    seconds_per_step = state["train_seconds"] / steps
+    seconds_per_step = (state["train_seconds"] / state["timed_steps"] if state["timed_steps"]
+                        else state["first_seconds"])
     best = {m: (min if "loss" in m else max)(row[m] for row in evals) for m in task.metrics}
     summary = {"status": "finished", "steps": steps, "params": params, "seconds_per_step": seconds_per_step,
                "tokens_per_second": (config.train.batch_size * task.tokens_per_example / seconds_per_step
                                      if task.tokens_per_example else None),
                "final": {m: evals[-1][m] for m in task.metrics}, "best": best,
                "wall_seconds": state["elapsed"]}
-    write_json(summary, out / "summary.json")
     plot_training(rows, out / "curves.png", title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}")
     if hasattr(task, "sample") and task.options.sample_length > 0:
         model.eval()
-        text = task.sample(model, step_generator(config.train.seed, steps, 2), next(model.parameters()).device)
-        (out / "sample.txt").write_text(text)
+        device = next(model.parameters()).device
+        generator = torch.Generator(device).manual_seed(step_generator(config.train.seed, steps, 2).initial_seed())
+        (out / "sample.txt").write_text(task.sample(model, generator, device))
+    write_json(summary, out / "summary.json")  # last: its presence marks the run finished
     return summary

@@ -16,9 +16,10 @@ from .local.base import add, spd_solver
 
 
 def _check_theta(theta):
-    if not 0 < theta <= 1:
-        raise ValueError(f"theta must be in (0, 1] (1 = PDMM, 1/2 = averaged PDMM), got {theta}")
-    return float(theta)
+    """theta as a float, or kept as a tensor (e.g. a learned one, bridge.UnrolledPDMM) after the range check."""
+    if not bool(0 < theta <= 1):
+        raise ValueError(f"theta must be in (0, 1] (1 = PDMM, 1/2 = averaged PDMM), got {float(theta)}")
+    return theta if torch.is_tensor(theta) else float(theta)
 
 
 class PDMM:
@@ -50,7 +51,9 @@ class PDMM:
     def update_edges(self, z, y):
         """z_{j|i} <- (1 - theta) z_{j|i} + theta y_{i|j}: exchange the messages, then average."""
         received = self.graph.exchange(y)
-        return received if self.theta == 1 else torch.lerp(z, received, self.theta)
+        if not torch.is_tensor(self.theta) and self.theta == 1:
+            return received
+        return torch.lerp(z, received, self.theta)
 
 
 class QAPDMM(PDMM):

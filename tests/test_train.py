@@ -114,7 +114,7 @@ def test_same_seed_gives_identical_losses_and_another_seed_does_not(tmp_path):
 def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_metrics(tmp_path):
     command = [sys.executable, "-m", "experiments", "train", str(CONFIGS / "shakespeare_char_cpu.toml"),
                "--data", str(CORPUS), "--no-progress", *[f"--set={s}" for s in TINY],
-               "--set=train.max_iters=400", "--set=train.checkpoint_interval=50", "--set=model.dropout=0.1"]
+               "--set=train.max_iters=1500", "--set=train.checkpoint_interval=50", "--set=model.dropout=0.1"]
     subprocess.run([*command, "--out", str(tmp_path / "whole")], check=True, capture_output=True)
     victim = subprocess.Popen([*command, "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
@@ -124,7 +124,8 @@ def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_metrics(tmp_path):
         time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    assert not (tmp_path / "killed" / "summary.json").exists()  # it really was killed mid-way
+    logged = len(metrics.read_text().splitlines())
+    assert 230 <= logged < 1500 and not (tmp_path / "killed" / "summary.json").exists()  # killed mid-way
     subprocess.run([*command, "--out", str(tmp_path / "killed"), "--resume"], check=True, capture_output=True)
     assert losses(tmp_path / "killed") == losses(tmp_path / "whole")
     whole, resumed = (json.loads((tmp_path / run / "summary.json").read_text()) for run in ("whole", "killed"))
@@ -175,18 +176,19 @@ def test_bad_corpus_is_a_clear_error(tmp_path, capsys, problem):
     if problem != "missing":
         path.write_text({"empty": "", "one character": "a", "one distinct character": "a" * 1000}[problem])
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(path), "--out", str(tmp_path / "r")])
+        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(path), *[f"--set={s}" for s in TINY],
+              "--out", str(tmp_path / "r")])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and ("not found" in error if problem == "missing" else "distinct" in error)
 
 
-@pytest.mark.parametrize("setting,message", [("task.name=poetry", "unknown task 'poetry'"),
+@pytest.mark.parametrize("setting,message", [("task.name=poetry", "unknown task 'poetry'"), ("train.device=gpu", "torch device"),
                                              ("model.n_head=3", "divisible"), ("model.residual=beleif", "unknown residual")])
 def test_bad_config_values_are_clear_errors(tmp_path, capsys, setting, message):
     with pytest.raises(SystemExit):
-        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--set", setting,
-              "--out", str(tmp_path / "r")])
+        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), *[f"--set={s}" for s in TINY],
+              "--set", setting, "--out", str(tmp_path / "r")])
     assert message in capsys.readouterr().err
 
 
@@ -228,3 +230,46 @@ def test_compiled_training_matches_eager(tmp_path, residual):
     for (step, a, va), (_, b, vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled")):
         assert a == pytest.approx(b, rel=1e-4), step
     assert compiled["final"]["val_loss"] == pytest.approx(eager["final"]["val_loss"], rel=1e-4)
+
+
+def test_force_refuses_to_delete_a_directory_that_is_not_a_run(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "precious.txt").write_text("keep me")
+    with pytest.raises(SystemExit):
+        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), *[f"--set={s}" for s in TINY],
+              "--out", str(tmp_path / "data"), "--force"])
+    assert "holds no run" in capsys.readouterr().err and (tmp_path / "data" / "precious.txt").is_file()
+
+
+def test_grid_values_become_safe_directory_names(tmp_path):
+    out = tmp_path / "sweep"
+    code = main(["sweep", str(CONFIGS / "modular97.toml"), "--no-progress", "--set=task.p=5", "--set=train.max_iters=2",
+                 "--set=model.d_model=8", "--set=model.n_head=2", "--grid", "task.op=+,/", "--out", str(out)])
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["op=%2F,seed=0", "op=+,seed=0"]
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.md").read_text().count("| op=") == 2
+
+
+def test_training_and_resume_run_on_the_device(tmp_path, device, monkeypatch):
+    """A crash at step 5 (after the checkpoint at 3), then --resume: the uninterrupted run's metrics."""
+    from experiments.tasks.char_lm import CharLM
+    config = tiny_config(tmp_path, f'train.device="{device}"', "train.max_iters=6", "train.checkpoint_interval=3",
+                         "model.dropout=0.1")
+    train(config, tmp_path / "whole", progress=False)
+    draw = CharLM.train_batch
+    calls = []
+
+    def crash_at_step_5(self, generator):
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("simulated crash")
+        return draw(self, generator)
+
+    monkeypatch.setattr(CharLM, "train_batch", crash_at_step_5)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(config, tmp_path / "part", progress=False)
+    monkeypatch.setattr(CharLM, "train_batch", draw)
+    train(config, tmp_path / "part", resume=True, progress=False)
+    assert losses(tmp_path / "part") == losses(tmp_path / "whole")
+    assert (tmp_path / "part" / "sample.txt").is_file()

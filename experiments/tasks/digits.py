@@ -33,8 +33,11 @@ class Digits(Task):
         digits = load_digits()
         images = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)  # (N, 1, 8, 8) in [0, 1]
         labels = torch.tensor(digits.target)
-        train, val = train_test_split(range(len(labels)), test_size=self.options.val_fraction,
-                                      stratify=digits.target, random_state=config.train.seed)
+        try:
+            train, val = train_test_split(range(len(labels)), test_size=self.options.val_fraction,
+                                          stratify=digits.target, random_state=config.train.seed)
+        except ValueError as err:  # e.g. fewer validation images than classes
+            raise UsageError(f"task.val_fraction {self.options.val_fraction}: {err}") from None
         self.splits = {"train": (images[train], labels[train]), "val": (images[val], labels[val])}
 
     def build_model(self):

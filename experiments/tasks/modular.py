@@ -45,6 +45,9 @@ class Modular(Task):
         inputs = torch.stack([a, torch.full_like(a, p), b, torch.full_like(a, p + 1)], 1)  # a, op, b, =
         order = torch.randperm(len(c), generator=torch.Generator().manual_seed(config.train.seed))
         n_train = int(round(self.options.train_fraction * len(c)))
+        if not 1 <= n_train < len(c):
+            raise UsageError(f"task.train_fraction {self.options.train_fraction} of {len(c)} pairs leaves an empty "
+                             "split; choose a fraction that keeps both splits non-empty")
         train, val = order[:n_train], order[n_train:]
         self.splits = {"train": (inputs[train], c[train]), "val": (inputs[val], c[val])}
 

@@ -1,0 +1,81 @@
+"""Learned PDMM: per-layer rho_k and theta_k of an UnrolledPDMM trained over a family of problems.
+
+The family is distributed averaging, f_i(x) = 1/2 ||x - a_i||^2 with a_i ~ N(1, 1), on random
+graphs of a topology with n drawn from [n_min, n_max]. The training loss is the mean over a fixed
+set of training instances of log e_K^2, e_K = ||x^K - x*||_F / ||x*||_F the relative error after
+K layers (as in pdmm.solve's history["error"]), minimised full batch with Adam; the baseline is
+the best constant rho on the same training instances, which is also where training starts.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+import pdmm
+
+from .unrolled import UnrolledPDMM
+
+
+@dataclass
+class Family:
+    """Random averaging instances: `batch` of them per graph, `dim`-dimensional."""
+    topology: str = "random_geometric"
+    n_min: int = 32
+    n_max: int = 64
+    dim: int = 1
+    batch: int = 16
+
+    def sample(self, rng):
+        """(problem, x*) with x* the consensus solution, (B, n, d)."""
+        n = int(rng.integers(self.n_min, self.n_max + 1))
+        G = pdmm.topology(self.topology, n=n, seed=int(rng.integers(2**31)))
+        a = 1.0 + rng.normal(size=(self.batch, n, self.dim))
+        problem = pdmm.averaging(G, a)
+        problem.batched = True  # keep the batch axis even for batch = 1
+        x_star = torch.as_tensor(a.mean(axis=1, keepdims=True)).expand(self.batch, n, self.dim)
+        return problem, x_star
+
+
+def relative_errors(iterates, x_star):
+    """e_k = ||x^k - x*||_F / ||x*||_F per layer and instance: (K, B, n, d) -> (K, B)."""
+    return (iterates - x_star).square().sum((-2, -1)).sqrt() / x_star.square().sum((-2, -1)).sqrt()
+
+
+def fit(model, instances, steps, lr=None):
+    """Adam (lr 0.2 / K by default) on the model's rho_k, theta_k, full batch over the training
+    `instances` [(problem, x*)]; the model ends with the parameters of the lowest training loss.
+    Returns the loss (mean log e_K^2 over every instance) per step."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.2 / model.layers if lr is None else lr)
+    count = sum(len(x_star) for _, x_star in instances)
+    losses, best = [], None
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = sum(torch.log(relative_errors(model(problem), x_star)[-1].square() + 1e-300).sum()
+                   for problem, x_star in instances) / count
+        if best is None or loss.item() < min(losses):
+            best = {name: p.detach().clone() for name, p in model.named_parameters()}
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(best[name])
+    return losses
+
+
+@torch.no_grad()
+def errors(model, instances):
+    """(K, total instances) relative errors of `model` on [(problem, x*)]."""
+    return torch.cat([relative_errors(model(problem), x_star) for problem, x_star in instances], dim=1)
+
+
+def best_constant_rho(layers, instances, grid=None, theta=1.0):
+    """The rho of `grid` whose K-iteration PDMM has the smallest geometric-mean final error on `instances`."""
+    grid = np.logspace(-2, 1.5, 36) if grid is None else grid
+    scores = [torch.log(errors(UnrolledPDMM(layers, rho=float(rho), theta=theta), instances)[-1]).mean().item()
+              for rho in grid]
+    return float(grid[int(np.argmin(scores))])
+
+
+def geometric_mean(values):
+    return float(torch.exp(torch.log(values).mean()))

@@ -1,0 +1,67 @@
+"""Unrolled PDMM: K iterations of pdmm's own PDMM / QA-PDMM step as K layers of a torch module.
+
+Layer k runs pdmm.methods.PDMM(rho_k, theta_k).step: gather (edge -> node sums), fuse (the
+local x-update) and exchange (messages to the reverse edge), MATH.md 2-3, on the problem's
+compiled graph. With constant rho and theta the stacked iterates are those of pdmm.solve; with
+learnable=True each layer has its own rho_k = exp(r_k) > 0 and theta_k = sigmoid(t_k) in (0, 1),
+trained by back-propagation through the iterations (learned PDMM).
+"""
+import math
+import numbers
+
+import torch
+import torch.nn as nn
+
+from pdmm.methods import PDMM, QAPDMM
+
+METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM}
+LEARNABLE_THETA_MAX = 0.99  # sigmoid never reaches 1: a learnable theta of 1 starts here
+
+
+class UnrolledPDMM(nn.Module):
+    """forward(problem, x0=None) -> iterates x^1..x^K, (K, n, d), or (K, B, n, d) for batched problems."""
+
+    def __init__(self, layers=10, method="pdmm", rho=1.0, theta=1.0, learnable=False, eta="L"):
+        super().__init__()
+        if not (isinstance(layers, numbers.Integral) and not isinstance(layers, bool) and layers >= 1):
+            raise ValueError(f"layers must be a positive integer, got {layers!r}")
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if not (isinstance(rho, numbers.Real) and math.isfinite(rho) and rho > 0):
+            raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+        if not (isinstance(theta, numbers.Real) and 0 < theta <= 1):
+            raise ValueError(f"theta must be in (0, 1], got {theta!r}")
+        self.layers, self.method, self.eta, self.learnable = layers, method, eta, learnable
+        log_rho = torch.full((layers,), math.log(rho), dtype=torch.float64)
+        if learnable:
+            t = min(theta, LEARNABLE_THETA_MAX)
+            self.log_rho = nn.Parameter(log_rho)
+            self.theta_logit = nn.Parameter(torch.full((layers,), math.log(t / (1 - t)), dtype=torch.float64))
+        else:
+            self.register_buffer("log_rho", log_rho)
+            self.register_buffer("theta_fixed", torch.full((layers,), float(theta), dtype=torch.float64))
+
+    def rho(self):
+        """(K,) penalty of each layer."""
+        return self.log_rho.exp()
+
+    def theta(self):
+        """(K,) averaging weight of each layer."""
+        return torch.sigmoid(self.theta_logit) if self.learnable else self.theta_fixed
+
+    def forward(self, problem, x0=None):
+        """Run K iterations of the method on `problem` from x0 (default 0), in this module's dtype and device."""
+        dtype, device = self.log_rho.dtype, self.log_rho.device
+        graph, local, edges = problem.compile(device, dtype)
+        x = torch.zeros(problem.n, problem.batch, problem.dim, dtype=dtype, device=device) if x0 is None else x0
+        rho, theta = self.rho(), self.theta()
+        params = {"eta": self.eta} if self.method == "qa-pdmm" else {}
+        state, iterates = None, []
+        for k in range(self.layers):
+            layer = METHODS[self.method](graph, local, edges, rho[k], theta[k] if self.learnable else float(theta[k]),
+                                         **params)
+            state = layer.init(x) if state is None else state
+            state = layer.step(state)
+            iterates.append(state["x"])
+        x = torch.stack(iterates)  # (K, n, B, d)
+        return x.permute(0, 2, 1, 3) if problem.batched else x[:, :, 0]

@@ -4,7 +4,8 @@ Layer k runs pdmm.methods.PDMM(rho_k, theta_k).step: gather (edge -> node sums),
 local x-update) and exchange (messages to the reverse edge), MATH.md 2-3, on the problem's
 compiled graph. With constant rho and theta the stacked iterates are those of pdmm.solve; with
 learnable=True each layer has its own rho_k = exp(r_k) > 0 and theta_k = sigmoid(t_k) in (0, 1),
-trained by back-propagation through the iterations (learned PDMM).
+trained by back-propagation through the iterations (learned PDMM). Between layers with
+different rho the z state is shifted so that the multipliers lambda carry over unchanged.
 """
 import math
 import numbers
@@ -60,8 +61,22 @@ class UnrolledPDMM(nn.Module):
         for k in range(self.layers):
             layer = METHODS[self.method](graph, local, edges, rho[k], theta[k] if self.learnable else float(theta[k]),
                                          **params)
-            state = layer.init(x) if state is None else state
+            state = layer.init(x) if state is None else rescaled(state, graph, edges, rho[k] - rho[k - 1])
             state = layer.step(state)
             iterates.append(state["x"])
         x = torch.stack(iterates)  # (K, n, B, d)
         return x.permute(0, 2, 1, 3) if problem.batched else x[:, :, 0]
+
+
+def rescaled(state, graph, edges, delta):
+    """The state for a penalty changed by delta, with the same multipliers lambda.
+
+    z_{i|j} = lambda + rho (A_ji x_j - b_ij / 2) (the relation PDMM.init sets up), so a new rho
+    adds delta (A_ji x_j - b_ij / 2): PDMM.init's term for the current x with rho = delta.
+    Without it a changed rho would jolt every multiplier by delta x_j.
+    """
+    if not torch.is_tensor(delta) or not delta.requires_grad and float(delta) == 0:
+        return state
+    x = state["x"]
+    zero = torch.zeros(edges.state_shape(x.shape[1], x.shape[2]), dtype=x.dtype, device=x.device)
+    return {**state, "z": state["z"] + graph.exchange(edges.messages(zero, x, delta)) / 2}

@@ -37,12 +37,16 @@ def edge_terms(edges):
 
 
 def loop_pdmm_lambda(G, P, q, edges, rho, x0, iterations):
-    """PDMM, lambda-form, one node at a time (quadratic f_i: the argmin is a linear solve)."""
+    """PDMM, lambda-form, one node at a time (quadratic f_i: the argmin is a linear solve).
+
+    rho: a number, or one per iteration (rho_k in both the x- and the lambda-update of iteration k).
+    """
     A, b = edge_terms(edges)
     x = {i: x0[i].copy() for i in G}
     lam = {e: np.zeros(len(b[e])) for e in A}  # lam[(i, j)] = lambda_{i|j}, held by i, sent to j
     out = []
-    for _ in range(iterations):
+    rhos = np.broadcast_to(rho, (iterations,))
+    for rho in rhos:
         new = {}
         for i in G:
             lhs, rhs = P[i].copy(), q[i].copy()

@@ -32,8 +32,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.d_model, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, graph=None):
-        x = x + self.attn(self.ln_1(x), graph)
+    def forward(self, x, graph=None, memory=None):
+        x = x + self.attn(self.ln_1(x), graph, memory)
         return x + self.mlp(self.ln_2(x))
 
 

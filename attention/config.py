@@ -3,7 +3,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-RESIDUALS = ("standard", "attentionx", "belief", "belief_star", "concat")
+RESIDUALS = ("standard", "attentionx", "belief", "belief_star", "concat", "accumulated")
 KERNELS = ("softmax", "diff", "linear")
 
 
@@ -13,10 +13,13 @@ class AttentionConfig:
 
     residual: what replaces MH(X) before W^o (MATH.md 5): "standard" MH, "attentionx" V - gamma MH,
         "belief" MH - alpha V per token, "belief_star" belief plus a per-head belief signal through
-        an extra W^s, "concat" [MH, V] through a 2 d_model-wide W^o.
+        an extra W^s, "concat" [MH, V] through a 2 d_model-wide W^o, "accumulated" the standard
+        update plus beta times the sum of the earlier layers' updates (a dual memory, like PDMM's
+        lambda; it needs the model to pass a SignalMemory through its layers).
     gamma: AttentionX's weight; the paper takes gamma >= 1 (1 for ViTs, 3 for causal LMs), values in
         [0, 1) are allowed for ablations. With kernel "diff", MH is the normalised, (1 - lambda_init)-
         scaled head output, so V and gamma MH are on different scales.
+    beta: the weight of the accumulated earlier updates for residual "accumulated".
     kernel: "softmax", "diff" (differential attention; needs an even head size and a layer index; no
         attention dropout) or "linear" (elu + 1 feature map; no attention dropout).
     symmetric: tie K to Q (no W^K), with any kernel.
@@ -26,6 +29,7 @@ class AttentionConfig:
     n_head: int = 4
     residual: str = "standard"
     gamma: float = 1.0
+    beta: float = 1.0
     kernel: str = "softmax"
     symmetric: bool = False
     dropout: float = 0.0
@@ -43,8 +47,10 @@ class AttentionConfig:
             raise ValueError(f"unknown residual {self.residual!r}; choose one of {', '.join(RESIDUALS)}")
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(KERNELS)}")
-        if not (isinstance(self.gamma, numbers.Real) and not isinstance(self.gamma, bool) and 0 <= self.gamma < math.inf):
-            raise ValueError(f"gamma must be a finite number >= 0, got {self.gamma!r}")
+        for name in ("gamma", "beta"):
+            value = getattr(self, name)
+            if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.kernel == "diff" and self.head_size % 2:
             raise ValueError(f"kernel 'diff' splits each head in two; the head size d_model / n_head = "
                              f"{self.head_size} must be even")

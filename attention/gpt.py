@@ -5,6 +5,7 @@ import torch.nn.functional as F
 
 from .block import Block, init_weights
 from .graph import TokenGraph
+from .mha import SignalMemory
 
 
 class GPT(nn.Module):
@@ -32,8 +33,9 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {T} exceeds block_size {self.block_size}")
         graph = TokenGraph.causal(T)
         x = self.drop(self.wte(idx) + self.wpe(torch.arange(T, device=idx.device)))  # (B, T, C)
+        memory = SignalMemory()  # for residual "accumulated"
         for block in self.blocks:
-            x = block(x, graph)
+            x = block(x, graph, memory)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
         loss = None if targets is None else F.cross_entropy(logits.view(B * T, -1), targets.reshape(-1))
         return logits, loss

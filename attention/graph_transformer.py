@@ -9,7 +9,7 @@ import torch.nn as nn
 from .block import Block, init_weights
 from .gat import GraphAttention
 from .graph import TokenGraph
-from .mha import MultiHeadAttention
+from .mha import MultiHeadAttention, SignalMemory
 
 LAYERS = {"attention": MultiHeadAttention, "gat": GraphAttention}
 
@@ -42,8 +42,8 @@ class GraphTransformer(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.in_features:
             raise ValueError(f"expected node features of shape (B, n, {self.in_features}), got {tuple(x.shape)}")
         h = self.embed(x)  # (B, n, C)
-        readouts = []
+        readouts, memory = [], SignalMemory()  # memory: for residual "accumulated"
         for layer in range(self.n_layer):
-            h = self.blocks[0 if self.tied else layer](h, graph)
+            h = self.blocks[0 if self.tied else layer](h, graph, memory)
             readouts.append(self.readout(self.ln_f(h)))
         return torch.stack(readouts)

@@ -42,8 +42,9 @@ class MultiHeadAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.probes = {}
 
-    def forward(self, x, graph=None):
-        """x: (B, T, d_model); graph: TokenGraph over T tokens, or None for full attention."""
+    def forward(self, x, graph=None, memory=None):
+        """x: (B, T, d_model); graph: TokenGraph over T tokens, or None for full attention; memory: the
+        SignalMemory a model passes through its layers (used by residual "accumulated" only)."""
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected input of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         graph = resolve(graph, x.shape[1])
@@ -54,6 +55,8 @@ class MultiHeadAttention(nn.Module):
         y = self.c_proj(r)
         if self.config.residual == "belief_star":  # + Concat(Delta^s_1..Delta^s_M) W^s
             y = y + self.c_proj_s(orthogonal_part(split(mh, self.config.n_head), split(v_all, self.config.n_head)).flatten(-2))
+        if self.config.residual == "accumulated" and memory is not None:  # S_l + beta sum_{m < l} S_m
+            y = memory.accumulate(y, self.config.beta)
         if self.config.probe:
             self.record(q, k, mh, v_all, r, graph)
         return self.resid_dropout(y)
@@ -98,7 +101,7 @@ class MultiHeadAttention(nn.Module):
     def residual_signal(self, mh, v):
         """R from MH(X) and V(X), both (B, T, C) (MATH.md 5)."""
         residual, gamma = self.config.residual, self.config.gamma
-        if residual == "standard":
+        if residual in ("standard", "accumulated"):
             return mh
         if residual == "attentionx":
             return torch.sub(v, mh, alpha=gamma)  # V - gamma MH
@@ -117,6 +120,19 @@ class MultiHeadAttention(nn.Module):
             self.probes["entropy"] = entropy
         if self.config.kernel == "diff":
             self.probes["lambda"] = self.diff_lambda().detach()
+
+
+class SignalMemory:
+    """The running sum of the updates S_m = MH_m W^o of the layers run so far in one forward pass."""
+
+    def __init__(self):
+        self.total = None
+
+    def accumulate(self, update, beta):
+        """update + beta * (sum of the earlier updates); then remember update."""
+        out = update if self.total is None else update + beta * self.total
+        self.total = update if self.total is None else self.total + update
+        return out
 
 
 def merge(heads):

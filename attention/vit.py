@@ -4,6 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .block import Block, init_weights
+from .mha import SignalMemory
 
 
 class ViT(nn.Module):
@@ -34,8 +35,9 @@ class ViT(nn.Module):
         x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, P, C)
         x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1) + self.pos_embed
         x = self.drop(x)
+        memory = SignalMemory()  # for residual "accumulated"
         for block in self.blocks:
-            x = block(x)
+            x = block(x, None, memory)
         logits = self.head(self.ln_f(x[:, 0]))
         loss = None if targets is None else F.cross_entropy(logits, targets)
         return logits, loss

@@ -35,6 +35,7 @@ class ModelConfig:
     bias: bool = False
     residual: str = "standard"
     gamma: float = 1.0
+    beta: float = 1.0
     kernel: str = "softmax"
     symmetric: bool = False
 
@@ -68,7 +69,7 @@ class RunConfig:
 
 
 TABLES = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
-NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma"}
+NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma", "beta"}
 
 
 def load_config(path, overrides=()):

@@ -64,7 +64,7 @@ def attention_output(module, x, mask):
     """R W^o + b for every residual (MATH.md 5)."""
     cfg = module.config
     mh, v = multi_head(module, x, mask)
-    if cfg.residual == "standard":
+    if cfg.residual in ("standard", "accumulated"):  # a lone layer has no earlier updates to add
         r = mh
     elif cfg.residual == "attentionx":
         r = v - cfg.gamma * mh

@@ -13,7 +13,7 @@ B, T, C, NH = 2, 12, 16, 4
 
 def module_for(residual="standard", kernel="softmax", symmetric=False, layer_index=1, probe=False, bias=True):
     torch.manual_seed(0)
-    cfg = AttentionConfig(d_model=C, n_head=NH, residual=residual, kernel=kernel, symmetric=symmetric, gamma=3.0,
+    cfg = AttentionConfig(d_model=C, n_head=NH, residual=residual, kernel=kernel, symmetric=symmetric, gamma=3.0, beta=0.7,
                           probe=probe, bias=bias)
     return MultiHeadAttention(cfg, layer_index=layer_index).double()
 
@@ -148,3 +148,24 @@ def test_bad_calls_are_rejected_with_a_clear_message():
         GraphAttention(AttentionConfig(16, 4, kernel="linear"))
     with pytest.raises(ValueError, match="unknown layer"):
         GraphTransformer(AttentionConfig(16, 4), 2, layer="gcn")
+
+
+def test_accumulated_adds_beta_times_the_earlier_layers_updates():
+    """S_1, S_2 + beta S_1, S_3 + beta (S_1 + S_2) with S_l the standard update of layer l."""
+    from attention.mha import SignalMemory
+    x = torch.randn(B, T, C, dtype=torch.float64)
+    layers = [module_for("accumulated") for _ in range(3)]
+    for seed, layer in enumerate(layers):
+        torch.manual_seed(seed)
+        for p in layer.parameters():
+            torch.nn.init.normal_(p, std=0.3)
+    cfg = layers[0].config
+    standard = [MultiHeadAttention(AttentionConfig(d_model=C, n_head=NH), layer_index=1).double() for _ in range(3)]
+    for s, a in zip(standard, layers):
+        s.load_state_dict(a.state_dict())  # same names and shapes as standard
+    memory, inputs = SignalMemory(), [x, x.flip(1), x * 2]
+    got = [layer(h, TokenGraph.causal(T), memory) for layer, h in zip(layers, inputs)]
+    S = [s(h, TokenGraph.causal(T)) for s, h in zip(standard, inputs)]
+    for actual, expected in zip(got, [S[0], S[1] + cfg.beta * S[0], S[2] + cfg.beta * (S[0] + S[1])]):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(layers[0](x, TokenGraph.causal(T)), S[0], rtol=0, atol=1e-12)  # no memory: standard

@@ -54,7 +54,7 @@ def attention_config(model):
     """attention.AttentionConfig from the [model] table; its errors become usage errors."""
     try:
         return attention.AttentionConfig(d_model=model.d_model, n_head=model.n_head, residual=model.residual,
-                                         gamma=model.gamma, kernel=model.kernel, symmetric=model.symmetric,
+                                         gamma=model.gamma, beta=model.beta, kernel=model.kernel, symmetric=model.symmetric,
                                          dropout=model.dropout, bias=model.bias)
     except ValueError as err:
         raise UsageError(f"[model]: {err}") from None

@@ -43,15 +43,16 @@ def relative_errors(iterates, x_star):
 
 def fit(model, instances, steps, lr=None):
     """Adam (lr 0.2 / K by default) on the model's rho_k, theta_k, full batch over the training
-    `instances` [(problem, x*)]; the model ends with the parameters of the lowest training loss.
+    `instances` [(problem, x*)] or [(problem, x*, x0)]; the model ends with the parameters of the
+    lowest training loss.
     Returns the loss (mean log e_K^2 over every instance) per step."""
     optimizer = torch.optim.Adam(model.parameters(), lr=0.2 / model.layers if lr is None else lr)
-    count = sum(len(x_star) for _, x_star in instances)
+    count = sum(len(instance[1]) for instance in instances)
     losses, best = [], None
     for _ in range(steps):
         optimizer.zero_grad()
-        loss = sum(torch.log(relative_errors(model(problem), x_star)[-1].square() + 1e-300).sum()
-                   for problem, x_star in instances) / count
+        loss = sum(torch.log(relative_errors(model(problem, *start), x_star)[-1].square() + 1e-300).sum()
+                   for problem, x_star, *start in instances) / count
         if best is None or loss.item() < min(losses):
             best = {name: p.detach().clone() for name, p in model.named_parameters()}
         losses.append(loss.item())
@@ -66,7 +67,7 @@ def fit(model, instances, steps, lr=None):
 @torch.no_grad()
 def errors(model, instances):
     """(K, total instances) relative errors of `model` on [(problem, x*)]."""
-    return torch.cat([relative_errors(model(problem), x_star) for problem, x_star in instances], dim=1)
+    return torch.cat([relative_errors(model(problem, *start), x_star) for problem, x_star, *start in instances], dim=1)
 
 
 def best_constant_rho(layers, instances, grid=None, theta=1.0):

@@ -51,10 +51,16 @@ class UnrolledPDMM(nn.Module):
         return torch.sigmoid(self.theta_logit) if self.learnable else self.theta_fixed
 
     def forward(self, problem, x0=None):
-        """Run K iterations of the method on `problem` from x0 (default 0), in this module's dtype and device."""
+        """Run K iterations of the method on `problem` from x0 (default 0; shaped like the iterates, (n, d)
+        or (B, n, d)), in this module's dtype and device."""
         dtype, device = self.log_rho.dtype, self.log_rho.device
         graph, local, edges = problem.compile(device, dtype)
-        x = torch.zeros(problem.n, problem.batch, problem.dim, dtype=dtype, device=device) if x0 is None else x0
+        shape = (problem.n, problem.batch, problem.dim)
+        if x0 is None:
+            x = torch.zeros(shape, dtype=dtype, device=device)
+        else:
+            x0 = torch.as_tensor(x0, dtype=dtype, device=device)
+            x = (x0.permute(1, 0, 2) if problem.batched else x0.unsqueeze(1)).reshape(shape)
         rho, theta = self.rho(), self.theta()
         params = {"eta": self.eta} if self.method == "qa-pdmm" else {}
         state, iterates = None, []

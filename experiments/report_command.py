@@ -5,7 +5,7 @@
 
 Each row is a variant (runs that differ only in seed, labelled as by `pdmm-bridge plot`): seeds
 finished / total, then for each metric its final value (at the last evaluation) and its best
-(min for losses, max for accuracies) as mean ± std over the finished seeds (std with ddof = 1;
+(min for losses and errors, max for accuracies) as mean ± std over the finished seeds (std with ddof = 1;
 one seed shows its value alone), the parameter count, seconds per step and tokens/s (mean).
 Failed, pending and unfinished runs are listed below the table. Figures of val_loss and val_acc
 (or of each --metrics metric) over the finished runs are saved beside report.md and linked.
@@ -18,6 +18,7 @@ import numpy as np
 from .common import UsageError
 from .plot_command import plot_groups
 from .runs import IGNORED_KEYS, expand, flat_config, group_runs, label, read_sweep
+from .train import lower_is_better
 
 DEFAULT_METRICS = ("val_loss", "val_acc", "train_acc")
 DEFAULT_FIGURES = ("val_loss", "val_acc")
@@ -112,7 +113,7 @@ def _header(path, sweep, finished, metrics):
     if versions:
         lines.append(f"Finished runs: {'; '.join(versions)}.")
     lines += ["", "Mean ± std over finished seeds (std with ddof = 1; one seed: its value). Final: at the last "
-              "evaluation; best: min over evaluations for losses, max for accuracies.", ""]
+              "evaluation; best: min over evaluations for losses and errors, max for accuracies.", ""]
     return lines
 
 
@@ -170,7 +171,7 @@ def best(run, metric):
     value = run.summary.get("best", {}).get(metric)
     if value is None:
         _, _, values = run.series(metric)
-        pick = np.min if "loss" in metric else np.max if "acc" in metric else None
+        pick = np.min if lower_is_better(metric) else np.max if "acc" in metric else None
         value = pick(values) if pick and len(values) else None
     return value
 

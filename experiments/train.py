@@ -35,6 +35,11 @@ class TrainingDiverged(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
+def lower_is_better(metric):
+    """Losses and errors are minimised; everything else (accuracies) maximised."""
+    return "loss" in metric or "error" in metric
+
+
 def learning_rate(step, train):
     """Linear warm-up to lr over warmup_iters, then cosine decay to min_lr at max_iters (nanoGPT)."""
     if step < train.warmup_iters:
@@ -169,7 +174,8 @@ def train(config, out, resume=False, force=False, progress=True):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             tick = time.perf_counter()
-            batch = tuple(t.to(device) for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
+            batch = tuple(t.to(device) if torch.is_tensor(t) else t  # e.g. a TokenGraph stays as it is
+                          for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
             with autocast:
                 loss, _ = task.loss(forward, batch)
             optimizer.zero_grad(set_to_none=True)
@@ -217,7 +223,7 @@ def finish(task, model, config, out, state, params):
     steps = config.train.max_iters
     seconds_per_step = (state["train_seconds"] / state["timed_steps"] if state["timed_steps"]
                         else state["first_seconds"])
-    best = {m: (min if "loss" in m else max)(row[m] for row in evals) for m in task.metrics}
+    best = {m: (min if lower_is_better(m) else max)(row[m] for row in evals) for m in task.metrics}
     summary = {"status": "finished", "steps": steps, "params": params, "seconds_per_step": seconds_per_step,
                "tokens_per_second": (config.train.batch_size * task.tokens_per_example / seconds_per_step
                                      if task.tokens_per_example else None),

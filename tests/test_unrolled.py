@@ -87,3 +87,12 @@ def test_learnable_parameters_stay_in_range():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         UnrolledPDMM(**kwargs)
+
+
+def test_a_start_x0_in_the_problems_layout_matches_pdmm_solve():
+    for batch in (None, 3):
+        problem = make_problem("least_squares", "ring", {}, batch=batch)
+        x0 = np.random.default_rng(4).normal(size=(12, 3) if batch is None else (batch, 12, 3))
+        xs = UnrolledPDMM(layers=4, rho=0.9)(problem, x0=x0)
+        result = pdmm.solve(problem, method="pdmm", rho=0.9, max_iter=4, tol=0, x0=x0)
+        np.testing.assert_allclose(xs[-1].numpy(), np.asarray(result.x), rtol=0, atol=1e-10)

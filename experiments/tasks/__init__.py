@@ -3,6 +3,7 @@ from ..common import UsageError
 from .base import Task
 from .char_lm import CharLM
 from .digits import Digits
+from .graph_consensus import GraphConsensus
 from .modular import Modular
 
 TASKS = {}
@@ -21,7 +22,7 @@ def build_task(config):
     return TASKS[config.task.name](config)
 
 
-for _task in (CharLM, Modular, Digits):
+for _task in (CharLM, Modular, Digits, GraphConsensus):
     register(_task)
 
 __all__ = ["TASKS", "Task", "build_task", "register"]

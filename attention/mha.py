@@ -57,9 +57,10 @@ class MultiHeadAttention(nn.Module):
             y = y + self.c_proj_s(orthogonal_part(split(mh, self.config.n_head), split(v_all, self.config.n_head)).flatten(-2))
         if self.config.residual == "accumulated" and memory is not None:  # S_l + beta sum_{m < l} S_m
             y = memory.accumulate(y, self.config.beta)
+        y = self.resid_dropout(y)
         if self.config.probe:
-            self.record(q, k, mh, v_all, r, graph)
-        return self.resid_dropout(y)
+            self.record(x, q, k, mh, v_all, r, y, graph)
+        return y
 
     def projection_width(self):
         """Output width of c_attn: Q, K, V (K = Q when symmetric)."""
@@ -110,9 +111,10 @@ class MultiHeadAttention(nn.Module):
         return orthogonal_part(mh, v)  # belief and belief_star
 
     @torch.no_grad()
-    def record(self, q, k, mh, v, r, graph):
-        """Keep the last forward's signals (detached) for analysis."""
-        self.probes = {"mh": mh.detach(), "v": v.detach(), "residual": r.detach()}
+    def record(self, x, q, k, mh, v, r, y, graph):
+        """Keep the last forward's signals (detached) for analysis: also the layer's input x and its update y."""
+        self.probes = {"mh": mh.detach(), "v": v.detach(), "residual": r.detach(), "input": x.detach(),
+                       "update": y.detach()}
         if self.config.residual in ("belief", "belief_star"):
             self.probes["alpha"] = projection_coefficient(mh, v)
         entropy = self.entropy(q, k, graph)

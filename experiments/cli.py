@@ -5,10 +5,12 @@ To add a command, write experiments/<name>_command.py and list it in COMMANDS.
 import argparse
 import sys
 
-from . import compare_command, learn_pdmm_command, plot_command, report_command, solve_command, sweep_command, train_command
+from . import (compare_command, learn_pdmm_command, plot_command, probe_command, report_command, solve_command,
+               sweep_command, train_command)
 from .common import UsageError, tune_allocator
 
-COMMANDS = [solve_command, train_command, sweep_command, plot_command, report_command, learn_pdmm_command, compare_command]
+COMMANDS = [solve_command, train_command, sweep_command, plot_command, report_command, learn_pdmm_command,
+            compare_command, probe_command]
 
 
 class Parser(argparse.ArgumentParser):

@@ -29,7 +29,6 @@ through scaled_dot_product_attention and the edge list through gather / aggregat
 import argparse
 import itertools
 import os
-import platform
 import statistics
 import time
 
@@ -39,20 +38,13 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import attention
 from experiments.common import tune_allocator
+from machine import cpu_model
 
 # (residual, kernel, symmetric, target ratio or None)
 ROWS = [("standard", "softmax", False, None), ("attentionx", "softmax", False, 1.05),
         ("belief", "softmax", False, 1.08), ("belief_star", "softmax", False, 1.15),
         ("concat", "softmax", False, None), ("standard", "diff", False, None),
         ("standard", "linear", False, None), ("standard", "softmax", True, None)]
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def timed(fn, device):

@@ -21,7 +21,6 @@ torch.compile (pdmm.solve(..., compile=True)).
 """
 import argparse
 import os
-import platform
 import statistics
 import time
 
@@ -30,14 +29,7 @@ import torch
 
 import pdmm
 from experiments.common import tune_allocator
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+from machine import cpu_model
 
 
 def timed(fn, k, device):

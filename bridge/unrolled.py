@@ -81,7 +81,7 @@ def rescaled(state, graph, edges, delta):
     adds delta (A_ji x_j - b_ij / 2): PDMM.init's term for the current x with rho = delta.
     Without it a changed rho would jolt every multiplier by delta x_j.
     """
-    if not torch.is_tensor(delta) or not delta.requires_grad and float(delta) == 0:
+    if not delta.requires_grad and float(delta) == 0:  # constant rho: exactly pdmm.solve's state
         return state
     x = state["x"]
     zero = torch.zeros(edges.state_shape(x.shape[1], x.shape[2]), dtype=x.dtype, device=x.device)

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -121,7 +122,6 @@ def train(config, out, resume=False, force=False, progress=True):
     """
     out = prepare_directory(out, resume, force)
     if resume:
-        import tomllib
         stored = from_tables(tomllib.loads((out / "config.toml").read_text()), source=str(out / "config.toml"))
         if to_tables(stored) != to_tables(config):
             raise UsageError(f"the config differs from the one {out} was started with ({out / 'config.toml'}); "

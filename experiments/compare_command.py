@@ -141,6 +141,8 @@ def run(args):
         for seed in seeds:
             config = load_config(args.config, [*args.overrides, f"model.residual={residual}", f"train.seed={seed}"])
             run_dir = out / "runs" / run_name({"model.residual": residual}, seed)
+            if (run_dir / "config.toml").is_file() and load_config(run_dir / "config.toml") != config:
+                raise UsageError(f"{run_dir} was trained with a different config; choose another --out")
             if not (run_dir / "summary.json").is_file():
                 train(config, run_dir, resume=(run_dir / CHECKPOINT).is_file(), force=True,
                       progress=not args.no_progress)

@@ -68,6 +68,9 @@ def test_compare_writes_one_csv_row_per_method_set_and_round(tmp_path):
     assert len(rows) == len(methods) * len(sets) * 3
     assert all(0 < float(r["error_p10"]) <= float(r["error_p90"]) for r in rows)
     assert (out / "compare.png").is_file() and "<!-- begin compare -->" in (tmp_path / "R.md").read_text()
+    with pytest.raises(SystemExit):  # the trained runs are reused only under the same config
+        main(["compare", str(CONFIG), "--residuals", "standard", *[f"--set={s}" for s in TINY], "--set=model.beta=0.5",
+              "--test-graphs", "1", "--out", str(out), "--no-progress"])
 
 
 def test_compare_rejects_other_tasks(tmp_path, capsys):

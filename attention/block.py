@@ -33,7 +33,10 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, graph=None, memory=None):
-        x = x + self.attn(self.ln_1(x), graph, memory)
+        update = self.attn(self.ln_1(x), graph, memory)
+        if self.attn.config.probe:
+            self.attn.probes["token"] = x.detach()  # the residual stream the update is added to
+        x = x + update
         return x + self.mlp(self.ln_2(x))
 
 

@@ -28,6 +28,8 @@ class Family:
     def sample(self, rng):
         """(problem, x*) with x* the consensus solution, (B, n, d)."""
         n = int(rng.integers(self.n_min, self.n_max + 1))
+        if self.topology in ("grid", "torus"):  # k x k: a prime n would make a 1 x n path
+            n = int(np.clip(round(np.sqrt(n)), np.ceil(np.sqrt(self.n_min)), np.floor(np.sqrt(self.n_max)))) ** 2
         G = pdmm.topology(self.topology, n=n, seed=int(rng.integers(2**31)))
         a = 1.0 + rng.normal(size=(self.batch, n, self.dim))
         problem = pdmm.averaging(G, a)
@@ -75,7 +77,7 @@ def best_constant_rho(layers, instances, grid=None, theta=1.0):
     grid = np.logspace(-2, 1.5, 36) if grid is None else grid
     scores = [torch.log(errors(UnrolledPDMM(layers, rho=float(rho), theta=theta), instances)[-1]).mean().item()
               for rho in grid]
-    return float(grid[int(np.argmin(scores))])
+    return float(grid[int(np.nanargmin(scores))])
 
 
 def geometric_mean(values):

@@ -46,8 +46,8 @@ def add_parser(subparsers):
     parser = subparsers.add_parser("learn-pdmm", help="learned PDMM against the best constant rho",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=layer_list, default=[10, 20], help="K values (default 10,20)")
-    parser.add_argument("--train-graphs", type=int, default=16, help="training graphs (x 8 instances each)")
-    parser.add_argument("--test-graphs", type=int, default=16, help="held-out graphs per set (x 8 instances)")
+    parser.add_argument("--train-graphs", type=int, default=16, help="training graphs (x 16 instances each)")
+    parser.add_argument("--test-graphs", type=int, default=16, help="held-out graphs per set (x 16 instances)")
     parser.add_argument("--steps", type=int, default=150, help="full-batch Adam steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/learned-pdmm", help="output directory")

@@ -7,7 +7,7 @@ of the task's data. Per layer l, averaged over tokens (MATH.md 5):
 
     phi_ratio    ||V - gamma MH|| / ||V||      AttentionX's discrepancy Phi (gamma of the run, 1 if unset)
     delta_ratio  ||MH - alpha V|| / ||MH||     belief's discrepancy Delta, alpha per token
-    cos_update   cos(update, input)            the layer's update against the token it is added to
+    cos_update   cos(update, token)            the layer's update against the token (residual stream) it is added to
 
 whatever the run's residual signal, so runs are comparable. The AttentionX paper argues the
 discrepancy shrinks with depth, as PDMM's residual does with iterations; the figure shows the
@@ -51,7 +51,7 @@ def norm_ratio(a, b):
 
 
 def layer_statistics(probes, gamma):
-    mh, v, x, y = probes["mh"], probes["v"], probes["input"], probes["update"]
+    mh, v, x, y = probes["mh"], probes["v"], probes["token"], probes["update"]
     alpha = (mh * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True).clamp_min(torch.finfo(v.dtype).tiny)
     return {"phi_ratio": norm_ratio(v - gamma * mh, v), "delta_ratio": norm_ratio(mh - alpha * v, mh),
             "cos_update": float(torch.nn.functional.cosine_similarity(y, x, dim=-1).mean())}
@@ -71,6 +71,9 @@ def run(args):
     model = task.build_model()
     model.load_state_dict(torch.load(run_dir / CHECKPOINT, map_location="cpu", weights_only=False)["model"])
     model.eval()
+    if getattr(model, "tied", False):
+        raise UsageError(f"{run_dir} is a tied GraphTransformer: one block serves every layer, so its probes "
+                         "cannot be told apart by layer")
     layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     for layer in layers:
         layer.config.probe = True
@@ -109,7 +112,7 @@ def plot_probe(totals, residual, name, path):
     left, right = fig.subplots(1, 2)
     layers = range(1, len(totals) + 1)
     for key, label in (("phi_ratio", "||V - gamma MH|| / ||V||"), ("delta_ratio", "||Delta|| / ||MH||"),
-                       ("cos_update", "cos(update, input)")):
+                       ("cos_update", "cos(update, token)")):
         left.plot(layers, [t[key] for t in totals], "o-", label=label)
     left.set(xlabel="layer", title=f"attention ({name} run)")
     right.plot(range(1, len(residual) + 1), residual, "o-", color="black", label="PDMM residual / first")

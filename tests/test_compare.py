@@ -77,3 +77,18 @@ def test_compare_rejects_other_tasks(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["compare", str(CONFIG.parent / "modular97.toml"), "--out", str(tmp_path / "c")])
     assert "graph_consensus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method,params", [("pdmm", {"theta": 1.0}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}),
+                                           ("admm", {})])
+def test_round_r_of_every_classical_method_has_heard_only_r_hops(method, params):
+    """From x0 = a, as compare runs them, a change at node 0 of a path reaches node k at round k, not before."""
+    G = nx.path_graph(8)
+    a = np.random.default_rng(0).normal(size=(8, 1))
+    moved = a.copy()
+    moved[0] += 1.0
+    for rounds in (1, 2, 3):
+        x = [np.asarray(pdmm.solve(pdmm.averaging(G, values), method=method, rho=0.7, max_iter=rounds, tol=0,
+                                   x0=values, **params).x) for values in (a, moved)]
+        changed = np.abs(x[0] - x[1])[:, 0] > 1e-12
+        assert changed.tolist() == [k <= rounds for k in range(8)], (rounds, changed)

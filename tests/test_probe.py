@@ -47,9 +47,25 @@ def test_probe_needs_a_checkpoint(tmp_path, capsys):
 
 def test_layer_statistics_against_direct_formulas():
     mh, v, x, y = (torch.randn(2, 5, 8, dtype=torch.float64) for _ in range(4))
-    stats = layer_statistics({"mh": mh, "v": v, "input": x, "update": y}, gamma=3.0)
+    stats = layer_statistics({"mh": mh, "v": v, "token": x, "update": y}, gamma=3.0)
     alpha = (mh * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True)
     assert stats["phi_ratio"] == pytest.approx(((v - 3 * mh).norm(dim=-1) / v.norm(dim=-1)).mean().item())
     assert stats["delta_ratio"] == pytest.approx(((mh - alpha * v).norm(dim=-1) / mh.norm(dim=-1)).mean().item())
     cos = (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
     assert stats["cos_update"] == pytest.approx(cos.mean().item())
+
+
+def test_probe_token_is_the_residual_stream_and_tied_models_are_refused(tmp_path, capsys):
+    from attention import AttentionConfig, Block
+    block = Block(AttentionConfig(d_model=8, n_head=2, probe=True), layer_index=1)
+    x = torch.randn(2, 5, 8)
+    block(x)
+    torch.testing.assert_close(block.attn.probes["token"], x)  # not LN(x), which the attention reads
+    torch.testing.assert_close(block.attn.probes["input"], block.ln_1(x).detach())
+    run = tmp_path / "tied"
+    train(load_config(CONFIGS / "graph_consensus.toml", ["train.max_iters=2", "train.eval_interval=2", "model.n_layer=2",
+                                                         "model.d_model=16", "model.n_head=2", "train.batch_size=2",
+                                                         "task.val_graphs=1", "task.tied=true"]), run, progress=False)
+    with pytest.raises(SystemExit):
+        main(["probe", str(run)])
+    assert "tied" in capsys.readouterr().err

@@ -32,17 +32,19 @@ def test_layers_equal_pdmm_solve_iterate_by_iterate(kind, topology, params, meth
     assert (xs[-1] - xs[0]).abs().max() > 1e-3  # the layers do move
 
 
-def test_per_layer_rho_equals_lambda_form_pdmm_with_rho_k_in_iteration_k():
+@pytest.mark.parametrize("consensus,start", [(False, False), (True, False), (True, True)])
+def test_per_layer_rho_equals_lambda_form_pdmm_with_rho_k_in_iteration_k(consensus, start):
     """Changing rho between layers keeps the multipliers: the lambda-form loop with rho_k per iteration."""
     from test_loop_reference import loop_pdmm_lambda, setup
-    G, P, q, edges = setup(seed=2)
+    G, P, q, edges = setup(seed=2, consensus=consensus)
+    x0 = np.random.default_rng(1).normal(size=q.shape) if start else np.zeros_like(q)
     rhos = np.array([0.4, 1.3, 0.7, 2.0, 0.9, 0.5])
     model = UnrolledPDMM(layers=6, learnable=True)
     with torch.no_grad():
         model.log_rho.copy_(torch.as_tensor(np.log(rhos)))
         model.theta_logit.fill_(50.0)  # theta = 1 to rounding
-    xs = model(pdmm.quadratic(G, P, q, constraints=edges)).detach().numpy()
-    expected = loop_pdmm_lambda(G, P, q, edges, rhos, np.zeros_like(q), 6)
+    xs = model(pdmm.quadratic(G, P, q, constraints=edges), x0=x0).detach().numpy()
+    expected = loop_pdmm_lambda(G, P, q, edges, rhos, x0, 6)
     for k in range(6):
         np.testing.assert_allclose(xs[k], expected[k], rtol=0, atol=1e-10, err_msg=f"layer {k + 1}")
 

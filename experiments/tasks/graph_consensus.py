@@ -47,10 +47,13 @@ def sample_values(options, batch, n, rng):
 
 
 def sample_graph(options, rng, topology=None, n_range=None):
-    """A networkx graph of the family (or of `topology`, n in `n_range`) on nodes 0..n-1."""
+    """A networkx graph of the family (or of `topology`, n in `n_range`; grids and tori square) on nodes 0..n-1."""
     low, high = n_range or (options.n_min, options.n_max)
-    G = pdmm.topology(topology or options.topology, n=int(rng.integers(low, high + 1)), seed=int(rng.integers(2**31)))
-    return nx.convert_node_labels_to_integers(G)
+    topology = topology or options.topology
+    n = int(rng.integers(low, high + 1))
+    if topology in ("grid", "torus"):  # k x k: a prime n would make a 1 x n path
+        n = int(np.clip(round(np.sqrt(n)), np.ceil(np.sqrt(low)), np.floor(np.sqrt(high)))) ** 2
+    return nx.convert_node_labels_to_integers(pdmm.topology(topology, n=n, seed=int(rng.integers(2**31))))
 
 
 def sample_instances(options, batch, rng):

@@ -36,7 +36,7 @@ from .tasks import build_task
 from .tasks.graph_consensus import disagreement_error, node_features, sample_graph, sample_values
 from .train import CHECKPOINT, train
 
-RHO_GRID = np.logspace(-3, 1.5, 19)
+RHO_GRID = np.logspace(-3, 3, 25)
 CLASSICAL = {"pdmm (theta 1)": ("pdmm", {"theta": 1.0}), "pdmm (theta 1/2)": ("pdmm", {"theta": 0.5}),
              "qa-pdmm": ("qa-pdmm", {}), "admm": ("admm", {})}
 

@@ -29,7 +29,6 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"layer_index counts layers from 1, got {layer_index!r}")
         if config.kernel == "diff" and layer_index is None:
             raise ValueError("kernel 'diff' needs layer_index (counted from 1) to set lambda_init")
-        self.layer_index = layer_index
         self.c_attn = nn.Linear(C, self.projection_width(), bias=config.bias)
         if config.kernel == "diff":
             self.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * (layer_index - 1))

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 
 import pdmm
 from attention import MultiHeadAttention
+from attention.mha import orthogonal_part
 
 from .common import UsageError
 from .config import load_config
@@ -52,8 +53,7 @@ def norm_ratio(a, b):
 
 def layer_statistics(probes, gamma):
     mh, v, x, y = probes["mh"], probes["v"], probes["token"], probes["update"]
-    alpha = (mh * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True).clamp_min(torch.finfo(v.dtype).tiny)
-    return {"phi_ratio": norm_ratio(v - gamma * mh, v), "delta_ratio": norm_ratio(mh - alpha * v, mh),
+    return {"phi_ratio": norm_ratio(v - gamma * mh, v), "delta_ratio": norm_ratio(orthogonal_part(mh, v), mh),
             "cos_update": float(torch.nn.functional.cosine_similarity(y, x, dim=-1).mean())}
 
 

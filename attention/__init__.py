@@ -5,6 +5,7 @@
 """
 from .block import MLP, Block
 from .config import KERNELS, RESIDUALS, AttentionConfig
+from .convex import ConvexAttention, ConvexTokenClassifier
 from .gat import GraphAttention
 from .gpt import GPT
 from .graph import TokenGraph
@@ -12,5 +13,6 @@ from .graph_transformer import GraphTransformer
 from .mha import MultiHeadAttention
 from .vit import ViT
 
-__all__ = ["MLP", "Block", "KERNELS", "RESIDUALS", "AttentionConfig", "GraphAttention", "GPT", "TokenGraph",
+__all__ = ["MLP", "Block", "KERNELS", "RESIDUALS", "AttentionConfig", "ConvexAttention", "ConvexTokenClassifier",
+           "GraphAttention", "GPT", "TokenGraph",
            "GraphTransformer", "MultiHeadAttention", "ViT"]

@@ -5,6 +5,10 @@
 Unknown tables or keys are errors; `--set table.key=value` overrides any key (the value is read
 as a TOML value, so `2`, `0.5`, `true` and `"text"` or bare `text` all work). Task options (keys
 of [task] other than name and data) are checked against the task's own Options dataclass.
+
+A config file may also hold a [sweep] table (the grid, variants and seeds `pdmm-bridge sweep` runs
+when none are given on its command line) and a [report] table (what `pdmm-bridge report` says
+about the sweep); `load_plan` reads those two, `load_config` leaves them out of the run config.
 """
 import dataclasses
 import json
@@ -38,6 +42,9 @@ class ModelConfig:
     beta: float = 1.0
     kernel: str = "softmax"
     symmetric: bool = False
+    kind: str = "transformer"       # or "convex": ConvexTokenClassifier (MATH.md 6; task modular only)
+    gates: int = 0                  # convex: fixed random ReLU gates h (0: one open gate)
+    group_lasso: float = 0.0        # convex: beta, the group-lasso weight added to the training loss
 
 
 @dataclass
@@ -59,6 +66,8 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     compile: bool = False
+    stop_metric: str = ""           # e.g. "val_acc": stop at the first evaluation where it reaches stop_value
+    stop_value: float = 0.0
 
 
 @dataclass
@@ -69,21 +78,39 @@ class RunConfig:
 
 
 TABLES = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
-NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma", "beta"}
+PLAN_TABLES = ("sweep", "report")
+NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma", "beta",
+                "gates", "group_lasso"}
+MODEL_KINDS = ("transformer", "convex")
 
 
-def load_config(path, overrides=()):
-    """Read a TOML config file and apply `table.key=value` overrides; raise UsageError on any bad key or value."""
+def read_tables(path):
+    """{table: {key: value}} of a TOML file; UsageError when it is missing or not TOML."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file not found: {path}")
     try:
-        tables = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise UsageError(f"{path} is not valid TOML: {err}") from None
+
+
+def load_config(path, overrides=()):
+    """Read a TOML config file and apply `table.key=value` overrides; raise UsageError on any bad key or value."""
+    tables = {name: table for name, table in read_tables(path).items() if name not in PLAN_TABLES}
     for override in overrides:
         apply_override(tables, override)
     return from_tables(tables, source=str(path))
+
+
+def load_plan(path):
+    """The file's [sweep] and [report] tables as {"sweep": {...}, "report": {...}} (empty when absent)."""
+    tables = read_tables(path)
+    plan = {name: tables.get(name, {}) for name in PLAN_TABLES}
+    for name, table in plan.items():
+        if not isinstance(table, dict):
+            raise UsageError(f"{path}: [{name}] must be a table")
+    return plan
 
 
 def apply_override(tables, override):
@@ -150,12 +177,14 @@ def check_ranges(config):
             if f.type in (int, float):
                 if f.name in NON_NEGATIVE and value < 0:
                     raise UsageError(f"{table}.{f.name} must be >= 0, got {value}")
-                if f.name not in NON_NEGATIVE and value <= 0:
+                if f.name not in NON_NEGATIVE and f.name != "stop_value" and value <= 0:
                     raise UsageError(f"{table}.{f.name} must be > 0, got {value}")
     for name, value in (("model.dropout", config.model.dropout), ("train.beta1", config.train.beta1),
                         ("train.beta2", config.train.beta2)):
         if value >= 1:
             raise UsageError(f"{name} must be < 1, got {value}")
+    if config.model.kind not in MODEL_KINDS:
+        raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {config.model.kind!r}")
     try:
         torch.device(config.train.device)
     except RuntimeError:

@@ -59,11 +59,28 @@ def layer_statistics(probes, gamma):
 
 def run(args):
     run_dir = Path(args.run_dir)
+    config, totals = probe_layers(run_dir, args.batches)
+    residual = pdmm_residual(len(totals))
+    out = Path(args.out) if args.out else run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"run": str(run_dir), "residual": config.model.residual, "layers": totals,
+              "pdmm_residual_normalised": residual}
+    (out / "probe.json").write_text(json.dumps(record, indent=2) + "\n")
+    plot_probe(totals, residual, config.model.residual, out / "probe.png")
+    for index, total in enumerate(totals, start=1):
+        print(f"layer {index}: " + ", ".join(f"{k} {v:.3f}" for k, v in total.items()))
+    print(out / "probe.png")
+    return 0
+
+
+def probe_layers(run_dir, batches=4):
+    """(config, [{phi_ratio, delta_ratio, cos_update} per layer]) of the run's checkpoint, over `batches` batches."""
+    run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
         raise UsageError(f"{run_dir} is not a run directory (no config.toml)")
     if not (run_dir / CHECKPOINT).is_file():
         raise UsageError(f"{run_dir} has no {CHECKPOINT} to probe; train it first (or let it reach a checkpoint)")
-    if args.batches < 1:
+    if batches < 1:
         raise UsageError("--batches must be >= 1")
     config = load_config(run_dir / "config.toml")
     task = build_task(config)
@@ -80,22 +97,12 @@ def run(args):
     gamma = config.model.gamma if config.model.residual == "attentionx" else 1.0
     totals = [dict.fromkeys(("phi_ratio", "delta_ratio", "cos_update"), 0.0) for _ in layers]
     with torch.no_grad():
-        for b in range(args.batches):
+        for b in range(batches):
             task.loss(model, task.train_batch(step_generator(config.train.seed, b, PROBE_STREAM)))
             for total, layer in zip(totals, layers):
                 for key, value in layer_statistics(layer.probes, gamma).items():
-                    total[key] += value / args.batches
-    residual = pdmm_residual(len(layers))
-    out = Path(args.out) if args.out else run_dir
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"run": str(run_dir), "residual": config.model.residual, "layers": totals,
-              "pdmm_residual_normalised": residual}
-    (out / "probe.json").write_text(json.dumps(record, indent=2) + "\n")
-    plot_probe(totals, residual, config.model.residual, out / "probe.png")
-    for index, total in enumerate(totals, start=1):
-        print(f"layer {index}: " + ", ".join(f"{k} {v:.3f}" for k, v in total.items()))
-    print(out / "probe.png")
-    return 0
+                    total[key] += value / batches
+    return config, totals
 
 
 def pdmm_residual(iterations):

@@ -9,6 +9,14 @@ finished / total, then for each metric its final value (at the last evaluation) 
 one seed shows its value alone), the parameter count, seconds per step and tokens/s (mean).
 Failed, pending and unfinished runs are listed below the table. Figures of val_loss and val_acc
 (or of each --metrics metric) over the finished runs are saved beside report.md and linked.
+
+When the sweep's config has a [report] table (the reproductions under experiments/configs/repro/),
+the report opens with the source's claim and the setting, and adds what the table asks for: paired
+differences against a baseline, steps to thresholds, probe and lambda tables, figures, and one
+verdict sentence per claim (see experiments/repro_report.py). With --results FILE the report also
+becomes the section repro-<sweep directory name> of FILE, its figures copied to figures/repro/.
+
+    pdmm-bridge report runs/repro/attentionx_digits --results docs/RESULTS.md
 """
 import argparse
 from pathlib import Path
@@ -17,7 +25,9 @@ import numpy as np
 
 from .common import UsageError
 from .plot_command import plot_groups
-from .runs import IGNORED_KEYS, expand, flat_config, group_runs, label, read_sweep
+from .repro_report import checked_spec, copy_figures, extra_sections, setting, verdict_lines
+from .results_doc import replace_section
+from .runs import IGNORED_KEYS, differing_keys, expand, flat_config, group_runs, label, read_sweep
 from .train import lower_is_better
 
 DEFAULT_METRICS = ("val_loss", "val_acc", "train_acc")
@@ -36,7 +46,10 @@ def add_parser(subparsers):
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", metavar="SWEEP_DIR", help="a sweep directory (or a directory of run directories)")
     p.add_argument("--metrics", type=_metric_list, metavar="M1,M2,...",
-                   help=f"metrics to tabulate and plot (default: those of {', '.join(DEFAULT_METRICS)} the runs log)")
+                   help=f"metrics to tabulate and plot (default: the [report] table's, else those of "
+                        f"{', '.join(DEFAULT_METRICS)} the runs log)")
+    p.add_argument("--results", metavar="FILE", help="also write the report as a section of this Markdown file "
+                   "(figures to figures/repro/ beside it)")
     return p
 
 
@@ -52,14 +65,20 @@ def run(args):
         counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses)) or "no runs"
         raise UsageError(f"no finished run in {path} ({counts})")
 
+    spec = checked_spec(sweep.get("report") or {}, path / "sweep.json")
     logged = {name for run in finished for name in [*run.metric_names(), *run.summary.get("final", {})]}
-    if args.metrics:
-        unknown = [m for m in args.metrics if m not in logged]
+    requested = args.metrics or spec.get("metrics")
+    if requested:
+        unknown = [m for m in requested if m not in logged]
         if unknown:
             raise UsageError(f"no finished run logs {', '.join(unknown)}; they log {', '.join(sorted(logged))}")
-    metrics = args.metrics or [m for m in DEFAULT_METRICS if m in logged]
+    metrics = requested or [m for m in DEFAULT_METRICS if m in logged]
 
-    groups = group_runs(runs)
+    groups = group_runs(runs, spec.get("label_keys"))
+    mixed = [name for name, members in groups.items() if differing_keys(members)]
+    if mixed:
+        raise UsageError(f"[report] label_keys {spec['label_keys']} leave runs with different configs in one variant "
+                         f"({mixed[0]}: they differ in {', '.join(differing_keys(groups[mixed[0]]))}); add those keys")
     missing = {name: [] for name in groups}  # sweep entries with no run directory, by variant
     for name, entry in entries.items():
         if name not in loaded:
@@ -67,17 +86,28 @@ def run(args):
 
     figures = []
     done = {name: [run for run in members if run.finished] for name, members in groups.items()}
-    for metric in args.metrics or [m for m in DEFAULT_FIGURES if m in logged]:
+    for metric in requested or [m for m in DEFAULT_FIGURES if m in logged]:
         if any(metric in run.metric_names() for run in finished):
             plot_groups({k: v for k, v in done.items() if v}, metric, path / f"plot_{metric}.png")
-            figures.append(metric)
+            figures.append(f"plot_{metric}.png")
 
-    lines = _header(path, sweep, finished, metrics)
+    lines = _header(path, sweep, finished, metrics, spec)
     lines += _table(groups, missing, metrics)
-    lines += _problems(runs, missing)
-    lines += [line for metric in figures for line in ("", f"![{metric}](plot_{metric}.png)")]
+    extra, extra_figures = extra_sections(path, spec, groups, runs)
+    lines += extra + _problems(runs, missing)
+    lines += [line for figure in figures + extra_figures for line in ("", f"![{figure[5:-4]}]({figure})")]
+    lines += verdict_lines(spec, runs)
     (path / "report.md").write_text("\n".join(lines) + "\n")
     print(path / "report.md")
+    if args.results:
+        links = copy_figures(path, figures + extra_figures, args.results)
+        text = "\n".join(lines)
+        for figure, link in links.items():
+            text = text.replace(f"]({figure})", f"]({link})")
+        command = f"pdmm-bridge report {path} --results {args.results}"
+        heading = f"repro-{path.resolve().name}"
+        replace_section(args.results, heading, "#" + text + f"\n\nGenerated by `{command}`.")  # "# title" -> "## title"
+        print(f"{args.results}: section {heading}")
     return 0
 
 
@@ -101,8 +131,11 @@ def _status(run):
     return status, "; ".join(_one_line(d) for d in detail if d)
 
 
-def _header(path, sweep, finished, metrics):
-    lines = [f"# {path.resolve().name}", ""]
+def _header(path, sweep, finished, metrics, spec):
+    lines = [f"# {spec.get('title', path.resolve().name)}", ""]
+    if spec.get("claim"):
+        lines += [f"**Source claim** ({spec.get('source', 'source not named')}): {spec['claim']}", ""]
+        lines += [f"**Our setting**: {setting(finished)}", ""]
     if sweep:
         grid = "; ".join(f"{key} = {', '.join(map(str, values))}" for key, values in sweep.get("grid", {}).items())
         lines.append(f"Config `{sweep.get('config')}`, grid {grid or '(none)'}, seeds "

@@ -177,9 +177,11 @@ def label(values):
     return ", ".join(f"{name}={value}" for name, value in zip(names, values.values()))
 
 
-def group_runs(runs):
-    """{label: [runs]} with one entry per variant (runs that differ only in seed), in first-seen order."""
-    keys = differing_keys(runs)
+def group_runs(runs, keys=None):
+    """{label: [runs]} with one entry per variant (runs that differ only in seed), in first-seen order.
+
+    The label names the keys that differ between runs, or the given `keys` (which must then tell the variants apart)."""
+    keys = differing_keys(runs) if keys is None else keys
     groups = {}
     for run in runs:
         flat = flat_config(run.config)

@@ -3,6 +3,23 @@
     pdmm-bridge sweep experiments/configs/shakespeare_char_cpu.toml \\
         --grid model.residual=standard,attentionx,belief,belief_star --seeds 0,1,2 --out runs/residuals
 
+    pdmm-bridge sweep experiments/configs/repro/attentionx_digits.toml --out runs/repro/attentionx_digits
+
+Without --grid and --seeds the config's own [sweep] table says what to run:
+
+    [sweep]
+    seeds = [0, 1, 2]
+    grid = { "model.residual" = ["standard", "attentionx"] }          # product of the axes
+    [[sweep.variants]]                                               # optional: override sets,
+    "train.block_size" = 64                                          # each crossed with the grid
+    "train.batch_size" = 16
+    [[sweep.variants]]
+    "train.block_size" = 256
+    "train.batch_size" = 4
+
+--grid replaces the table's grid and variants, --seeds its seeds. Precedence, last wins: the
+config file, a variant's values, --set, the grid point, the seed. The config's [report] table is
+copied into sweep.json for `pdmm-bridge report`.
 Each run goes to OUT/<key=value,...,seed=S>/ (a run directory as `train` writes it); OUT/sweep.json
 lists the runs and their status. Finished runs are skipped, runs with a checkpoint resume, and a
 failing run is recorded and the sweep goes on (exit status 1 at the end if any failed).
@@ -16,7 +33,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .common import UsageError
-from .config import apply_override, load_config, toml_value
+from .config import apply_override, load_config, load_plan, toml_value
 from .train import CHECKPOINT, train
 from .train_command import with_data
 
@@ -61,7 +78,7 @@ def add_parser(subparsers):
     parser.add_argument("config", help="a TOML file with [task], [model] and [train] tables")
     parser.add_argument("--grid", action="append", default=[], metavar="TABLE.KEY=V1,V2,...",
                         help="values to sweep (repeatable: the grid is their product)")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    parser.add_argument("--seeds", help="comma-separated seeds (default: the config's [sweep] seeds, else 0)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                         help="override one config value for every run (repeatable)")
     parser.add_argument("--data", help="the text file for char_lm (same as --set task.data=FILE)")
@@ -70,16 +87,48 @@ def add_parser(subparsers):
     return parser
 
 
+def sweep_spec(args):
+    """(grid {key: values}, variants [{key: value}], seeds): the command line's, else the config's [sweep]."""
+    table = load_plan(args.config)["sweep"]
+    unknown = set(table) - {"grid", "variants", "seeds"}
+    if unknown:
+        raise UsageError(f"{args.config}: unknown key(s) {', '.join(sorted(unknown))} in [sweep]; "
+                         "it accepts grid, variants and seeds")
+    if args.grid:
+        grid, variants = dict(grid_axis(text) for text in args.grid), [{}]
+    else:
+        grid, variants = table.get("grid", {}), table.get("variants", [{}]) or [{}]
+        if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+            raise UsageError(f"{args.config}: [sweep] grid must map table.key to a non-empty list of values")
+        if not all(isinstance(v, dict) for v in variants):
+            raise UsageError(f"{args.config}: [sweep] variants must be a list of tables of table.key = value")
+        for key in [*grid, *(key for variant in variants for key in variant)]:
+            if "." not in key or key == "train.seed":
+                raise UsageError(f"{args.config}: [sweep] keys are table.key names other than train.seed, got {key!r}")
+        clashes = {key for variant in variants for key in variant} & set(grid)
+        if clashes:
+            raise UsageError(f"{args.config}: [sweep] sets {', '.join(sorted(clashes))} in both grid and variants")
+    if args.seeds is not None:
+        run_seeds = seeds(args.seeds)
+    else:
+        run_seeds = table.get("seeds", [0])
+        if not isinstance(run_seeds, list):
+            raise UsageError(f"{args.config}: [sweep] seeds must be a list of integers")
+        run_seeds = seeds(",".join(map(str, run_seeds)))
+    return grid, variants, run_seeds
+
+
 def plan(args):
-    """[(name, overrides, seed)] for every grid point and seed, after checking each resolves."""
-    axes = [grid_axis(text) for text in args.grid]
+    """[(name, overrides, seed)] for every variant, grid point and seed, after checking each resolves."""
+    grid, variants, run_seeds = sweep_spec(args)
     runs = []
-    for values in itertools.product(*(vals for _, vals in axes)):
-        assignment = {key: value for (key, _), value in zip(axes, values)}
-        for seed in seeds(args.seeds):
+    for variant, values in itertools.product(variants, itertools.product(*grid.values())):
+        point = dict(zip(grid, values))
+        assignment = {**variant, **point}
+        for seed in run_seeds:
             name = run_name(assignment, seed)
-            overrides = [*with_data(args), *(f"{k}={toml_value(v)}" for k, v in assignment.items()),
-                         f"train.seed={seed}"]
+            overrides = [*(f"{k}={toml_value(v)}" for k, v in variant.items()), *with_data(args),
+                         *(f"{k}={toml_value(v)}" for k, v in point.items()), f"train.seed={seed}"]
             load_config(args.config, overrides)  # a bad value fails here, before anything runs
             runs.append({"name": name, "overrides": assignment, "seed": seed, "set": overrides})
     return runs
@@ -94,9 +143,9 @@ def write_sweep(record, out):
 def run(args):
     runs = plan(args)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
-    grid = dict(grid_axis(text) for text in args.grid)
-    record = {"config": str(args.config), "set": with_data(args), "grid": grid, "seeds": seeds(args.seeds),
-              "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
+    grid, variants, run_seeds = sweep_spec(args)
+    record = {"config": str(args.config), "set": with_data(args), "grid": grid, "variants": variants,
+              "seeds": run_seeds, "report": load_plan(args.config)["report"], "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
                         "error": None} for r in runs]}
     if (out / "sweep.json").is_file():
         previous = json.loads((out / "sweep.json").read_text())

@@ -132,10 +132,14 @@ def train(config, out, resume=False, force=False, progress=True):
         raise UsageError(f"train.device is {train_cfg.device} but CUDA is not available on this machine")
     torch.manual_seed(train_cfg.seed)
     task = build_task(config)
+    if train_cfg.stop_metric and train_cfg.stop_metric not in task.metrics:
+        raise UsageError(f"train.stop_metric must be one of the metrics task {config.task.name} logs "
+                         f"({', '.join(task.metrics)}), got {train_cfg.stop_metric!r}")
     model = task.build_model().to(device)
     optimizer = optimizer_for(model, train_cfg, device)
     params = sum(p.numel() for p in model.parameters())
-    state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0}
+    state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0,
+             "stopped": False}
     if resume:
         checkpoint = torch.load(out / CHECKPOINT, map_location="cpu", weights_only=False)  # RNG states stay on CPU
         model.load_state_dict(checkpoint["model"])
@@ -168,7 +172,8 @@ def train(config, out, resume=False, force=False, progress=True):
     bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress, desc=out.name,
                dynamic_ncols=True)
     try:
-        for step in range(state["step"] + 1, train_cfg.max_iters + 1):  # step = updates done after this one
+        last = state["step"] if state.get("stopped") else train_cfg.max_iters
+        for step in range(state["step"] + 1, last + 1):  # step = updates done after this one
             model.train()
             lr = learning_rate(step - 1, train_cfg)
             for group in optimizer.param_groups:
@@ -204,13 +209,24 @@ def train(config, out, resume=False, force=False, progress=True):
                 metrics_file.flush()
             bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
             bar.update()
-            if step % train_cfg.checkpoint_interval == 0 or step == train_cfg.max_iters:
+            state["stopped"] = reached(row, train_cfg)
+            if step % train_cfg.checkpoint_interval == 0 or step == train_cfg.max_iters or state["stopped"]:
                 state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
                 checkpoint(step)
+            if state["stopped"]:
+                break
     finally:
         bar.close()
         metrics_file.close()
     return finish(task, model, config, out, state, params)
+
+
+def reached(row, train):
+    """Whether this evaluation row meets the early-stopping target (train.stop_metric reaches stop_value)."""
+    value = row.get(train.stop_metric) if train.stop_metric else None
+    if value is None:
+        return False
+    return value <= train.stop_value if lower_is_better(train.stop_metric) else value >= train.stop_value
 
 
 def finish(task, model, config, out, state, params):
@@ -220,7 +236,7 @@ def finish(task, model, config, out, state, params):
     the steps after the first of each process (warm-up and compilation left out)."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [row for row in rows if "val_loss" in row]
-    steps = config.train.max_iters
+    steps = rows[-1]["step"] if rows else 0  # max_iters, or fewer when early stopping ended the run
     seconds_per_step = (state["train_seconds"] / state["timed_steps"] if state["timed_steps"]
                         else state["first_seconds"])
     best = {m: (min if lower_is_better(m) else max)(row[m] for row in evals) for m in task.metrics}
@@ -228,7 +244,7 @@ def finish(task, model, config, out, state, params):
                "tokens_per_second": (config.train.batch_size * task.tokens_per_example / seconds_per_step
                                      if task.tokens_per_example else None),
                "final": {m: evals[-1][m] for m in task.metrics}, "best": best,
-               "wall_seconds": state["elapsed"]}
+               "wall_seconds": state["elapsed"], "stopped_early": steps < config.train.max_iters}
     plot_training(rows, out / "curves.png", title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}")
     if hasattr(task, "sample") and task.options.sample_length > 0:
         model.eval()

@@ -52,6 +52,8 @@ def parse_options(cls, values, task):
 
 def attention_config(model):
     """attention.AttentionConfig from the [model] table; its errors become usage errors."""
+    if model.kind != "transformer":
+        raise UsageError(f"model.kind = {model.kind!r} is only available for task modular; this task trains transformers")
     try:
         return attention.AttentionConfig(d_model=model.d_model, n_head=model.n_head, residual=model.residual,
                                          gamma=model.gamma, beta=model.beta, kernel=model.kernel, symmetric=model.symmetric,

@@ -1,4 +1,9 @@
-"""modular: predict (a op b) mod p from the tokens [a, op, b, =] (the grokking setup)."""
+"""modular: predict (a op b) mod p from the tokens [a, op, b, =] (the grokking setup).
+
+model.kind = "transformer" trains attention.GPT and reads its prediction after "="; model.kind =
+"convex" trains attention.ConvexTokenClassifier (MATH.md 6) over fixed random embeddings of the four
+tokens, with model.gates gates and the group-lasso weight model.group_lasso added to the training loss.
+"""
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +57,11 @@ class Modular(Task):
         self.splits = {"train": (inputs[train], c[train]), "val": (inputs[val], c[val])}
 
     def build_model(self):
-        return attention.GPT(attention_config(self.config.model), self.options.p + 2, 4, self.config.model.n_layer)
+        model, vocab = self.config.model, self.options.p + 2
+        if model.kind == "convex":
+            return attention.ConvexTokenClassifier(vocab, 4, model.d_model, self.options.p, model.gates,
+                                                   seed=self.config.train.seed)
+        return attention.GPT(attention_config(model), vocab, 4, model.n_layer)
 
     def train_batch(self, generator):
         inputs, targets = self.splits["train"]
@@ -61,6 +70,12 @@ class Modular(Task):
 
     def loss(self, model, batch):
         inputs, targets = batch
+        if self.config.model.kind == "convex":
+            logits = model(inputs)
+            loss = F.cross_entropy(logits, targets)
+            if model.training and self.config.model.group_lasso > 0:
+                loss = loss + self.config.model.group_lasso * model.group_lasso()
+            return loss, logits
         logits = model(inputs)[0][:, -1]  # the prediction after "="
         return F.cross_entropy(logits, targets), logits
 

@@ -1,0 +1,136 @@
+"""Convex attention (MATH.md 6): softmax rows relaxed to the unit simplex, the layer trained as a group lasso.
+
+    model = attention.ConvexAttention(n_tokens=4, d=32, n_outputs=97, n_gates=16)
+    logits = model(x)                                   # x: (B, 4, 32) fixed token embeddings -> (B, 97)
+    loss = F.cross_entropy(logits, y) + beta * model.group_lasso()
+
+With Z_jl in R^{n x d} (rows z_jlk, one per token) and fixed random gates I_j(X) = 1{u_1j^T X u_2j >= 0}:
+
+    y_l(X) = sum_j I_j(X) trace(Z_jl^T X),        penalty(Z) = sum_{j,l,k} ||z_jlk||_2
+
+n_outputs = 1 is the scalar-output model (n d parameters), c outputs the vector-output one (n d c),
+n_gates = h > 0 the ReLU-gated one (n d c h); n_gates = 0 means one gate that is always open. The
+objective mean_i L(y(X_i), y_i) + beta penalty(Z) is convex in Z and unconstrained, so Adam trains
+it, and `solve_exact` finds its minimiser with cvxpy for small sizes. `ConvexTokenClassifier` puts
+the layer over fixed random embeddings of token ids, so a whole sequence model stays convex.
+"""
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+LOSSES = ("squared", "cross_entropy")
+
+
+class ConvexAttention(nn.Module):
+    def __init__(self, n_tokens, d, n_outputs=1, n_gates=0, seed=0):
+        super().__init__()
+        for name, value, low in (("n_tokens", n_tokens, 1), ("d", d, 1), ("n_outputs", n_outputs, 1),
+                                 ("n_gates", n_gates, 0)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"ConvexAttention: {name} must be an integer >= {low}, got {value!r}")
+        self.n_tokens, self.d, self.n_outputs, self.n_gates = n_tokens, d, n_outputs, n_gates
+        self.Z = nn.Parameter(torch.zeros(max(n_gates, 1), n_outputs, n_tokens, d))
+        generator = torch.Generator().manual_seed(seed)
+        self.register_buffer("u1", torch.randn(n_gates, n_tokens, generator=generator))
+        self.register_buffer("u2", torch.randn(n_gates, d, generator=generator))
+
+    def gates(self, x):
+        """I_j(X_i) as a (B, h) float tensor; all ones (B, 1) without gating."""
+        if self.n_gates == 0:
+            return x.new_ones(x.shape[0], 1)
+        return (torch.einsum("jn,bnd,jd->bj", self.u1.to(x.dtype), x, self.u2.to(x.dtype)) >= 0).to(x.dtype)
+
+    def features(self, x):
+        """(B, h n d): token embeddings X_i flattened, one copy per gate, zeroed where the gate is closed."""
+        self._check(x)
+        return (self.gates(x)[:, :, None] * x.flatten(1)[:, None, :]).flatten(1)
+
+    def forward(self, x):
+        """y_il = sum_j I_j(X_i) trace(Z_jl^T X_i): (B, n_tokens, d) -> (B, n_outputs)."""
+        weights = self.Z.flatten(2).transpose(1, 2).reshape(-1, self.n_outputs)  # (h n d, c)
+        return self.features(x) @ weights.to(x.dtype)
+
+    def group_lasso(self):
+        """sum_{j,l,k} ||z_jlk||_2: one group per gate, output and token."""
+        return self.Z.norm(dim=-1).sum()
+
+    def objective(self, x, y, beta, loss="squared"):
+        """mean_i L(y(X_i), y_i) + beta penalty(Z); squared: L = ||y_hat - y||^2 / 2, cross_entropy: y are labels."""
+        prediction = self(x)
+        if _check_loss(loss, y, self.n_outputs) == "squared":
+            data = 0.5 * (prediction - y.reshape(prediction.shape)).pow(2).sum(-1).mean()
+        else:
+            data = F.cross_entropy(prediction, y)
+        return data + beta * self.group_lasso()
+
+    @torch.no_grad()
+    def solve_exact(self, x, y, beta, loss="squared"):
+        """Minimise `objective` over Z with cvxpy (Clarabel), store the minimiser in Z and return the optimum.
+
+        Meant for small problems: the problem has h n c groups over B samples."""
+        import cvxpy as cp
+
+        _check_loss(loss, y, self.n_outputs)
+        if beta < 0:
+            raise ValueError(f"beta must be >= 0, got {beta}")
+        features = self.features(x).double().cpu().numpy()
+        n_samples, width = features.shape
+        weights = cp.Variable((width, self.n_outputs))
+        prediction = features @ weights
+        if loss == "squared":
+            target = y.double().cpu().numpy().reshape(n_samples, self.n_outputs)
+            data = 0.5 * cp.sum_squares(prediction - target) / n_samples
+        else:
+            onehot = np.eye(self.n_outputs)[y.cpu().numpy()]
+            data = (cp.sum(cp.log_sum_exp(prediction, axis=1)) - cp.sum(cp.multiply(onehot, prediction))) / n_samples
+        groups = [weights[start:start + self.d, :] for start in range(0, width, self.d)]  # one per (gate, token)
+        penalty = sum(cp.sum(cp.norm(group, 2, axis=0)) for group in groups)
+        problem = cp.Problem(cp.Minimize(data + beta * penalty))
+        problem.solve(solver=cp.CLARABEL)
+        if problem.status != cp.OPTIMAL:
+            raise RuntimeError(f"cvxpy could not solve the convex attention problem: status {problem.status}")
+        solution = torch.as_tensor(weights.value).reshape(-1, self.n_tokens, self.d, self.n_outputs)
+        self.Z.copy_(solution.permute(0, 3, 1, 2))
+        return problem.value
+
+    def _check(self, x):
+        if x.dim() != 3 or x.shape[1:] != (self.n_tokens, self.d):
+            raise ValueError(f"ConvexAttention expects inputs of shape (batch, {self.n_tokens}, {self.d}), "
+                             f"got {tuple(x.shape)}")
+
+    def extra_repr(self):
+        return f"n_tokens={self.n_tokens}, d={self.d}, n_outputs={self.n_outputs}, n_gates={self.n_gates}"
+
+
+class ConvexTokenClassifier(nn.Module):
+    """ConvexAttention over fixed random token embeddings: (B, n_tokens) token ids -> (B, n_outputs) logits.
+
+    The embeddings E (vocab_size x d, entries N(0, 1/d)) are a buffer drawn from `seed`, never trained,
+    so the training objective stays convex in Z."""
+
+    def __init__(self, vocab_size, n_tokens, d, n_outputs, n_gates=0, seed=0):
+        super().__init__()
+        if not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ValueError(f"ConvexTokenClassifier: vocab_size must be an integer >= 1, got {vocab_size!r}")
+        self.vocab_size = vocab_size
+        generator = torch.Generator().manual_seed(seed)
+        self.register_buffer("embedding", torch.randn(vocab_size, d, generator=generator) / d ** 0.5)
+        self.attention = ConvexAttention(n_tokens, d, n_outputs, n_gates, seed=seed + 1)
+
+    def forward(self, idx):
+        if idx.dim() != 2 or idx.dtype.is_floating_point:
+            raise ValueError(f"ConvexTokenClassifier expects integer token ids of shape (batch, n_tokens), "
+                             f"got {tuple(idx.shape)} {idx.dtype}")
+        return self.attention(self.embedding[idx])
+
+    def group_lasso(self):
+        return self.attention.group_lasso()
+
+
+def _check_loss(loss, y, n_outputs):
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    if loss == "cross_entropy" and (y.dtype.is_floating_point or n_outputs < 2):
+        raise ValueError("the cross_entropy loss takes integer class labels and n_outputs >= 2")
+    return loss

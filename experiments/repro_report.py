@@ -313,8 +313,8 @@ def setting(runs):
     options = ", ".join(f"{k} {v}" for k, v in config.task.options.items())
     return (f"Task {config.task.name}{f' ({options})' if options else ''}; {size}; up to {train.max_iters} steps of "
             f"batch {train.batch_size or 'full'}" + (f", block {train.block_size}" if config.task.name == "char_lm" else "")
-            + f"; seeds {', '.join(map(str, seeds))}. That is the base config; each variant changes the keys its "
-            "label names (and the sweep's [sweep] table says what else).")
+            + f"; seeds {', '.join(map(str, seeds))}. That is the base config; the variants change the keys their "
+            "labels name and whatever else the config's [sweep] table lists.")
 
 
 def extra_sections(path, spec, groups, runs):
@@ -330,8 +330,7 @@ def extra_sections(path, spec, groups, runs):
         lines += ["", "Steps until each threshold is first reached at an evaluation (mean ± std over the seeds "
                   "that reached it):", "", *threshold_table(groups, spec["thresholds"])]
     if spec.get("log_steps"):
-        curves = [m for m in (spec.get("thresholds") or {"train_acc": 0, "val_acc": 0})]
-        plot_log_steps(groups, curves, path / "plot_log_steps.png")
+        plot_log_steps(groups, list(spec.get("thresholds") or ("train_acc", "val_acc")), path / "plot_log_steps.png")
         figures.append("plot_log_steps.png")
     if spec.get("lambdas"):
         table = lambda_table(groups)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .common import UsageError
 from .plot_command import plot_groups
-from .repro_report import checked_spec, copy_figures, extra_sections, setting, verdict_lines
+from .repro_report import checked_spec, copy_figures, extra_sections, metric_value, setting, verdict_lines
 from .results_doc import replace_section
 from .runs import IGNORED_KEYS, differing_keys, expand, flat_config, group_runs, label, read_sweep
 from .train import lower_is_better
@@ -161,7 +161,7 @@ def _table(groups, missing, metrics):
         total = len(groups.get(name, [])) + len(missing.get(name, []))
         row = [name.replace("|", "\\|"), f"{len(runs)}/{total}"]
         for metric in metrics:
-            row += [mean_std([final(run, metric) for run in runs]), mean_std([best(run, metric) for run in runs])]
+            row += [mean_std([metric_value(run, metric) for run in runs]), mean_std([best(run, metric) for run in runs])]
         params = sorted({run.summary.get("params") for run in runs} - {None})
         row += [f"{params[0]:,}" + (f"–{params[-1]:,}" if len(params) > 1 else "") if params else "—",
                 _mean([run.summary.get("seconds_per_step") for run in runs], "{:.3g}")]
@@ -188,15 +188,6 @@ def _one_line(text, limit=300):
     """The last non-blank line of `text` (a traceback's exception), cut to `limit` characters."""
     text = ([line.strip() for line in str(text).splitlines() if line.strip()] or [""])[-1]
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def final(run, metric):
-    """The metric at the run's last evaluation: summary["final"], else the last row that logs it."""
-    value = run.summary.get("final", {}).get(metric)
-    if value is None:
-        _, _, values = run.series(metric)
-        value = values[-1] if len(values) else None
-    return value
 
 
 def best(run, metric):

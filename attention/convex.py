@@ -10,8 +10,8 @@ With Z_jl in R^{n x d} (rows z_jlk, one per token) and fixed random gates I_j(X)
 
 n_outputs = 1 is the scalar-output model (n d parameters), c outputs the vector-output one (n d c),
 n_gates = h > 0 the ReLU-gated one (n d c h); n_gates = 0 means one gate that is always open. The
-objective mean_i L(y(X_i), y_i) + beta penalty(Z) is convex in Z and unconstrained, so Adam trains
-it, and `solve_exact` finds its minimiser with cvxpy for small sizes. `ConvexTokenClassifier` puts
+objective mean_i L(y(X_i), y_i) + beta penalty(Z) is convex in Z and unconstrained (MATH.md 6 writes
+the sum over i; the mean only divides beta by the sample count), so Adam trains it, and `solve_exact` finds its minimiser with cvxpy for small sizes. `ConvexTokenClassifier` puts
 the layer over fixed random embeddings of token ids, so a whole sequence model stays convex.
 """
 import numpy as np

@@ -118,9 +118,10 @@ def sweep_spec(args):
     return grid, variants, run_seeds
 
 
-def plan(args):
-    """[(name, overrides, seed)] for every variant, grid point and seed, after checking each resolves."""
-    grid, variants, run_seeds = sweep_spec(args)
+def plan(args, spec):
+    """[(name, overrides, seed)] for every variant, grid point and seed of spec = sweep_spec(args), after
+    checking each resolves."""
+    grid, variants, run_seeds = spec
     runs = []
     for variant, values in itertools.product(variants, itertools.product(*grid.values())):
         point = dict(zip(grid, values))
@@ -141,11 +142,12 @@ def write_sweep(record, out):
 
 
 def run(args):
-    runs = plan(args)
+    grid, variants, run_seeds = spec = sweep_spec(args)
+    runs = plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
-    grid, variants, run_seeds = sweep_spec(args)
     record = {"config": str(args.config), "set": with_data(args), "grid": grid, "variants": variants,
-              "seeds": run_seeds, "report": load_plan(args.config)["report"], "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
+              "seeds": run_seeds, "report": load_plan(args.config)["report"],
+              "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
                         "error": None} for r in runs]}
     if (out / "sweep.json").is_file():
         previous = json.loads((out / "sweep.json").read_text())

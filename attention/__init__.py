@@ -3,7 +3,7 @@
     config = attention.AttentionConfig(d_model=128, n_head=4, residual="belief")
     y = attention.MultiHeadAttention(config)(x, attention.TokenGraph.causal(x.shape[1]))
 """
-from .block import MLP, Block
+from .block import MLP, BilinearMLP, Block
 from .config import KERNELS, RESIDUALS, AttentionConfig
 from .convex import ConvexAttention, ConvexTokenClassifier
 from .gat import GraphAttention
@@ -13,6 +13,6 @@ from .graph_transformer import GraphTransformer
 from .mha import MultiHeadAttention
 from .vit import ViT
 
-__all__ = ["MLP", "Block", "KERNELS", "RESIDUALS", "AttentionConfig", "ConvexAttention", "ConvexTokenClassifier",
-           "GraphAttention", "GPT", "TokenGraph",
+__all__ = ["MLP", "BilinearMLP", "Block", "KERNELS", "RESIDUALS", "AttentionConfig", "ConvexAttention",
+           "ConvexTokenClassifier", "GraphAttention", "GPT", "TokenGraph",
            "GraphTransformer", "MultiHeadAttention", "ViT"]

@@ -1,7 +1,7 @@
 """The pre-norm transformer block: gather over the token graph, then fuse per token (MATH.md 4).
 
-    Y = X + Attn(LN(X), graph)     (Attn returns R W^o + b, R the configured residual signal)
-    X = Y + MLP(LN(Y))             (GELU MLP, 4 d_model wide)
+    Y = X + Attn(N(X), graph)      (Attn returns R W^o + b, R the configured residual signal)
+    X = Y + MLP(N(Y))              (MLP: GELU or bilinear GLU; N: LayerNorm, or the identity for norm=None)
 """
 import math
 
@@ -9,28 +9,69 @@ import torch.nn as nn
 
 from .mha import MultiHeadAttention
 
+NORMS = ("layernorm", None)
+
 
 class MLP(nn.Module):
-    def __init__(self, config):
+    """MLP(x) = W_2 GELU(W_1 x), `hidden` wide (default 4 d_model)."""
+
+    def __init__(self, config, hidden=None):
         super().__init__()
-        self.c_fc = nn.Linear(config.d_model, 4 * config.d_model, bias=config.bias)
+        hidden = 4 * config.d_model if hidden is None else hidden
+        self.c_fc = nn.Linear(config.d_model, hidden, bias=config.bias)
         self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * config.d_model, config.d_model, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
-class Block(nn.Module):
-    """One layer; `attention` is the attention class (MultiHeadAttention or GraphAttention)."""
+class BilinearMLP(nn.Module):
+    """Bilinear GLU without activation (Shazeer 2020): MLP(x) = W_3 ((W_1 x) * (W_2 x)), `hidden` wide."""
 
-    def __init__(self, config, layer_index=None, attention=MultiHeadAttention):
+    def __init__(self, config, hidden=None):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.d_model, bias=config.bias)
+        hidden = 4 * config.d_model if hidden is None else hidden
+        self.c_fc = nn.Linear(config.d_model, hidden, bias=config.bias)    # W_1
+        self.c_gate = nn.Linear(config.d_model, hidden, bias=config.bias)  # W_2
+        self.c_proj = nn.Linear(hidden, config.d_model, bias=config.bias)  # W_3
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.c_fc(x) * self.c_gate(x)))
+
+
+MLPS = {"gelu": MLP, "bilinear": BilinearMLP}
+
+
+def make_norm(config, norm):
+    """LayerNorm over d_model for norm="layernorm", the identity for norm=None."""
+    if norm not in NORMS:
+        raise ValueError(f"norm must be 'layernorm' or None, got {norm!r}")
+    return nn.LayerNorm(config.d_model, bias=config.bias) if norm else nn.Identity()
+
+
+def make_mlp(config, mlp, hidden):
+    """The block's MLP: "gelu" or "bilinear", `hidden` wide (None: 4 d_model)."""
+    if mlp not in MLPS:
+        raise ValueError(f"unknown mlp {mlp!r}; choose one of {', '.join(MLPS)}")
+    if hidden is not None and not (isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1):
+        raise ValueError(f"the MLP's hidden width must be a positive integer, got {hidden!r}")
+    return MLPS[mlp](config, hidden)
+
+
+class Block(nn.Module):
+    """One layer; `attention` is the attention class (MultiHeadAttention or GraphAttention); `norm`,
+    `mlp` and `hidden` choose the normalisation and the MLP (defaults: LayerNorm, GELU, 4 d_model)."""
+
+    def __init__(self, config, layer_index=None, attention=MultiHeadAttention, norm="layernorm", mlp="gelu",
+                 hidden=None):
+        super().__init__()
+        self.ln_1 = make_norm(config, norm)
         self.attn = attention(config, layer_index)
-        self.ln_2 = nn.LayerNorm(config.d_model, bias=config.bias)
-        self.mlp = MLP(config)
+        self.ln_2 = make_norm(config, norm)
+        self.mlp = make_mlp(config, mlp, hidden)
 
     def forward(self, x, graph=None, memory=None):
         update = self.attn(self.ln_1(x), graph, memory)

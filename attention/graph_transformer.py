@@ -6,7 +6,7 @@ exactly l rounds of neighbour communication, the budget of l PDMM iterations (MA
 import torch
 import torch.nn as nn
 
-from .block import Block, init_weights
+from .block import Block, init_weights, make_norm
 from .gat import GraphAttention
 from .graph import TokenGraph
 from .mha import MultiHeadAttention, SignalMemory
@@ -18,10 +18,14 @@ class GraphTransformer(nn.Module):
     """Node features (B, n, in_features) -> a readout after every layer, (n_layer, B, n, out_features).
 
     tied=True applies one block n_layer times (one set of weights for every round, like an
-    iteration); layer="gat" uses GAT's additive scores instead of dot-product attention.
+    iteration); layer="gat" uses GAT's additive scores instead of dot-product attention;
+    norm=None makes every LayerNorm (the blocks' and the final one) the identity; mlp="bilinear"
+    uses the bilinear GLU W_3 ((W_1 h) * (W_2 h)) instead of the GELU MLP; hidden is the MLP's
+    width (default 4 d_model).
     """
 
-    def __init__(self, config, n_layer, in_features=1, out_features=1, tied=False, layer="attention"):
+    def __init__(self, config, n_layer, in_features=1, out_features=1, tied=False, layer="attention",
+                 norm="layernorm", mlp="gelu", hidden=None):
         super().__init__()
         if layer not in LAYERS:
             raise ValueError(f"unknown layer {layer!r}; choose one of {', '.join(LAYERS)}")
@@ -30,20 +34,29 @@ class GraphTransformer(nn.Module):
         self.n_layer, self.tied, self.in_features = n_layer, tied, in_features
         self.embed = nn.Linear(in_features, config.d_model)
         n_blocks = 1 if tied else n_layer
-        self.blocks = nn.ModuleList(Block(config, index + 1, LAYERS[layer]) for index in range(n_blocks))
-        self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.blocks = nn.ModuleList(Block(config, index + 1, LAYERS[layer], norm, mlp, hidden)
+                                    for index in range(n_blocks))
+        self.ln_f = make_norm(config, norm)
         self.readout = nn.Linear(config.d_model, out_features)
         init_weights(self, n_layer)
 
-    def forward(self, x, graph):
-        """x: (B, n, in_features) node features; graph: the TokenGraph over the n nodes."""
+    def forward(self, x, graph, rounds=None):
+        """x: (B, n, in_features) node features; graph: the TokenGraph over the n nodes.
+
+        rounds: how many layers to run (default n_layer); a tied model may run past n_layer, the
+        depth it was trained at, since its one block is the same in every round.
+        """
+        rounds = self.n_layer if rounds is None else rounds
+        if not (isinstance(rounds, int) and rounds >= 1 and (self.tied or rounds <= self.n_layer)):
+            raise ValueError(f"rounds must be an integer in 1..{self.n_layer} (any >= 1 for a tied model), "
+                             f"got {rounds!r}")
         if not isinstance(graph, TokenGraph):
             raise TypeError("GraphTransformer needs the token graph, e.g. TokenGraph.from_networkx(G)")
         if x.dim() != 3 or x.shape[-1] != self.in_features:
             raise ValueError(f"expected node features of shape (B, n, {self.in_features}), got {tuple(x.shape)}")
         h = self.embed(x)  # (B, n, C)
         readouts, memory = [], SignalMemory()  # memory: for residual "accumulated"
-        for layer in range(self.n_layer):
+        for layer in range(rounds):
             h = self.blocks[0 if self.tied else layer](h, graph, memory)
             readouts.append(self.readout(self.ln_f(h)))
         return torch.stack(readouts)

@@ -1,8 +1,24 @@
-"""bridge: PDMM and attention on one gather / fuse footing (MATH.md 2-5).
+"""bridge: where "transformers vs PDMM" is answered (MATH.md 2-5).
+
+    setting = bridge.Setting(bridge.GraphFamily("random_geometric", 64, 128, radius=0.18))
+    table = bridge.compare(setting, seeds=range(5))        # oracles, PDMM family, PDMM-transformer
+    table.cell("pdmm", "ring", 32)                         # geometric mean over seeds, 95 % interval
+    bridge.ball_oracle(G, a, rounds)                       # (rounds, n, d): what r rounds can reach
 
     model = bridge.UnrolledPDMM(layers=10, rho=1.0, learnable=True)
-    iterates = model(pdmm.averaging(G, a))        # (K, n, d): x^1 .. x^K
+    iterates = model(pdmm.averaging(G, a))                 # (K, n, d): x^1 .. x^K
+
+    net = bridge.pdmm_transformer(rho=1.0, n_layer=10)     # a GraphTransformer whose block k is PDMM iteration k
+    net(bridge.pdmm_features(G, a, 1.0), attention.TokenGraph.from_networkx(G, self_loops=False))  # (K, B, n, 1)
 """
+from .comparison import CompareTable, Setting, compare
+from .consensus import GraphFamily, disagreement_error, node_features, sample_instances
+from .learned import learned_vs_constant
+from .oracle import ball_oracle, bayes_ball_oracle
+from .pdmm_transformer import fit_graph_model, graph_errors, pdmm_features, pdmm_transformer, weight_shift
+from .probe import probe_model
 from .unrolled import UnrolledPDMM
 
-__all__ = ["UnrolledPDMM"]
+__all__ = ["CompareTable", "GraphFamily", "Setting", "UnrolledPDMM", "ball_oracle", "bayes_ball_oracle", "compare",
+           "disagreement_error", "fit_graph_model", "graph_errors", "learned_vs_constant", "node_features",
+           "pdmm_features", "pdmm_transformer", "probe_model", "sample_instances", "weight_shift"]

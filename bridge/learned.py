@@ -1,11 +1,12 @@
 """Learned PDMM: per-layer rho_k and theta_k of an UnrolledPDMM trained over a family of problems.
 
-The family is distributed averaging, f_i(x) = 1/2 ||x - a_i||^2 with a_i ~ N(1, 1), on random
+learned_vs_constant runs the experiment of `pdmm-bridge learn-pdmm`. The family is distributed averaging, f_i(x) = 1/2 ||x - a_i||^2 with a_i ~ N(1, 1), on random
 graphs of a topology with n drawn from [n_min, n_max]. The training loss is the mean over a fixed
 set of training instances of log e_K^2, e_K = ||x^K - x*||_F / ||x*||_F the relative error after
 K layers (as in pdmm.solve's history["error"]), minimised full batch with Adam; the baseline is
 the best constant rho on the same training instances, which is also where training starts.
 """
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,3 +83,48 @@ def best_constant_rho(layers, instances, grid=None, theta=1.0):
 
 def geometric_mean(values):
     return float(torch.exp(torch.log(values).mean()))
+
+
+HELD_OUT = {  # name -> the family held-out instances come from
+    "same family": Family(),
+    "larger graphs (n 96-128)": Family(n_min=96, n_max=128),
+    "small world (n 32-64)": Family(topology="small_world"),
+    "grid (n 36-64)": Family(topology="grid", n_min=36, n_max=64),
+}
+
+
+def instances(family, count, seed):
+    """`count` (problem, x*) instances of `family` drawn from `seed`."""
+    rng = np.random.default_rng(seed)
+    return [family.sample(rng) for _ in range(count)]
+
+
+def learned_vs_constant(layers, train_graphs=16, test_graphs=16, steps=150, seed=0, report=print):
+    """For each K in `layers`: the best constant rho on training instances of Family(), then learned PDMM
+    started there and fitted (fit), both evaluated on the training instances and on HELD_OUT.
+
+    Returns (results, training, curves): one row per K and set {K, set, best_constant_rho,
+    constant_error, learned_error, ratio} (geometric-mean error after K rounds, ratio < 1: learned is
+    better), per K what was fitted, and per K the per-round geometric means on "same family"."""
+    train_set = instances(Family(), train_graphs, seed)
+    held_out = {name: instances(family, test_graphs, seed + 1000 + i) for i, (name, family) in enumerate(HELD_OUT.items())}
+    results, training, curves = [], {}, {}
+    for K in layers:
+        start = time.perf_counter()
+        rho = best_constant_rho(K, train_set)
+        constant = UnrolledPDMM(K, rho=rho)
+        learned = UnrolledPDMM(K, rho=rho, learnable=True)
+        losses = fit(learned, train_set, steps)
+        training[K] = {"seconds": time.perf_counter() - start, "best_constant_rho": rho,
+                       "rho_k": learned.rho().tolist(), "theta_k": learned.theta().tolist(),
+                       "loss_first": losses[0], "loss_best": min(losses)}
+        for name, data in {"training instances": train_set, **held_out}.items():
+            e_const, e_learned = errors(constant, data), errors(learned, data)
+            results.append({"K": K, "set": name, "best_constant_rho": rho,
+                            "constant_error": geometric_mean(e_const[-1]), "learned_error": geometric_mean(e_learned[-1]),
+                            "ratio": geometric_mean(e_learned[-1]) / geometric_mean(e_const[-1])})
+            if name == "same family":
+                curves[K] = ([geometric_mean(e) for e in e_const], [geometric_mean(e) for e in e_learned])
+        report(f"K = {K}: best constant rho {rho:.3g}, trained in {training[K]['seconds']:.0f} s; "
+               + "; ".join(f"{r['set']}: ratio {r['ratio']:.3f}" for r in results if r["K"] == K))
+    return results, training, curves

@@ -5,12 +5,12 @@ To add a command, write experiments/<name>_command.py and list it in COMMANDS.
 import argparse
 import sys
 
-from . import (compare_command, learn_pdmm_command, plot_command, probe_command, report_command, solve_command,
-               sweep_command, train_command)
-from .common import UsageError, tune_allocator
+from . import (compare_command, configs_command, learn_pdmm_command, plot_command, probe_command, report_command,
+               solve_command, sweep_command, train_command)
+from .common import UsageError, package_version, tune_allocator
 
-COMMANDS = [solve_command, train_command, sweep_command, plot_command, report_command, learn_pdmm_command,
-            compare_command, probe_command]
+COMMANDS = [solve_command, train_command, sweep_command, configs_command, plot_command, report_command,
+            learn_pdmm_command, compare_command, probe_command]
 
 
 class Parser(argparse.ArgumentParser):
@@ -20,12 +20,25 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, and "(default: ...)" after each option's help unless it names one already."""
+
+    def _get_help_string(self, action):
+        unset = action.default is None or action.default is False or action.default in ([], ())
+        if unset or "default" in (action.help or "").lower():
+            return action.help
+        return super()._get_help_string(action)
+
+
 def main(argv=None):
     """Parse argv (default sys.argv[1:]) and run the chosen command; returns its exit code."""
     parser = Parser(prog="pdmm-bridge", description="PDMM on networkx graphs, attention variants, and the experiments between them.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        command.add_parser(subparsers).set_defaults(run=command.run)
+        subparser = command.add_parser(subparsers)
+        subparser.formatter_class = HelpFormatter
+        subparser.set_defaults(run=command.run)
     args = parser.parse_args(argv)
     tune_allocator()
     try:
@@ -33,3 +46,6 @@ def main(argv=None):
     except UsageError as err:
         print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # commands that keep partial work say how to resume it themselves
+        print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -14,6 +14,40 @@ class UsageError(Exception):
     """Bad input from the command line; the CLI prints it as one `error:` line and exits with code 2."""
 
 
+OWNER_FILE = ".pdmm-bridge-output"  # names the command that made an output directory
+
+
+def claim_output_dir(path, command, force=False, reusable=False):
+    """Create the output directory `path` of `command` ("solve", "compare", ...) and return it as a Path.
+
+    An absent or empty directory is created and marked with OWNER_FILE. A non-empty one is refused
+    unless `force`, or `reusable` (commands that pick up their own earlier work, like compare) and
+    marked by the same command.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {path} is a file, not a directory")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        owner = path / OWNER_FILE
+        if not (reusable and owner.is_file() and owner.read_text().strip() == command):
+            raise UsageError(f"{path} already exists and is not empty; choose another --out or pass --force "
+                             "to write into it")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / OWNER_FILE).write_text(command + "\n")
+    except OSError as err:
+        raise UsageError(f"cannot write to {path}: {err.strerror or err}") from None
+    return path
+
+
+def check_new_file(path, force=False):
+    """`path` as a Path, refused when it exists (a file this command would replace) unless `force`."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; choose another name or pass --force to replace it")
+    return path
+
+
 def tune_allocator():
     """Make glibc keep freed memory for reuse instead of returning it to the OS.
 

@@ -1,6 +1,10 @@
 """Run configurations: TOML files with [task], [model] and [train] tables, mapped to dataclasses.
 
-    config = load_config("experiments/configs/shakespeare_char_cpu.toml", ["model.residual=belief"])
+    config = load_config("shakespeare_char_cpu", ["model.residual=belief"])
+
+A config is named by a file path or by the name of a built-in config, one shipped in the package's
+experiments/configs/ ("shakespeare_char_cpu", "repro/belief_char"; `pdmm-bridge configs` lists them);
+an existing file wins over a built-in of the same name.
 
 Unknown tables or keys are errors; `--set table.key=value` overrides any key (the value is read
 as a TOML value, so `2`, `0.5`, `true` and `"text"` or bare `text` all work). Task options (keys
@@ -14,6 +18,7 @@ import dataclasses
 import json
 import math
 import numbers
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,11 +89,40 @@ NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_
 MODEL_KINDS = ("transformer", "convex")
 
 
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+def builtin_configs():
+    """{name: path} of the built-in configs, named by their path under CONFIG_DIR without .toml."""
+    paths = sorted(CONFIG_DIR.rglob("*.toml"))
+    return {path.relative_to(CONFIG_DIR).with_suffix("").as_posix(): path for path in paths}
+
+
+def config_path(name):
+    """The config file `name` names: an existing file, else the built-in config of that name (.toml optional)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    builtin = builtin_configs().get(path.as_posix().removesuffix(".toml"))
+    if builtin is None:
+        raise UsageError(f"config file not found: {name} is neither a file nor a built-in config "
+                         "(`pdmm-bridge configs` lists them)")
+    return builtin
+
+
+def description(path):
+    """A config's one-line description: its opening comment up to the first ': ' or '. '."""
+    lines = []
+    for line in Path(path).read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    return re.split(r"[:.]\s", " ".join(lines) + " ", maxsplit=1)[0].strip()
+
+
 def read_tables(path):
-    """{table: {key: value}} of a TOML file; UsageError when it is missing or not TOML."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"config file not found: {path}")
+    """{table: {key: value}} of a config (a file or a built-in name); UsageError when missing or not TOML."""
+    path = config_path(path)
     try:
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
@@ -100,7 +134,7 @@ def load_config(path, overrides=()):
     tables = {name: table for name, table in read_tables(path).items() if name not in PLAN_TABLES}
     for override in overrides:
         apply_override(tables, override)
-    return from_tables(tables, source=str(path))
+    return from_tables(tables, source=str(path), overridden={o.partition("=")[0].strip() for o in overrides})
 
 
 def load_plan(path):
@@ -126,11 +160,15 @@ def apply_override(tables, override):
     tables.setdefault(table, {})[key] = value
 
 
-def from_tables(tables, source="config"):
-    """RunConfig from {table: {key: value}}, with types and ranges checked."""
+def from_tables(tables, source="config", overridden=()):
+    """RunConfig from {table: {key: value}}, with types and ranges checked.
+
+    overridden: the table.key names set by --set, which unknown-key errors blame instead of `source`."""
     unknown = set(tables) - set(TABLES)
     if unknown:
-        raise UsageError(f"{source}: unknown table(s) {sorted(unknown)}; expected {list(TABLES)}")
+        from_set = all(any(key.startswith(f"{table}.") for key in overridden) for table in unknown)
+        raise UsageError(f"{'--set' if from_set else source}: unknown table(s) {sorted(unknown)}; "
+                         f"expected {list(TABLES)}")
     parts = {}
     for table, cls in TABLES.items():
         values = dict(tables.get(table, {}))
@@ -140,8 +178,9 @@ def from_tables(tables, source="config"):
         else:
             extra = set(values) - set(known)
             if extra:
-                raise UsageError(f"{source}: unknown key(s) {', '.join(f'{table}.{k}' for k in sorted(extra))}; "
-                                 f"[{table}] accepts {', '.join(known)}")
+                names = [f"{table}.{k}" for k in sorted(extra)]
+                raise UsageError(f"{'--set' if set(names) <= set(overridden) else source}: unknown key(s) "
+                                 f"{', '.join(names)}; [{table}] accepts {', '.join(known)}")
         for key, value in values.items():
             if key != "options":
                 values[key] = checked(f"{table}.{key}", value, known[key].type)

@@ -1,7 +1,8 @@
-"""pdmm-bridge plot: one metric of training runs against step and against wall-clock seconds.
+"""pdmm-bridge plot: one metric of training runs against step and wall-clock seconds, or solve runs' convergence.
 
     pdmm-bridge plot runs/sweep --metric val_acc
     pdmm-bridge plot runs/a runs/b runs/c --out compare.png
+    pdmm-bridge plot runs/avg runs/lasso --out solves.png
 
 RUNS are run directories or sweep directories, which stand for every run directory inside
 (runs that sweep.json marks failed are left out and named on stderr). Runs whose configs
@@ -9,41 +10,78 @@ differ only in seed (and device, compile) are one variant, labelled by the confi
 differ (e.g. "residual=belief"); each variant is drawn as the mean over its seeds, on the
 steps all of them logged, with a band from the minimum to the maximum over seeds, so a run
 still going cuts its variant's curve at its last step. Rows without the metric are skipped:
-val_* metrics exist only at evaluations. The figure goes to --out, by default
-plot_<metric>.png in the sweep directory when the only argument is one, else in the current
-directory.
+val_* metrics exist only at evaluations.
+
+Solve directories (`pdmm-bridge solve --out`) are drawn as residual, relative error and objective
+against iteration (or the one --metric of those), one line per method, labelled
+"<directory>: <method>" when there are several directories.
+
+The figure goes to --out, or else to plot_<metric>.png (plot_convergence.png for all solve panels)
+in the directory when the only argument is a sweep or solve directory, else in the current
+directory. An existing file is not replaced without --force.
 """
 import argparse
 import sys
 from pathlib import Path
 
-from .common import UsageError
-from .plots import plot_runs
-from .runs import aligned, expand, group_runs, is_sweep_dir
+from .common import UsageError, check_new_file
+from .plots import PANELS, plot_convergence, plot_runs
+from .runs import aligned, expand, group_runs, is_solve_dir, is_sweep_dir, load_solve
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser("plot", help="plot a metric of runs: mean and min..max over seeds",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories or sweep directories")
-    p.add_argument("--metric", default="val_loss", help="a logged metric, e.g. val_loss, train_loss, val_acc, lr")
-    p.add_argument("--out", metavar="FILE", help="figure file (default plot_<metric>.png, see above)")
+    p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories or sweep directories, or solve directories")
+    p.add_argument("--metric", help="a logged metric, e.g. val_loss (training runs when not given), train_loss, "
+                   "val_acc, lr; for solve runs residual, error or objective (all three when not given)")
+    p.add_argument("--out", metavar="FILE", help="figure file; plot_<metric>.png when not given, see above")
+    p.add_argument("--force", action="store_true", help="replace an existing figure file")
     return p
 
 
 def run(args):
+    solves = [is_solve_dir(path) for path in args.runs]
+    if any(solves) and not all(solves):
+        raise UsageError("give either solve directories or training runs, not both")
+    if all(solves):
+        return plot_solves(args)
+    metric = args.metric or "val_loss"
     runs = expand(args.runs)
     failed = [run.name for run in runs if run.failed]
-    if args.out:
-        out = Path(args.out)
-    elif len(args.runs) == 1 and is_sweep_dir(args.runs[0]):
-        out = Path(args.runs[0]) / f"plot_{args.metric}.png"
-    else:
-        out = Path(f"plot_{args.metric}.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plot_metric([run for run in runs if not run.failed], args.metric, out)
+    out = output_file(args, metric, is_sweep_dir(args.runs[0]))
+    plot_metric([run for run in runs if not run.failed], metric, out)
     if failed:
         print(f"pdmm-bridge plot: left out the failed run(s) {', '.join(failed)}", file=sys.stderr)
+    print(out)
+    return 0
+
+
+def output_file(args, name, in_dir):
+    """--out, else plot_<name>.png in the only directory argument (when `in_dir`) or here; checked with --force."""
+    if args.out:
+        out = Path(args.out)
+    elif len(args.runs) == 1 and in_dir:
+        out = Path(args.runs[0]) / f"plot_{name}.png"
+    else:
+        out = Path(f"plot_{name}.png")
+    check_new_file(out, args.force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def plot_solves(args):
+    """Residual, error and objective (or --metric) of solve directories against iteration, one line per method."""
+    runs = [load_solve(path) for path in args.runs]
+    if args.metric and args.metric not in PANELS:
+        raise UsageError(f"solve runs record {', '.join(PANELS)}, not {args.metric!r}")
+    curves = {(f"{run.path.name}: {label}" if len(runs) > 1 else label): curve
+              for run in runs for label, curve in run.curves.items()}
+    panels = [args.metric] if args.metric else [key for key in PANELS if any(key in c for c in curves.values())]
+    out = output_file(args, args.metric or "convergence", True)
+    problems = {run.config.get("args", {}).get("problem") for run in runs}
+    title = problems.pop() if len(problems) == 1 and None not in problems else "solve runs"
+    plot_convergence(curves, out, title, panels)
     print(out)
     return 0
 

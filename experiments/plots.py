@@ -3,31 +3,34 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, StrMethodFormatter
 
 
-def plot_convergence(histories, path, title):
-    """Save residual and relative error against iteration, log scale, one line per method.
+PANELS = {"residual": ("residual", "constraint residual (RMS)", "log"),
+          "error": ("relative error", r"$\|x - x^\star\|_F \,/\, \|x^\star\|_F$", "log"),
+          "objective": ("objective", r"$\sum_i f_i(x_i)$", "linear")}
 
-    histories: {method: {"residual": (iterations,), "error": (iterations,) if a reference was given}}.
+
+def plot_convergence(histories, path, title, panels=("residual", "error")):
+    """Save each of `panels` (residual, error, objective) against iteration, one line per method; returns the Figure.
+
+    histories: {label: {"residual": (iterations,), "error": ... if a reference was given, "objective": ...}}.
     """
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
-    residual, error = fig.subplots(1, 2)
-    for method, history in histories.items():
-        iterations = range(1, len(history["residual"]) + 1)
-        residual.plot(iterations, history["residual"], label=method)
-        if "error" in history:
-            error.plot(iterations, history["error"], label=method)
-    residual.set(yscale="log", xlabel="iteration", ylabel="constraint residual (RMS)", title="residual")
-    error.set(title="relative error")
-    for ax in (residual, error):
+    fig = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
+    for ax, key in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+        name, ylabel, scale = PANELS[key]
+        for label, history in histories.items():
+            if len(history.get(key, ())):
+                ax.plot(range(1, len(history[key]) + 1), history[key], label=label)
+        ax.set(title=name)
         if ax.lines:
+            ax.set(yscale=scale, xlabel="iteration", ylabel=ylabel)
             ax.grid(True, alpha=0.4)
             ax.legend()
-    if error.lines:
-        error.set(yscale="log", xlabel="iteration", ylabel=r"$\|x - x^\star\|_F \,/\, \|x^\star\|_F$")
-    else:
-        error.axis("off")
-        error.text(0.5, 0.5, "no reference solution", ha="center", va="center", transform=error.transAxes)
+        else:
+            ax.axis("off")
+            ax.text(0.5, 0.5, "no reference solution" if key == "error" else f"no {name}", ha="center",
+                    va="center", transform=ax.transAxes)
     fig.suptitle(title)
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def plot_runs(curves, metric, path, title=None):

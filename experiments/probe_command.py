@@ -2,32 +2,23 @@
 
     pdmm-bridge probe runs/shakespeare
 
-Loads the run's checkpoint, turns on every attention layer's probes and runs --batches batches
-of the task's data. Per layer l, averaged over tokens (MATH.md 5):
-
-    phi_ratio    ||V - gamma MH|| / ||V||      AttentionX's discrepancy Phi (gamma of the run, 1 if unset)
-    delta_ratio  ||MH - alpha V|| / ||MH||     belief's discrepancy Delta, alpha per token
-    cos_update   cos(update, token)            the layer's update against the token (residual stream) it is added to
-
-whatever the run's residual signal, so runs are comparable. The AttentionX paper argues the
-discrepancy shrinks with depth, as PDMM's residual does with iterations; the figure shows the
-three curves against layer beside PDMM's constraint residual against iteration (averaging on a
-64-node random geometric graph, normalised by its first value). Writes probe.json and probe.png
-into the run directory (or --out).
+Loads the run's checkpoint and runs --batches batches of the task's data through it with every
+attention layer's probes on; bridge.probe computes per layer ||V - gamma MH|| / ||V|| (AttentionX's
+Phi, gamma of the run, 1 if unset), ||MH - alpha V|| / ||MH|| (belief's Delta) and cos(update,
+token). The figure shows the three curves against layer beside PDMM's constraint residual against
+iteration (averaging on a 64-node random geometric graph, normalised by its first value). Writes
+probe.json and probe.png into the run directory (or --out).
 """
 import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-import pdmm
-from attention import MultiHeadAttention
-from attention.mha import orthogonal_part
+from bridge.probe import pdmm_residual, probe_model
 
-from .common import UsageError
+from .common import UsageError, check_new_file
 from .config import load_config
 from .tasks import build_task
 from .train import CHECKPOINT, step_generator
@@ -39,22 +30,10 @@ def add_parser(subparsers):
     parser = subparsers.add_parser("probe", help="per-layer discrepancy of a trained run vs PDMM's residual",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with config.toml and ckpt.pt")
-    parser.add_argument("--batches", type=int, default=4, help="batches to average over (default 4)")
+    parser.add_argument("--batches", type=int, default=4, help="batches to average over")
     parser.add_argument("--out", help="directory for probe.json and probe.png (default RUN_DIR)")
+    parser.add_argument("--force", action="store_true", help="replace an existing probe.json / probe.png")
     return parser
-
-
-def norm_ratio(a, b):
-    """mean over tokens of ||a_i|| / ||b_i|| (tokens where b_i = 0 left out)."""
-    a, b = a.norm(dim=-1), b.norm(dim=-1)
-    keep = b > 0
-    return float((a[keep] / b[keep]).mean())
-
-
-def layer_statistics(probes, gamma):
-    mh, v, x, y = probes["mh"], probes["v"], probes["token"], probes["update"]
-    return {"phi_ratio": norm_ratio(v - gamma * mh, v), "delta_ratio": norm_ratio(orthogonal_part(mh, v), mh),
-            "cos_update": float(torch.nn.functional.cosine_similarity(y, x, dim=-1).mean())}
 
 
 def run(args):
@@ -62,7 +41,12 @@ def run(args):
     config, totals = probe_layers(run_dir, args.batches)
     residual = pdmm_residual(len(totals))
     out = Path(args.out) if args.out else run_dir
-    out.mkdir(parents=True, exist_ok=True)
+    for name in ("probe.json", "probe.png"):
+        check_new_file(out / name, args.force)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot write to {out}: {err.strerror or err}") from None
     record = {"run": str(run_dir), "residual": config.model.residual, "layers": totals,
               "pdmm_residual_normalised": residual}
     (out / "probe.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -91,27 +75,11 @@ def probe_layers(run_dir, batches=4):
     if getattr(model, "tied", False):
         raise UsageError(f"{run_dir} is a tied GraphTransformer: one block serves every layer, so its probes "
                          "cannot be told apart by layer")
-    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    for layer in layers:
-        layer.config.probe = True
     gamma = config.model.gamma if config.model.residual == "attentionx" else 1.0
-    totals = [dict.fromkeys(("phi_ratio", "delta_ratio", "cos_update"), 0.0) for _ in layers]
-    with torch.no_grad():
-        for b in range(batches):
-            task.loss(model, task.train_batch(step_generator(config.train.seed, b, PROBE_STREAM)))
-            for total, layer in zip(totals, layers):
-                for key, value in layer_statistics(layer.probes, gamma).items():
-                    total[key] += value / batches
+    totals = probe_model(model, lambda b: task.loss(model, task.train_batch(step_generator(config.train.seed, b,
+                                                                                           PROBE_STREAM))),
+                         batches, gamma)
     return config, totals
-
-
-def pdmm_residual(iterations):
-    """PDMM's constraint residual per iteration / its first value (averaging, 64-node random geometric graph)."""
-    G = pdmm.topology("random_geometric", n=64, seed=0)
-    a = np.random.default_rng(0).normal(size=(64, 1))
-    history = pdmm.solve(pdmm.averaging(G, a), rho=0.3, max_iter=max(iterations, 2), tol=0).history["residual"]
-    history = np.asarray(history, dtype=float).reshape(-1)
-    return (history / history[0]).tolist()
 
 
 def plot_probe(totals, residual, name, path):

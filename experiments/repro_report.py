@@ -348,6 +348,12 @@ def extra_sections(path, spec, groups, runs):
     return lines, figures
 
 
+def extra_figures(spec):
+    """The figure files extra_sections writes for the [report] table `spec` (before it writes them)."""
+    return [name for key, name in (("log_steps", "plot_log_steps.png"), ("probe", "plot_probe.png"),
+                                   ("against", "plot_against.png")) if spec.get(key)]
+
+
 def variant_keys(spec, runs):
     """The config keys that name a variant: [report] label_keys, else those that differ between runs."""
     return spec.get("label_keys") or differing_keys(runs)

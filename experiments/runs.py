@@ -6,8 +6,10 @@
 
 A run directory holds config.toml ([task], [model], [train]), metrics.jsonl (one JSON object per
 logged step), and, once finished, summary.json; meta.json records versions and the command line.
-A sweep directory holds sweep.json and one run directory per entry of its "runs" list.
+A sweep directory holds sweep.json and one run directory per entry of its "runs" list. A solve
+directory (`pdmm-bridge solve`) holds config.json and history.csv, one curve per method label.
 """
+import csv
 import json
 import tomllib
 from dataclasses import dataclass
@@ -18,6 +20,10 @@ import numpy as np
 from .common import UsageError
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
+ONLY_WHEN = {"model.gamma": ("model.residual", "attentionx"), "model.beta": ("model.residual", "accumulated"),
+             "model.gates": ("model.kind", "convex"), "model.group_lasso": ("model.kind", "convex")}
+TRANSFORMER_KEYS = ("model.n_layer", "model.n_head", "model.dropout", "model.bias", "model.residual", "model.gamma",
+                    "model.beta", "model.kernel", "model.symmetric")  # unused by model.kind = "convex"
 
 
 @dataclass
@@ -177,15 +183,24 @@ def label(values):
     return ", ".join(f"{name}={value}" for name, value in zip(names, values.values()))
 
 
+def relevant(key, flat):
+    """Whether config `key` changes what a run with config `flat` computes (gamma only for attentionx, ...)."""
+    if key in TRANSFORMER_KEYS and flat.get("model.kind") == "convex":
+        return False
+    other, value = ONLY_WHEN.get(key, (None, None))
+    return other is None or flat.get(other) == value
+
+
 def group_runs(runs, keys=None):
     """{label: [runs]} with one entry per variant (runs that differ only in seed), in first-seen order.
 
-    The label names the keys that differ between runs, or the given `keys` (which must then tell the variants apart)."""
+    The label names the keys that differ between runs, or the given `keys` (which must then tell the
+    variants apart), leaving out those the run does not use (gamma on a belief run)."""
     keys = differing_keys(runs) if keys is None else keys
     groups = {}
     for run in runs:
         flat = flat_config(run.config)
-        name = label({key: flat.get(key) for key in keys}) if keys else flat.get("task.name", run.name)
+        name = label({key: flat.get(key) for key in keys if relevant(key, flat)}) or flat.get("task.name", run.name)
         groups.setdefault(name, []).append(run)
     return {name: sorted(members, key=lambda r: (r.seed is None, r.seed or 0)) for name, members in groups.items()}
 
@@ -214,3 +229,34 @@ def aligned(runs, metric):
     picked = [(seconds[np.isin(steps, common)], values[np.isin(steps, common)]) for steps, seconds, values in series]
     seconds, values = (np.stack(part) for part in zip(*picked))  # (seeds, steps)
     return Curve(common, seconds.mean(0), values.mean(0), values.min(0), values.max(0), len(series))
+
+
+@dataclass
+class SolveRun:
+    """One `pdmm-bridge solve` output directory: its config.json and {method label: {column: per-iteration array}}."""
+    path: Path
+    config: dict
+    curves: dict
+
+
+def is_solve_dir(path):
+    return (Path(path) / "history.csv").is_file() and (Path(path) / "config.json").is_file()
+
+
+def load_solve(path):
+    """The SolveRun in `path`; UsageError when it is not a solve directory or a file is unreadable."""
+    path = Path(path)
+    if not is_solve_dir(path):
+        raise UsageError(f"{path} is not a solve directory (no config.json and history.csv)")
+    curves = {}
+    try:
+        with open(path / "history.csv", newline="") as file:
+            for row in csv.DictReader(file):
+                curve = curves.setdefault(row["method"], {})
+                for key, value in row.items():
+                    if key not in ("method", "iteration") and value != "":
+                        curve.setdefault(key, []).append(float(value))
+    except (KeyError, ValueError, csv.Error) as err:
+        raise UsageError(f"cannot read {path / 'history.csv'}: {err}") from None
+    return SolveRun(path, _read_json(path / "config.json"),
+                    {label: {key: np.array(values) for key, values in curve.items()} for label, curve in curves.items()})

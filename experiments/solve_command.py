@@ -1,28 +1,37 @@
 """pdmm-bridge solve: one problem on one graph, solved by one or several methods, written to --out.
 
     pdmm-bridge solve --problem averaging --graph random_geometric --nodes 100 --method pdmm --out runs/avg
+    pdmm-bridge solve --compare pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe --out runs/four
 
---out receives config.json (resolved arguments, version, graph size, per-method summary),
-history.csv (method, iteration, residual, objective, error), result.npz (x_<method>, and
-x_star with a reference) and convergence.png. For batched runs (--batch B) history.csv and
-the plot hold the mean over the B instances, while config.json and the printed summary give
-the worst instance (the one convergence waits for).
+A method spec is METHOD[:KEY=VALUE...] with KEY rho or one of the method's parameters (theta,
+eta); each spec is one run, labelled by the spec as written, and --rho / --theta / --eta are
+the values of the runs that do not set their own.
+
+--out (refused when it exists and is not empty, unless --force) receives config.json (resolved
+arguments, version, graph size, per-run summary), history.csv (method label, iteration,
+residual, objective, error), result.npz (x_<label>, and x_star with a reference) and
+convergence.png. For batched runs (--batch B) history.csv and the plot hold the mean over the
+B instances, while config.json and the printed summary give the worst instance (the one
+convergence waits for). Ctrl-C stops the current run after its last whole iteration, writes
+what ran (marked "interrupted" in config.json and the plot's title) and exits with status 130.
 """
 import argparse
 import csv
 import inspect
 import json
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import torch
 
 import pdmm
 from pdmm.synthetic import KINDS, make_data, make_problem
 
-from .common import UsageError, build_graph, device, key_value, package_version, positive
+from .common import UsageError, build_graph, claim_output_dir, device, key_value, package_version, positive
 from .plots import plot_convergence
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -30,13 +39,47 @@ HISTORY_COLUMNS = ("residual", "objective", "error")
 DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10
 
 
-def _methods(text):
-    """--compare pdmm,qa-pdmm,admm -> ["pdmm", "qa-pdmm", "admm"]."""
-    methods = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in pdmm.METHODS]
-    if unknown or not methods or len(set(methods)) != len(methods):
-        raise argparse.ArgumentTypeError(f"expected distinct methods from {', '.join(pdmm.METHODS)}, got {text!r}")
-    return methods
+def _value(key, text):
+    """A method parameter from its text: rho a number > 0, theta a number, eta "L", "safe" or a number > 0."""
+    parse = {"rho": positive(float), "theta": float, "eta": _eta}[key]
+    try:
+        return parse(text)
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        raise argparse.ArgumentTypeError(f"{key}: {err}") from None
+
+
+def _spec(text):
+    """"pdmm:theta=0.5:rho=2" -> ("pdmm:theta=0.5:rho=2", "pdmm", {"theta": 0.5, "rho": 2.0}).
+
+    The label is the spec as written (a plain method name labels itself); the keys are rho and
+    the parameters of the method's constructor (theta, eta).
+    """
+    method, *assignments = [part.strip() for part in text.strip().split(":")]
+    if method not in pdmm.METHODS:
+        raise argparse.ArgumentTypeError(f"unknown method {method!r} in {text!r}; choose from "
+                                         f"{', '.join(pdmm.METHODS)}")
+    accepted = ["rho", *(name for name in _defaults(method))]
+    params = {}
+    for assignment in assignments:
+        key, sep, value = (part.strip() for part in assignment.partition("="))
+        if not (sep and key in accepted and value) or key in params:
+            raise argparse.ArgumentTypeError(f"bad parameter {assignment!r} in {text!r}: {method} takes "
+                                             f"{', '.join(f'{name}=VALUE' for name in accepted)}, each once")
+        params[key] = _value(key, value)
+    return ":".join([method, *(f"{key}={_text(value)}" for key, value in params.items())]), method, params
+
+
+def _text(value):
+    return value if isinstance(value, str) else f"{value:g}"
+
+
+def _specs(text):
+    """--compare pdmm:theta=1,pdmm:theta=0.5,admm -> a list of _spec results with distinct labels."""
+    specs = [_spec(part) for part in text.split(",") if part.strip()]
+    labels = [label for label, _, _ in specs]
+    if not specs or len(set(labels)) != len(labels):
+        raise argparse.ArgumentTypeError(f"expected distinct method specs separated by commas, got {text!r}")
+    return specs
 
 
 def _eta(text):
@@ -52,9 +95,11 @@ def add_parser(subparsers):
     p = subparsers.add_parser("solve", help="solve one problem with one or several methods",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("problem and data")
-    data.add_argument("--problem", default="averaging", choices=KINDS)
-    data.add_argument("--dim", type=positive(int), help=f"variable size d (synthetic data; default {DEFAULT_DIM})")
-    data.add_argument("--samples", type=positive(int), help=f"rows of H or X per node (synthetic data; default {DEFAULT_SAMPLES})")
+    data.add_argument("--problem", default="averaging", choices=KINDS, help="the local functions f_i")
+    data.add_argument("--dim", type=positive(int), help=f"variable size d of synthetic data ({DEFAULT_DIM} when "
+                      "not given)")
+    data.add_argument("--samples", type=positive(int), help=f"rows of H or X per node of synthetic data "
+                      f"({DEFAULT_SAMPLES} when not given)")
     data.add_argument("--batch", type=positive(int), help="solve this many independent instances at once "
                       "(synthetic data)")
     data.add_argument("--ridge", type=float, default=0.0, help="least_squares ridge weight")
@@ -69,68 +114,116 @@ def add_parser(subparsers):
                        help="topology parameter, e.g. radius=0.3 (repeatable)")
     solver = p.add_argument_group("solver")
     which = solver.add_mutually_exclusive_group()
-    which.add_argument("--method", default="pdmm", choices=list(pdmm.METHODS))
-    which.add_argument("--compare", type=_methods, metavar="M1,M2,...", help="run several methods, e.g. pdmm,admm")
-    solver.add_argument("--rho", type=positive(float), default=1.0, help="penalty parameter")
-    solver.add_argument("--theta", type=float, help="averaging for pdmm / qa-pdmm (1 = PDMM, 0.5 = averaged)")
-    solver.add_argument("--eta", type=_eta, help="qa-pdmm proximal weight: L, safe or a number")
+    which.add_argument("--method", type=_spec, default="pdmm", metavar="SPEC",
+                       help=f"one method ({', '.join(pdmm.METHODS)}), optionally with parameters, e.g. "
+                            "pdmm:theta=0.5")
+    which.add_argument("--compare", type=_specs, metavar="SPEC,SPEC,...",
+                       help="several runs in one output, each METHOD[:KEY=VALUE...] with KEY rho, theta or eta, "
+                            "e.g. pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe")
+    solver.add_argument("--rho", type=positive(float), default=1.0, help="penalty parameter of every run "
+                        "without its own rho")
+    solver.add_argument("--theta", type=float, help="averaging of the pdmm / qa-pdmm runs without their own "
+                        "theta (1 = PDMM, 0.5 = averaged)")
+    solver.add_argument("--eta", type=_eta, help="qa-pdmm proximal weight (L, safe or a number) of the runs "
+                        "without their own eta")
     solver.add_argument("--iters", type=positive(int), default=1000, help="maximum iterations")
-    solver.add_argument("--tol", type=float, default=1e-10)
+    solver.add_argument("--tol", type=float, default=1e-10, help="stop when the residual and the change of x "
+                        "fall below tol * max(1, RMS of x); 0 runs all --iters")
     solver.add_argument("--reference", choices=("cvxpy", "none"), default="cvxpy",
                         help="centralised solution for the relative error")
     solver.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
-    solver.add_argument("--dtype", choices=list(DTYPES), default="float64")
+    solver.add_argument("--dtype", choices=list(DTYPES), default="float64", help="floating-point type of the "
+                        "iterates")
     solver.add_argument("--seed", type=int, default=0, help="seed for the graph and the synthetic data")
-    p.add_argument("--out", default="runs/solve", help="output directory")
+    output = p.add_argument_group("output")
+    output.add_argument("--out", default="runs/solve", help="output directory (refused when it exists and is not "
+                        "empty, unless --force)")
+    output.add_argument("--force", action="store_true", help="write into an existing non-empty --out")
+    output.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def run(args):
-    methods = args.compare or [args.method]
-    params = _method_params(args, methods)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written", file=sys.stderr)
+        return 130
+
+
+def _run(args):
+    specs = args.compare or [args.method]
+    params = _method_params(args, specs)
     G = build_graph(args.graph, args.nodes, args.seed, dict(args.graph_param))
+    if args.graph not in pdmm.TOPOLOGIES and not nx.is_connected(G):  # named topologies are always connected
+        raise UsageError(f"the graph in {args.graph} is disconnected: it has {nx.number_connected_components(G)} "
+                         "connected components; PDMM needs a connected graph")
     problem = _problem(args, G)
-    if "qa-pdmm" in methods and not problem.local.smooth:
-        raise UsageError(f"qa-pdmm needs smooth local functions; {args.problem} is not smooth (use pdmm or admm)")
+    _check_methods(problem, specs, params, args)
     x_star = pdmm.reference(problem) if args.reference == "cvxpy" else None
+    out = claim_output_dir(args.out, "solve", args.force)
+    results, failures, interrupted = _solve_all(problem, specs, params, x_star, args)
 
-    results, failures = {}, {}
-    for method in methods:
-        try:
-            results[method] = pdmm.solve(
-                problem, method=method, rho=args.rho, max_iter=args.iters, tol=args.tol, reference=x_star,
-                device=args.device, dtype=DTYPES[args.dtype], progress=True, **params[method])
-        except pdmm.DivergenceError as err:
-            results[method], failures[method] = err.result, str(err)
-        except (ValueError, TypeError) as err:  # parameters the method rejects (theta, eta, a non-smooth f_i)
-            raise UsageError(str(err)) from None
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    curves = {method: _mean_history(result.history) for method, result in results.items()}
-    _write_config(out / "config.json", args, methods, params, G, results, failures)
+    curves = {label: _mean_history(result.history) for label, result in results.items()}
+    _write_config(out / "config.json", args, specs, params, G, results, failures)
     _write_history(out / "history.csv", curves)
-    arrays = {f"x_{method}": result.x for method, result in results.items()}
+    arrays = {f"x_{label}": result.x for label, result in results.items()}
     np.savez(out / "result.npz", **arrays, **({} if x_star is None else {"x_star": x_star}))
     graph_name = args.graph if args.graph in pdmm.TOPOLOGIES else Path(args.graph).name
-    plot_convergence(curves, out / "convergence.png", f"{args.problem} on {graph_name} (n={problem.n})")
+    title = f"{args.problem} on {graph_name} (n={problem.n})" + (" — interrupted" if interrupted else "")
+    plot_convergence(curves, out / "convergence.png", title)
 
-    for method, result in results.items():
-        print(_summary(method, result, method in failures, out))
+    for label, result in results.items():
+        print(_summary(label, result, label in failures, out))
     for message in failures.values():
         print(f"pdmm-bridge solve: {message}", file=sys.stderr)
+    if interrupted:
+        skipped = [label for label, _, _ in specs if label not in results and label != interrupted]
+        print(f"pdmm-bridge solve: interrupted (Ctrl-C) in {interrupted}"
+              + (f", {', '.join(skipped)} not run" if skipped else "") + f"; what ran is in {out}", file=sys.stderr)
+        return 130
     return 1 if failures else 0
 
 
-def _method_params(args, methods):
-    """{method: {"theta": ..., "eta": ...}}: --theta / --eta for the methods whose constructor takes them."""
+def _solve_all(problem, specs, params, x_star, args):
+    """({label: Result}, {label: divergence message}, label of the run Ctrl-C interrupted or None).
+
+    The runs after an interrupted one are not started."""
+    results, failures = {}, {}
+    for label, method, _ in specs:
+        try:
+            results[label] = pdmm.solve(
+                problem, method=method, max_iter=args.iters, tol=args.tol, reference=x_star, device=args.device,
+                dtype=DTYPES[args.dtype], progress=not args.no_progress, **params[label])
+        except pdmm.DivergenceError as err:
+            results[label], failures[label] = err.result, str(err)
+        except KeyboardInterrupt:  # before its first iteration
+            return results, failures, label
+        if results[label].interrupted:
+            return results, failures, label
+    return results, failures, None
+
+
+def _method_params(args, specs):
+    """{label: {"rho": ..., "theta": ..., "eta": ...}}: the spec's own values over --rho / --theta / --eta."""
     given = {name: getattr(args, name) for name in ("theta", "eta") if getattr(args, name) is not None}
-    params = {method: {name: value for name, value in given.items()
-                       if name in inspect.signature(pdmm.METHODS[method]).parameters} for method in methods}
+    params = {label: {"rho": args.rho, **{name: value for name, value in given.items() if name in _defaults(method)},
+                      **own} for label, method, own in specs}
     unused = [name for name in given if not any(name in p for p in params.values())]
     if unused:
-        raise UsageError(f"--{unused[0]} does not apply to {', '.join(methods)}")
+        raise UsageError(f"--{unused[0]} does not apply to {', '.join(label for label, _, _ in specs)}")
     return params
+
+
+def _check_methods(problem, specs, params, args):
+    """Build each run's method once, so a parameter it rejects is an error before anything is written."""
+    parts = problem.compile(args.device, DTYPES[args.dtype])
+    for label, method, _ in specs:
+        values = dict(params[label])
+        try:
+            pdmm.METHODS[method](*parts, values.pop("rho"), **values)
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"{label}: {err}") from None
 
 
 def _defaults(method):
@@ -158,10 +251,15 @@ def _problem(args, G):
         except (OSError, ValueError) as err:
             raise UsageError(f"could not read data file {args.data}: {err}") from None
     try:
-        return make_problem(args.problem, G, data, ridge=args.ridge, lam=args.lam, reg=args.reg)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            problem = make_problem(args.problem, G, data, ridge=args.ridge, lam=args.lam, reg=args.reg)
     except (ValueError, TypeError) as err:
         source = args.data or "synthetic data"
         raise UsageError(f"{args.problem} from {source}: {err}") from None
+    for warning in caught:  # e.g. self-loops in a graph file, which PDMM ignores
+        print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
+    return problem
 
 
 def _mean_history(history):
@@ -172,18 +270,19 @@ def _mean_history(history):
 def _final(result, key):
     """The last value of a history entry, worst instance; None when it was not recorded."""
     values = result.history.get(key)
-    return None if values is None else float(np.max(values[-1]))
+    return None if values is None or not len(values) else float(np.max(values[-1]))
 
 
-def _write_config(path, args, methods, params, G, results, failures):
-    resolved = {key: value for key, value in vars(args).items() if key != "run"}
-    resolved.update(graph_param=dict(args.graph_param), methods=methods)
-    summary = {method: {
-        "iterations": result.iterations, "converged": result.converged, "diverged": method in failures,
-        "seconds": result.seconds, "residual": _final(result, "residual"), "error": _final(result, "error"),
-        "params": {"rho": args.rho, **_defaults(method), **params[method]},
-    } for method, result in results.items()}
-    config = {"version": package_version(), "args": resolved,
+def _write_config(path, args, specs, params, G, results, failures):
+    resolved = {key: value for key, value in vars(args).items() if key not in ("run", "method", "compare")}
+    resolved.update(graph_param=dict(args.graph_param), methods=[label for label, _, _ in specs])
+    summary = {label: {
+        "method": result.method, "iterations": result.iterations, "converged": result.converged,
+        "diverged": label in failures, "interrupted": result.interrupted, "seconds": result.seconds,
+        "residual": _final(result, "residual"), "error": _final(result, "error"),
+        "params": {**_defaults(result.method), **params[label]},
+    } for label, result in results.items()}
+    config = {"version": package_version(), "args": resolved, "interrupted": any(r.interrupted for r in results.values()),
               "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()}, "methods": summary}
     path.write_text(json.dumps(config, indent=2) + "\n")
 
@@ -192,20 +291,23 @@ def _write_history(path, curves):
     with open(path, "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(("method", "iteration", *HISTORY_COLUMNS))
-        for method, curve in curves.items():
-            for k in range(len(curve["residual"])):
-                writer.writerow((method, k + 1, *(curve[c][k] if c in curve else "" for c in HISTORY_COLUMNS)))
+        for label, curve in curves.items():
+            for k in range(len(curve.get("residual", ()))):
+                writer.writerow((label, k + 1, *(curve[c][k] if c in curve else "" for c in HISTORY_COLUMNS)))
 
 
-def _summary(method, result, diverged, out):
+def _summary(label, result, diverged, out):
     """pdmm: converged in 227 iterations (0.31 s), residual 9.1e-11, error 2.3e-10 -> runs/avg"""
     if diverged:
         status = f"diverged at iteration {result.iterations}"
+    elif result.interrupted:
+        status = f"interrupted after {result.iterations} iterations"
     elif result.converged:
         status = f"converged in {result.iterations} iterations"
     else:
         status = f"not converged after {result.iterations} iterations"
-    line = f"{method}: {status} ({result.seconds:.2f} s), residual {_final(result, 'residual'):.2g}"
-    if "error" in result.history:
-        line += f", error {_final(result, 'error'):.2g}"
+    line = f"{label}: {status} ({result.seconds:.2f} s)"
+    for key in ("residual", "error"):
+        if _final(result, key) is not None:
+            line += f", {key} {_final(result, key):.2g}"
     return f"{line} -> {out}"

@@ -22,19 +22,32 @@ config file, a variant's values, --set, the grid point, the seed. The config's [
 copied into sweep.json for `pdmm-bridge report`.
 Each run goes to OUT/<key=value,...,seed=S>/ (a run directory as `train` writes it); OUT/sweep.json
 lists the runs and their status. Finished runs are skipped, runs with a checkpoint resume, and a
-failing run is recorded and the sweep goes on (exit status 1 at the end if any failed).
+failing run is recorded and the sweep goes on (exit status 1 at the end if any failed). OUT is
+refused when it is not empty and holds no sweep, unless --force.
+
+Before the first run every grid value and variant is checked on its own: the config it gives
+loads (known keys, types, ranges), the task and its options exist, and model.residual and
+model.kernel are known names. Values that fail only together (3 heads on 16 dimensions) fail
+their runs. Ctrl-C stops the current run after its step with a checkpoint, prints the command
+that resumes the sweep (the same one) and exits with status 130.
 """
+import dataclasses
 import itertools
 import json
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
 from urllib.parse import quote
 
-from .common import UsageError
-from .config import apply_override, load_config, load_plan, toml_value
-from .train import CHECKPOINT, train
+import attention
+
+from .common import UsageError, claim_output_dir
+from .config import TABLES, apply_override, load_config, load_plan, toml_value
+from .tasks import TASKS
+from .tasks.base import parse_options
+from .train import CHECKPOINT, Interrupted, train
 from .train_command import with_data
 
 
@@ -75,14 +88,16 @@ def seeds(text):
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("sweep", help="train a grid of variants x seeds", description=__doc__.split("\n")[0])
-    parser.add_argument("config", help="a TOML file with [task], [model] and [train] tables")
+    parser.add_argument("config", help="a built-in config name (`pdmm-bridge configs` lists them) or a TOML file "
+                                       "with [task], [model] and [train] tables")
     parser.add_argument("--grid", action="append", default=[], metavar="TABLE.KEY=V1,V2,...",
                         help="values to sweep (repeatable: the grid is their product)")
-    parser.add_argument("--seeds", help="comma-separated seeds (default: the config's [sweep] seeds, else 0)")
+    parser.add_argument("--seeds", help="comma-separated seeds; the config's [sweep] seeds when not given, else 0")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                         help="override one config value for every run (repeatable)")
     parser.add_argument("--data", help="the text file for char_lm (same as --set task.data=FILE)")
-    parser.add_argument("--out", help="sweep directory (default runs/<config name>-sweep)")
+    parser.add_argument("--out", help="sweep directory; runs/<config name>-sweep when not given")
+    parser.add_argument("--force", action="store_true", help="write into a non-empty --out that holds no sweep")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -118,6 +133,43 @@ def sweep_spec(args):
     return grid, variants, run_seeds
 
 
+def check_values(args, spec):
+    """UsageError naming the first grid value or variant that gives an invalid config on its own."""
+    grid, variants, _ = spec
+    where = "--grid" if args.grid else f"{args.config} [sweep] grid"
+    checks = [(f"{where} {key}={toml_value(value)}", {key: value}) for key, values in grid.items() for value in values]
+    checks += [(f"{args.config} [[sweep.variants]] entry {i}", variant) for i, variant in enumerate(variants, 1)
+               if variant]
+    for origin, values in checks:
+        try:
+            for key in values:
+                known_key(key)
+            config = load_config(args.config, [*with_data(args), *(f"{k}={toml_value(v)}" for k, v in values.items())])
+            check_names(config)
+        except UsageError as err:
+            raise UsageError(f"{origin}: {err}") from None
+
+
+def known_key(key):
+    """UsageError unless `key` is table.key of [model] or [train], or of [task] (whose options its task checks)."""
+    table, _, name = key.partition(".")
+    if table not in TABLES:
+        raise UsageError(f"unknown table {table!r}; expected {', '.join(TABLES)}")
+    fields = [f.name for f in dataclasses.fields(TABLES[table]) if f.name != "options"]
+    if table != "task" and name not in fields:
+        raise UsageError(f"unknown key {key}; [{table}] accepts {', '.join(fields)}")
+
+
+def check_names(config):
+    """What building the run would reject at once: an unknown task or task option, residual or kernel."""
+    if config.task.name not in TASKS:
+        raise UsageError(f"unknown task {config.task.name!r}; choose one of {', '.join(TASKS)}")
+    parse_options(TASKS[config.task.name].Options, config.task.options, config.task.name)
+    for name, choices in (("residual", attention.RESIDUALS), ("kernel", attention.KERNELS)):
+        if getattr(config.model, name) not in choices:
+            raise UsageError(f"unknown model.{name} {getattr(config.model, name)!r}; choose one of {', '.join(choices)}")
+
+
 def plan(args, spec):
     """[(name, overrides, seed)] for every variant, grid point and seed of spec = sweep_spec(args), after
     checking each resolves."""
@@ -143,6 +195,7 @@ def write_sweep(record, out):
 
 def run(args):
     grid, variants, run_seeds = spec = sweep_spec(args)
+    check_values(args, spec)
     runs = plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
     record = {"config": str(args.config), "set": with_data(args), "grid": grid, "variants": variants,
@@ -155,11 +208,23 @@ def run(args):
         if not same:
             raise UsageError(f"{out} holds a different sweep; choose another --out")
         record["runs"] = previous["runs"]  # keep earlier failures on record until their run is retried
+    # a sweep.json written before directories were marked is this command's own work too
+    claim_output_dir(out, "sweep", force=args.force or (out / "sweep.json").is_file(), reusable=True)
+    write_sweep(record, out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        failed = run_all(args, runs, record, out)
+    except KeyboardInterrupt as err:  # Interrupted too
         write_sweep(record, out)
-    except OSError as err:
-        raise UsageError(f"cannot write to {out}: {err.strerror or err}") from None
+        where = f" in {err.out.name} at step {err.step}, checkpoint saved" if isinstance(err, Interrupted) else ""
+        print(f"pdmm-bridge sweep: interrupted (Ctrl-C){where}; resume with the same command: {resume_command(args)}",
+              file=sys.stderr)
+        return 130
+    print(f"{out}: {len(runs) - failed} of {len(runs)} runs finished" + (f", {failed} failed" if failed else ""))
+    return 1 if failed else 0
+
+
+def run_all(args, runs, record, out):
+    """Train every planned run in turn, recording each in sweep.json; returns how many failed."""
     failed = 0
     for plan_entry, entry in zip(runs, record["runs"]):
         run_dir = out / plan_entry["name"]
@@ -184,5 +249,12 @@ def run(args):
             if not isinstance(err, UsageError):
                 traceback.print_exc(file=sys.stderr)
         write_sweep(record, out)
-    print(f"{out}: {len(runs) - failed} of {len(runs)} runs finished" + (f", {failed} failed" if failed else ""))
-    return 1 if failed else 0
+    return failed
+
+
+def resume_command(args):
+    """This sweep's command line: run again, it skips finished runs and resumes the interrupted one."""
+    words = ["pdmm-bridge", "sweep", args.config, *(f"--grid={g}" for g in args.grid)]
+    words += [*(["--seeds", args.seeds] if args.seeds else []), *(f"--set={s}" for s in args.overrides)]
+    words += [*(["--data", args.data] if args.data else []), *(["--out", args.out] if args.out else [])]
+    return shlex.join(words + (["--no-progress"] if args.no_progress else []))

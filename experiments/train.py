@@ -13,10 +13,13 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -34,6 +37,33 @@ RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT)  # what marks a directo
 
 class TrainingDiverged(RuntimeError):
     """The training loss became NaN or infinite."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run after a whole step, checkpointed at `step` in `out`."""
+
+    def __init__(self, out, step):
+        super().__init__(f"interrupted at step {step}; checkpoint in {out / CHECKPOINT}")
+        self.out, self.step = out, step
+
+
+@contextmanager
+def sigint_flag():
+    """Within the block, the first Ctrl-C only sets flag["set"] (a second one interrupts at once)."""
+    flag = {"set": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def note(signum, frame):
+        flag["set"] = True
+        signal.signal(signal.SIGINT, previous)
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def lower_is_better(metric):
@@ -118,7 +148,8 @@ def train(config, out, resume=False, force=False, progress=True):
     """Train config's task and model into run directory `out`; returns the summary dict.
 
     With resume=True the run continues from out/ckpt.pt under the config stored in out/config.toml
-    (a different config is an error). Raises TrainingDiverged when the loss stops being finite.
+    (a different config is an error). Raises TrainingDiverged when the loss stops being finite, and
+    Interrupted after checkpointing the last whole step when Ctrl-C (SIGINT) arrives during the steps.
     """
     out = prepare_directory(out, resume, force)
     if resume:
@@ -171,53 +202,57 @@ def train(config, out, resume=False, force=False, progress=True):
     metrics_file = open(out / "metrics.jsonl", "a")
     bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress, desc=out.name,
                dynamic_ncols=True)
-    try:
-        last = state["step"] if state.get("stopped") else train_cfg.max_iters
-        for step in range(state["step"] + 1, last + 1):  # step = updates done after this one
-            model.train()
-            lr = learning_rate(step - 1, train_cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            tick = time.perf_counter()
-            batch = tuple(t.to(device) if torch.is_tensor(t) else t  # e.g. a TokenGraph stays as it is
-                          for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
-            with autocast:
-                loss, _ = task.loss(forward, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if train_cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-            optimizer.step()
-            train_loss = loss.item()  # the step's one host sync
-            if not math.isfinite(train_loss):
-                raise TrainingDiverged(f"the training loss became {train_loss} at step {step}; "
-                                       "lower train.lr or raise train.warmup_iters")
-            if step > first_step:  # the first step of a process pays for warm-up (and compilation)
-                state["train_seconds"] += time.perf_counter() - tick
-                state["timed_steps"] += 1
-            else:
-                state["first_seconds"] = time.perf_counter() - tick
-            row = {"step": step, "train_loss": train_loss, "lr": lr}
-            if step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters:
-                model.eval()
+    with sigint_flag() as interrupt:
+        try:
+            last = state["step"] if state.get("stopped") else train_cfg.max_iters
+            for step in range(state["step"] + 1, last + 1):  # step = updates done after this one
+                model.train()
+                lr = learning_rate(step - 1, train_cfg)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                tick = time.perf_counter()
+                batch = tuple(t.to(device) if torch.is_tensor(t) else t  # e.g. a TokenGraph stays as it is
+                              for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
                 with autocast:
-                    row.update(task.evaluate(forward, step_generator(train_cfg.seed, step, 1), device))
-                bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.startswith("val_")}, refresh=False)
-            row["time"] = time.perf_counter() - start_time
-            if step % train_cfg.log_interval == 0 or "val_loss" in row:
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-            bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
-            bar.update()
-            state["stopped"] = reached(row, train_cfg)
-            if step % train_cfg.checkpoint_interval == 0 or step == train_cfg.max_iters or state["stopped"]:
-                state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
-                checkpoint(step)
-            if state["stopped"]:
-                break
-    finally:
-        bar.close()
-        metrics_file.close()
+                    loss, _ = task.loss(forward, batch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if train_cfg.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+                optimizer.step()
+                train_loss = loss.item()  # the step's one host sync
+                if not math.isfinite(train_loss):
+                    raise TrainingDiverged(f"the training loss became {train_loss} at step {step}; "
+                                           "lower train.lr or raise train.warmup_iters")
+                if step > first_step:  # the first step of a process pays for warm-up (and compilation)
+                    state["train_seconds"] += time.perf_counter() - tick
+                    state["timed_steps"] += 1
+                else:
+                    state["first_seconds"] = time.perf_counter() - tick
+                row = {"step": step, "train_loss": train_loss, "lr": lr}
+                if step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters:
+                    model.eval()
+                    with autocast:
+                        row.update(task.evaluate(forward, step_generator(train_cfg.seed, step, 1), device))
+                    bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.startswith("val_")}, refresh=False)
+                row["time"] = time.perf_counter() - start_time
+                if step % train_cfg.log_interval == 0 or "val_loss" in row:
+                    metrics_file.write(json.dumps(row) + "\n")
+                    metrics_file.flush()
+                bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
+                bar.update()
+                state["stopped"] = reached(row, train_cfg)
+                if (step % train_cfg.checkpoint_interval == 0 or step == train_cfg.max_iters or state["stopped"]
+                        or interrupt["set"]):
+                    state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
+                    checkpoint(step)
+                if interrupt["set"]:
+                    raise Interrupted(out, step)
+                if state["stopped"]:
+                    break
+        finally:
+            bar.close()
+            metrics_file.close()
     return finish(task, model, config, out, state, params)
 
 

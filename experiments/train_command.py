@@ -3,24 +3,28 @@
     pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --set model.residual=belief --out runs/belief
     pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --out runs/belief --resume
 
---out (default runs/<config name>) receives config.toml, meta.json, metrics.jsonl, ckpt.pt,
-summary.json, curves.png (and sample.txt for char_lm); see experiments/train.py.
+--out (runs/<config name> when not given) receives config.toml, meta.json, metrics.jsonl, ckpt.pt,
+summary.json, curves.png (and sample.txt for char_lm); see experiments/train.py. Ctrl-C stops
+after the current step, writes a checkpoint, prints the command that resumes the run and exits
+with status 130.
 """
+import shlex
 import sys
 from pathlib import Path
 
 from .config import load_config, toml_value
-from .train import TrainingDiverged, train
+from .train import CHECKPOINT, Interrupted, TrainingDiverged, train
 
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("train", help="train one attention model on one task",
                                    description=__doc__.split("\n")[0])
-    parser.add_argument("config", help="a TOML file with [task], [model] and [train] tables")
+    parser.add_argument("config", help="a built-in config name (`pdmm-bridge configs` lists them) or a TOML file "
+                                       "with [task], [model] and [train] tables")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                         help="override one config value (repeatable), e.g. --set model.residual=belief")
     parser.add_argument("--data", help="the text file for char_lm (same as --set task.data=FILE)")
-    parser.add_argument("--out", help="run directory (default runs/<config name>)")
+    parser.add_argument("--out", help="run directory; runs/<config name> when not given")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     parser.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -40,7 +44,26 @@ def run(args):
     except TrainingDiverged as err:
         print(f"pdmm-bridge train: diverged: {err} (metrics so far in {out})", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as err:  # Interrupted: at the end of a step, after a checkpoint
+        print(f"pdmm-bridge train: {interrupted_line(err, args, out)}", file=sys.stderr)
+        return 130
     final = ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items())
     print(f"{out}: {summary['steps']} steps, {final}, {1e3 * summary['seconds_per_step']:.1f} ms/step, "
           f"{summary['params']:,} parameters")
     return 0
+
+
+def interrupted_line(err, args, out):
+    """What Ctrl-C left and the command that carries on: --resume from a checkpoint, else --force."""
+    if isinstance(err, Interrupted):
+        return f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: {command(args, out, '--resume')}"
+    if (out / CHECKPOINT).is_file():  # a second Ctrl-C, or one outside the steps
+        return f"interrupted (Ctrl-C); resume from the last checkpoint with: {command(args, out, '--resume')}"
+    return f"interrupted (Ctrl-C) before the first checkpoint; start again with: {command(args, out, '--force')}"
+
+
+def command(args, out, flag):
+    """The pdmm-bridge train command line of this run into `out`, with `flag` (--resume or --force)."""
+    words = ["pdmm-bridge", "train", args.config, *(f"--set={s}" for s in args.overrides)]
+    words += [*(["--data", args.data] if args.data else []), "--out", str(out), flag]
+    return shlex.join(words + (["--no-progress"] if args.no_progress else []))

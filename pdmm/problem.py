@@ -4,7 +4,9 @@ Row i of every data array belongs to the i-th node of `G.nodes`. Arrays may carr
 batch axis B for B independent instances on the same graph, solved together.
 """
 import math
+import warnings
 
+import networkx as nx
 import numpy as np
 import torch
 
@@ -18,7 +20,8 @@ class Problem:
 
     constraints: "consensus" (x_i = x_j on every edge) or a dict {(i, j): (A_ij, A_ji, b_ij)}
     with one entry per undirected edge, A of shape (m, d) and b of shape (m,). batched: whether
-    results keep the batch axis (default: when there is more than one instance).
+    results keep the batch axis (default: when there is more than one instance). Self-loops of
+    `graph` are ignored with a warning.
     """
 
     def __init__(self, graph, local, constraints="consensus", batched=None):
@@ -26,6 +29,10 @@ class Problem:
             raise TypeError(f"local must be a pdmm.local.LocalFunction, got {type(local).__name__}")
         self.graph = graph
         self.compiled = CompiledGraph.from_networkx(graph)
+        loops = nx.number_of_selfloops(graph)
+        if loops:
+            warnings.warn(f"the graph has {loops} self-loop(s) (i, i); they are ignored, as a constraint "
+                          "couples two distinct nodes", stacklevel=3)
         self.local = local
         self.n, self.batch, self.dim = local.shape
         self.batched = self.batch > 1 if batched is None else bool(batched)

@@ -30,6 +30,7 @@ class Result:
     nodes: list
     seconds: float
     reference: np.ndarray | None = field(default=None, repr=False)
+    interrupted: bool = False
 
     def __repr__(self):
         last = {k: float(np.max(v[-1])) for k, v in self.history.items()} if self.iterations else {}
@@ -57,6 +58,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
     compile=True runs the step through torch.compile: 10-30 s to compile, then faster
     iterations on large graphs (see BENCHMARKS.md).
+    Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations
+    completed so far, with result.interrupted = True, instead of raising.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
@@ -81,28 +84,33 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     state = algorithm.init(_initial_x(problem, x0, seed, device, dtype))
     step = torch.compile(algorithm.step) if compile else algorithm.step
 
-    rows, start, converged = [], time.perf_counter(), False
+    rows, start, converged, interrupted = [], time.perf_counter(), False, False
     with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
-        for k in range(max_iter):
-            x_old = state["x"]
-            state = step(state)
-            x = state["x"]
-            scale = torch.clamp(_rms(x), min=1.0)
-            row = {"residual": _rms(edges.residual(x)), "objective": local.value(x)}
-            if x_star is not None:
-                row["error"] = _norm(x - x_star) / torch.clamp(_norm(x_star), min=torch.finfo(dtype).tiny)
-            rows.append(row)
-            problem_found = _divergence(method, rho, k, x, rows, scale)
-            if problem_found:
-                raise DivergenceError(problem_found, _result(problem, method, rho, method_params, state, rows, False,
-                                                             start, x_star))
-            bar.update()
-            if k % 20 == 0:
-                bar.set_postfix(residual=f"{row['residual'].max():.2e}")
-            if bool((row["residual"] <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()):
-                converged = True
-                break
-    return _result(problem, method, rho, method_params, state, rows, converged, start, x_star)
+        try:
+            for k in range(max_iter):
+                new = step(state)
+                x = new["x"]
+                scale = torch.clamp(_rms(x), min=1.0)
+                row = {"residual": _rms(edges.residual(x)), "objective": local.value(x)}
+                if x_star is not None:
+                    row["error"] = _norm(x - x_star) / torch.clamp(_norm(x_star), min=torch.finfo(dtype).tiny)
+                x_old, state = state["x"], new
+                rows.append(row)  # state and rows move together: an interrupt keeps them in step
+                problem_found = _divergence(method, rho, k, x, rows, scale)
+                if problem_found:
+                    raise DivergenceError(problem_found, _result(problem, method, rho, method_params, state, rows,
+                                                                 False, start, x_star))
+                bar.update()
+                if k % 20 == 0:
+                    bar.set_postfix(residual=f"{row['residual'].max():.2e}")
+                if bool((row["residual"] <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()):
+                    converged = True
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+    result = _result(problem, method, rho, method_params, state, rows, converged, start, x_star)
+    result.interrupted = interrupted
+    return result
 
 
 def _is_real(value):

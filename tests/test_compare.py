@@ -1,24 +1,33 @@
-"""graph_consensus (the task) and pdmm-bridge compare (transformers vs PDMM round by round)."""
+"""graph_consensus, the ball oracle, bridge.compare's baselines and statistics, and pdmm-bridge compare."""
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
+import attention
 import pdmm
+from bridge.comparison import CompareTable, Setting, classical_errors, compiled, oracle_errors, t_interval
+from bridge.consensus import GraphFamily, disagreement_error, node_features, sample_values
+from bridge.oracle import ball_oracle, bayes_ball_oracle
 from experiments.cli import main
-from experiments.compare_command import classical_errors
 from experiments.config import load_config
 from experiments.tasks import build_task
-from experiments.tasks.graph_consensus import disagreement_error, node_features
 from experiments.train import train
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "graph_consensus.toml"
-TINY = ["train.max_iters=6", "train.eval_interval=3", "train.checkpoint_interval=3", "model.n_layer=3",
-        "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=2"]
+TINY = ["train.max_iters=6", "train.eval_interval=3", "train.checkpoint_interval=3", "model.n_layer=2",
+        "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=2", "task.n_min=8",
+        "task.n_max=12", "task.radius=0"]
 
 
 def test_graph_consensus_batches_and_the_disagreement_error():
@@ -43,40 +52,83 @@ def test_graph_consensus_training_reports_error_per_run(tmp_path):
     assert summary["best"]["val_error"] == min(errors)  # an error is minimised, like a loss
 
 
+def test_the_default_family_is_deeper_than_the_rounds_and_held_out_sets_deeper_still():
+    config = load_config(CONFIG)
+    family = build_task(config).family
+    rng = np.random.default_rng(0)
+    assert min(nx.diameter(family.sample(rng)) for _ in range(10)) > config.model.n_layer
+    setting = Setting(family, depth=8, rounds=32)
+    for name in ("ring", "grid"):
+        assert nx.diameter(setting.held_out()[name].sample(rng)) > 32
+    with pytest.raises(ValueError, match="radius"):
+        GraphFamily("ring", 8, 12, radius=0.3)
+
+
+def brute_force_ball_average(G, a, r):
+    nodes = list(G.nodes)
+    out = np.empty_like(a)
+    for i, v in enumerate(nodes):
+        ball = [nodes.index(u) for u in nx.single_source_shortest_path_length(G, v, cutoff=r)]
+        out[..., i, :] = a[..., ball, :].mean(axis=-2)
+    return out
+
+
+@pytest.mark.parametrize("G", [nx.path_graph(7), nx.random_labeled_tree(12, seed=1),
+                               nx.relabel_nodes(nx.grid_2d_graph(3, 4), str)])
+def test_ball_oracle_equals_a_brute_force_average_over_each_ball(G):
+    a = np.random.default_rng(0).normal(size=(2, len(G), 3))
+    oracle = ball_oracle(G, a, 5)
+    assert oracle.shape == (5, 2, len(G), 3)
+    for r in range(1, 6):
+        np.testing.assert_allclose(oracle[r - 1], brute_force_ball_average(G, a, r), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="shape"):
+        ball_oracle(G, a[..., :-1, :], 2)
+
+
+def test_bayes_oracle_is_gaussian_conditioning_and_beats_the_ball_average_in_mean_square():
+    """Reference: E[mean(a) | a_ball] = Cov(m, a_B) Cov(a_B)^-1 a_B for a ~ N(0, tau^2 11^T + s^2 I)."""
+    G = nx.random_labeled_tree(9, seed=3)
+    rng = np.random.default_rng(4)
+    tau2, s = 2.0, np.array([0.7, 1.6])
+    a = rng.normal(scale=np.sqrt(tau2), size=(2, 1)) + s[:, None] * rng.normal(size=(2, 9))
+    bayes = bayes_ball_oracle(G, a, 3, tau2, s ** 2)
+    nodes = list(G.nodes)
+    for b in range(2):
+        cov = tau2 + s[b] ** 2 * np.eye(9)
+        for r in range(1, 4):
+            for i, v in enumerate(nodes):
+                ball = sorted(nodes.index(u) for u in nx.single_source_shortest_path_length(G, v, cutoff=r))
+                expected = cov.mean(axis=0)[ball] @ np.linalg.solve(cov[np.ix_(ball, ball)], a[b, ball])
+                assert bayes[r - 1, b, i] == pytest.approx(expected, abs=1e-12)
+    values, spread = sample_values(2000, 9, rng, mu_scale=1.0, spreads=True)
+    mse = lambda x: ((x - values.mean(1, keepdims=True)) ** 2).mean()  # noqa: E731
+    assert mse(bayes_ball_oracle(G, values, 1, 1.0, spread ** 2)[0]) < 0.97 * mse(ball_oracle(G, values[..., None], 1)[0, ..., 0])
+
+
+def test_pdmm_with_rho_one_from_a_is_the_ball_average_at_round_one_and_beats_it_nowhere_on_average():
+    """The ball average is the best estimate in expectation (not on every instance): over 400 draws no rho
+    of PDMM's first round has a smaller mean log error."""
+    G = pdmm.topology("random_geometric", n=30, seed=2)
+    a = np.random.default_rng(1).normal(size=(400, 30))
+    instances = compiled([(G, a)])
+    oracle = oracle_errors([(G, a)], 3)
+    torch.testing.assert_close(classical_errors("pdmm", {"theta": 1.0}, 1.0, 1, instances)[0], oracle[0], rtol=1e-12,
+                               atol=0)
+    for rho in (0.3, 0.7, 1.5, 3.0):
+        assert classical_errors("pdmm", {"theta": 1.0}, rho, 1, instances)[0].log().mean() > oracle[0].log().mean()
+
+
 def test_classical_errors_are_pdmm_solve_errors_per_round():
     G = pdmm.topology("ring", n=6, seed=0)
     a = np.random.default_rng(0).normal(size=(3, 6)) + 1
-    e = classical_errors("pdmm", {"theta": 1.0}, 0.5, 4, [(G, a)])
-    assert e.shape == (4, 3)
-    x = np.asarray(pdmm.solve(pdmm.averaging(G, a[..., None]), rho=0.5, max_iter=2, tol=0, x0=a[..., None]).x)[..., 0]
-    x_star = a.mean(1, keepdims=True)
-    direct = np.linalg.norm(x - x_star, axis=1) / np.linalg.norm(a - x_star, axis=1)
-    np.testing.assert_allclose(e[1].numpy(), direct, rtol=1e-10)
-
-
-def test_compare_writes_one_csv_row_per_method_set_and_round(tmp_path):
-    out = tmp_path / "cmp"
-    assert main(["compare", str(CONFIG), "--residuals", "standard,accumulated", *[f"--set={s}" for s in TINY],
-                 "--test-graphs", "1", "--out", str(out), "--no-progress", "--results", str(tmp_path / "R.md")]) == 0
-    with open(out / "compare.csv") as f:
-        rows = list(csv.DictReader(f))
-    methods = {"transformer (standard)", "transformer (accumulated)", "pdmm (theta 1)", "pdmm (theta 1/2)", "qa-pdmm",
-               "admm", "learned pdmm"}
-    sets = {"training family", "larger graphs", "small world", "grid"}
-    assert {(r["method"], r["set"], int(r["round"])) for r in rows} == {(m, s, k) for m in methods for s in sets
-                                                                       for k in (1, 2, 3)}
-    assert len(rows) == len(methods) * len(sets) * 3
-    assert all(0 < float(r["error_p10"]) <= float(r["error_p90"]) for r in rows)
-    assert (out / "compare.png").is_file() and "<!-- begin compare -->" in (tmp_path / "R.md").read_text()
-    with pytest.raises(SystemExit):  # the trained runs are reused only under the same config
-        main(["compare", str(CONFIG), "--residuals", "standard", *[f"--set={s}" for s in TINY], "--set=model.beta=0.5",
-              "--test-graphs", "1", "--out", str(out), "--no-progress"])
-
-
-def test_compare_rejects_other_tasks(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["compare", str(CONFIG.parent / "modular97.toml"), "--out", str(tmp_path / "c")])
-    assert "graph_consensus" in capsys.readouterr().err
+    for method, params in [("pdmm", {"theta": 1.0}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]:
+        e = classical_errors(method, params, 0.5, 4, compiled([(G, a)]))
+        assert e.shape == (4, 3)
+        x = np.asarray(pdmm.solve(pdmm.averaging(G, a[..., None]), method=method, rho=0.5, max_iter=2, tol=0,
+                                  x0=a[..., None], **params).x)[..., 0]
+        x_star = a.mean(1, keepdims=True)
+        direct = np.linalg.norm(x - x_star, axis=1) / np.linalg.norm(a - x_star, axis=1)
+        np.testing.assert_allclose(e[1].numpy(), direct, rtol=1e-10)
 
 
 @pytest.mark.parametrize("method,params", [("pdmm", {"theta": 1.0}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}),
@@ -92,3 +144,104 @@ def test_round_r_of_every_classical_method_has_heard_only_r_hops(method, params)
                                    x0=values, **params).x) for values in (a, moved)]
         changed = np.abs(x[0] - x[1])[:, 0] > 1e-12
         assert changed.tolist() == [k <= rounds for k in range(8)], (rounds, changed)
+
+
+def test_a_tied_graph_transformer_runs_past_its_depth_and_an_untied_one_refuses():
+    config = attention.AttentionConfig(d_model=8, n_head=2)
+    G = nx.cycle_graph(6)
+    graph, x = attention.TokenGraph.from_networkx(G), torch.randn(2, 6, 2)
+    tied = attention.GraphTransformer(config, 3, in_features=2, tied=True)
+    long = tied(x, graph, rounds=7)
+    assert long.shape == (7, 2, 6, 1)
+    torch.testing.assert_close(long[:3], tied(x, graph))  # the first 3 rounds are the trained depth's
+    untied = attention.GraphTransformer(config, 3, in_features=2)
+    with pytest.raises(ValueError, match="rounds"):
+        untied(x, graph, rounds=4)
+
+
+def test_intervals_and_paired_tests_match_scipy():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(-1, 0.2, size=(5, 4)), rng.normal(-1.1, 0.2, size=(5, 4))
+    mean, low, high = t_interval(a[:, 2])
+    expected = stats.t.interval(0.95, 4, loc=a[:, 2].mean(), scale=stats.sem(a[:, 2]))
+    np.testing.assert_allclose([low, high], expected, rtol=1e-12)
+    oracle = b - 0.5 + rng.normal(0, 0.05, size=b.shape)
+    table = CompareTable([0, 1, 2, 3, 4], 4, 2, {("m", "s"): a, ("o", "s"): b, ("ball oracle", "s"): oracle},
+                         {"m": 1, "o": 1, "ball oracle": None}, {})
+    ratio, low, high, p = table.paired("m", "o", "s", 3)
+    np.testing.assert_allclose(np.log10([ratio, low, high]),
+                               [(a - b)[:, 2].mean(), *stats.t.interval(0.95, 4, loc=(a - b)[:, 2].mean(),
+                                                                        scale=stats.sem((a - b)[:, 2]))], rtol=1e-10)
+    assert p == pytest.approx(stats.ttest_rel(a[:, 2], b[:, 2]).pvalue, rel=1e-12)
+    assert table.verdict("m", "m", "s", 1) == "not separable"  # identical rows: ratio 1, no interval
+    far = CompareTable([0, 1, 2], 2, 1, {("m", "s"): np.array([[-2.0, -2.1], [-2.25, -2.0], [-2.1, -2.2]]),
+                                         ("o", "s"): np.array([[-1.0, -1.1], [-1.2, -1.0], [-1.1, -1.0]])}, {}, {})
+    assert far.verdict("m", "o", "s", 1) == "better" and far.verdict("o", "m", "s", 2) == "worse"
+    assert far.trend("m", "s")[3] == "stalls" and far.trend("o", "s")[3] == "stalls"
+    rows = table.rows()
+    assert {(r["method"], r["round"]) for r in rows} == {(m, k) for m in ("m", "o", "ball oracle") for k in (1, 2, 3, 4)}
+
+
+def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_the_ball_oracle_at_round_one(tmp_path):
+    out = tmp_path / "cmp"
+    args = ["compare", str(CONFIG), "--residuals", "standard", "--tied", "accumulated", "--seeds", "0,1",
+            "--rounds", "4", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps", "2",
+            "--finetune-steps", "2", *[f"--set={s}" for s in TINY], "--out", str(out), "--no-progress"]
+    assert main([*args, "--results", str(tmp_path / "R.md")]) == 0
+    with open(out / "compare.csv") as f:
+        rows = list(csv.DictReader(f))
+    sets = {"training family", "larger graphs", "ring", "grid"}
+    full = {"ball oracle", "bayes oracle (knows prior and s)", "pdmm", "averaged pdmm", "qa-pdmm", "admm", "pdmm, oracle rho schedule", "learned pdmm",
+            "pdmm-transformer (hand-set)", "tied transformer (accumulated)"}
+    depth = {"transformer (standard)", "pdmm-transformer (trained from pdmm)", "pdmm-transformer (trained from random)"}
+    expected = {(m, s, k) for s in sets for m in full for k in (1, 2, 3, 4)}
+    expected |= {(m, s, k) for s in sets for m in depth for k in (1, 2)}
+    assert {(r["method"], r["set"], int(r["round"])) for r in rows} == expected
+    assert all(float(r["error_low"]) <= float(r["error"]) <= float(r["error_high"]) for r in rows)
+    first = [r for r in rows if r["round"] == "1"]
+    ball = {r["set"]: float(r["error"]) for r in first if r["method"] == "ball oracle"}
+    equivariant = full - {"ball oracle", "bayes oracle (knows prior and s)", "tied transformer (accumulated)"}
+    assert all(float(r["error"]) >= ball[r["set"]] * (1 - 1e-9) for r in first if r["method"] in equivariant)
+    hand_set = {(r["set"], r["round"]): float(r["error"]) for r in rows if r["method"] == "pdmm-transformer (hand-set)"}
+    for r in rows:
+        if r["method"] == "pdmm":
+            assert float(r["error"]) == pytest.approx(hand_set[(r["set"], r["round"])], rel=1e-9)
+    assert (out / "compare.png").is_file() and (out / "compare_all.png").is_file()
+    assert "<!-- begin compare" in (tmp_path / "R.md").read_text()
+    assert "Round 1 against the ball oracle: " in (out / "compare.md").read_text()
+    before = (out / "seeds" / "seed=0.json").stat().st_mtime_ns
+    assert main(args) == 0  # the same command again reuses every seed
+    assert (out / "seeds" / "seed=0.json").stat().st_mtime_ns == before
+    with pytest.raises(SystemExit):  # the trained runs are reused only under the same config
+        main([*args[:-3], "--set=model.beta=0.5", "--out", str(out), "--no-progress"])
+
+
+def test_compare_refuses_other_tasks_and_foreign_directories(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", str(CONFIG.parent / "modular97.toml"), "--out", str(tmp_path / "c")])
+    assert "graph_consensus" in capsys.readouterr().err
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(SystemExit):
+        main(["compare", str(CONFIG), *[f"--set={s}" for s in TINY], "--out", str(tmp_path / "mine")])
+    assert "--force" in capsys.readouterr().err
+
+
+def test_ctrl_c_keeps_finished_seeds_and_the_same_command_resumes(tmp_path):
+    out = tmp_path / "cmp"
+    command = [sys.executable, "-m", "experiments", "compare", str(CONFIG), "--residuals", "standard", "--tied", "none",
+               "--seeds", "0,1,2,3", "--rounds", "3", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps",
+               "2", "--finetune-steps", "2", *[f"--set={s}" for s in TINY], "--out", str(out), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = out / "seeds" / "seed=0.json"
+    deadline = time.monotonic() + 120
+    while not first.is_file() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr and "run the same command again" in stderr
+    kept = first.stat().st_mtime_ns
+    assert not (out / "seeds" / "seed=3.json").exists()
+    assert subprocess.run(command, env=env, capture_output=True).returncode == 0
+    assert first.stat().st_mtime_ns == kept and (out / "compare.csv").is_file()

@@ -53,7 +53,7 @@ def test_learn_pdmm_command_writes_its_files_and_one_results_section(tmp_path):
     assert training["learned_error"] <= training["constant_error"]  # fitted from the constant, best kept
     assert (tmp_path / "out" / "errors.png").is_file()
     text = results.read_text()
-    assert "hand-written intro stays" in text and text.count("<!-- begin learned-pdmm -->") == 1
+    assert "hand-written intro stays" in text and text.count("<!-- begin learned-pdmm") == 1
     assert record["command"] in text
 
 

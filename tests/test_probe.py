@@ -8,11 +8,11 @@ import torch
 from attention import RESIDUALS
 from experiments.cli import main
 from experiments.config import load_config
-from experiments.probe_command import layer_statistics
+from bridge.probe import layer_statistics
 from experiments.train import train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+CORPUS = "builtin:tinyshakespeare"  # the corpus shipped in experiments/data
 TINY = ["model.n_layer=2", "model.n_head=2", "model.d_model=16", "train.block_size=16", "train.batch_size=4",
         "train.max_iters=2", "train.eval_interval=2", "train.eval_iters=1", "task.sample_length=0"]
 

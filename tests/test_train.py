@@ -16,7 +16,7 @@ from experiments.config import RunConfig, from_tables, load_config, to_toml
 from experiments.tasks import TASKS, build_task
 from experiments.train import learning_rate, train
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+CORPUS = "builtin:tinyshakespeare"  # the corpus shipped in experiments/data
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
 TINY = ["model.n_layer=1", "model.n_head=2", "model.d_model=16", "train.block_size=16", "train.batch_size=4",
         "train.warmup_iters=2", "train.eval_interval=5", "train.eval_iters=2", "train.checkpoint_interval=5",
@@ -24,7 +24,7 @@ TINY = ["model.n_layer=1", "model.n_head=2", "model.d_model=16", "train.block_si
 
 
 def tiny_config(tmp_path, *extra):
-    """The shipped Shakespeare config shrunk to seconds, reading the corpus from ../shared."""
+    """The shipped Shakespeare config shrunk to seconds, on the shipped corpus."""
     return load_config(CONFIGS / "shakespeare_char_cpu.toml", [*TINY, f'task.data="{CORPUS}"', *extra])
 
 

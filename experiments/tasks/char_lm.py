@@ -1,4 +1,9 @@
-"""char_lm: character-level language modelling on any text file (nanoGPT's shakespeare_char)."""
+"""char_lm: character-level language modelling on any text file (nanoGPT's shakespeare_char).
+
+task.data is a UTF-8 text file, or `builtin:NAME` for a corpus shipped gzipped in the package's
+experiments/data/ (`builtin:tinyshakespeare`: the 1.1 MB tiny Shakespeare of char-rnn).
+"""
+import gzip
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,6 +13,35 @@ import attention
 
 from ..common import UsageError
 from .base import Task, attention_config
+
+
+BUILTIN = "builtin:"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+
+def builtin_corpora():
+    """Names of the corpora shipped in DATA_DIR (task.data = "builtin:NAME")."""
+    return sorted(path.name.removesuffix(".txt.gz") for path in DATA_DIR.glob("*.txt.gz"))
+
+
+def read_corpus(data):
+    """The text task.data names: builtin:NAME (DATA_DIR/NAME.txt.gz, decompressed) or a UTF-8 file."""
+    if not data:
+        raise UsageError("task char_lm needs a text file: set task.data (e.g. --set task.data=corpus.txt, "
+                         f"or {BUILTIN}tinyshakespeare)")
+    if data.startswith(BUILTIN):
+        name = data.removeprefix(BUILTIN)
+        if name not in builtin_corpora():
+            raise UsageError(f"unknown built-in corpus {data!r}; built-in: "
+                             f"{', '.join(BUILTIN + n for n in builtin_corpora())}")
+        return gzip.decompress((DATA_DIR / f"{name}.txt.gz").read_bytes()).decode("utf-8")
+    path = Path(data)
+    if not path.is_file():
+        raise UsageError(f"data file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"cannot read {path} as UTF-8 text: {err}") from None
 
 
 @dataclass
@@ -23,18 +57,11 @@ class CharLM(Task):
 
     def __init__(self, config):
         super().__init__(config)
-        path = Path(config.task.data)
-        if not config.task.data:
-            raise UsageError("task char_lm needs a text file: set task.data (e.g. --set task.data=corpus.txt)")
-        if not path.is_file():
-            raise UsageError(f"data file not found: {path}")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise UsageError(f"cannot read {path} as UTF-8 text: {err}") from None
+        source = config.task.data
+        text = read_corpus(source)
         self.chars = sorted(set(text))
         if len(self.chars) < 2:
-            raise UsageError(f"{path} has {len(text)} characters and {len(self.chars)} distinct ones; "
+            raise UsageError(f"{source} has {len(text)} characters and {len(self.chars)} distinct ones; "
                              "a language model needs at least 2 distinct characters")
         if config.train.batch_size < 1:
             raise UsageError("task char_lm samples windows: train.batch_size must be >= 1 (0 means full batch, "
@@ -48,7 +75,7 @@ class CharLM(Task):
         block = config.train.block_size
         for split, tokens in self.splits.items():
             if len(tokens) <= block + 1:
-                raise UsageError(f"{path}: the {split} split has {len(tokens)} characters; block_size {block} "
+                raise UsageError(f"{source}: the {split} split has {len(tokens)} characters; block_size {block} "
                                  f"needs more than {block + 1} (a longer file or a smaller train.block_size)")
         self.tokens_per_example = block
 

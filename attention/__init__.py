@@ -5,7 +5,7 @@
 """
 from .block import MLP, BilinearMLP, Block
 from .config import KERNELS, RESIDUALS, AttentionConfig
-from .convex import ConvexAttention, ConvexTokenClassifier
+from .convex import ConvexAttention, ConvexBlock, ConvexTokenClassifier, ConvexTransformer
 from .gat import GraphAttention
 from .gpt import GPT
 from .graph import TokenGraph
@@ -14,5 +14,5 @@ from .mha import MultiHeadAttention
 from .vit import ViT
 
 __all__ = ["MLP", "BilinearMLP", "Block", "KERNELS", "RESIDUALS", "AttentionConfig", "ConvexAttention",
-           "ConvexTokenClassifier", "GraphAttention", "GPT", "TokenGraph",
+           "ConvexBlock", "ConvexTokenClassifier", "ConvexTransformer", "GraphAttention", "GPT", "TokenGraph",
            "GraphTransformer", "MultiHeadAttention", "ViT"]

@@ -24,6 +24,9 @@ class AttentionConfig:
         attention dropout) or "linear" (elu + 1 feature map; no attention dropout).
     symmetric: tie K to Q (no W^K), with any kernel.
     probe: keep the last forward's MH, V, residual and attention statistics in `module.probes`.
+    self_loops: whether each token attends to itself in the token graph a model builds (ViT's full
+        graph); False drops the diagonal, the AttentionX paper's ViT setting (alpha_kk = 0, MATH.md 5).
+        GPT (token 0 would attend to nothing) and GraphTransformer (its graph is passed in) refuse False.
     """
     d_model: int = 128
     n_head: int = 4
@@ -35,6 +38,7 @@ class AttentionConfig:
     dropout: float = 0.0
     bias: bool = True
     probe: bool = False
+    self_loops: bool = True
 
     def __post_init__(self):
         for name in ("d_model", "n_head"):
@@ -56,7 +60,7 @@ class AttentionConfig:
                              f"{self.head_size} must be even")
         if not (isinstance(self.dropout, numbers.Real) and not isinstance(self.dropout, bool) and 0 <= self.dropout < 1):
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        for name in ("symmetric", "bias", "probe"):
+        for name in ("symmetric", "bias", "probe", "self_loops"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 

@@ -12,7 +12,10 @@ n_outputs = 1 is the scalar-output model (n d parameters), c outputs the vector-
 n_gates = h > 0 the ReLU-gated one (n d c h); n_gates = 0 means one gate that is always open. The
 objective mean_i L(y(X_i), y_i) + beta penalty(Z) is convex in Z and unconstrained (MATH.md 6 writes
 the sum over i; the mean only divides beta by the sample count), so Adam trains it, and `solve_exact` finds its minimiser with cvxpy for small sizes. `ConvexTokenClassifier` puts
-the layer over fixed random embeddings of token ids, so a whole sequence model stays convex.
+the layer over fixed random embeddings of token ids, so a whole sequence model stays convex (the
+convexity check; its logits are additive in the tokens within a gate pattern). `ConvexTransformer` is
+the source's architecture for the grokking experiments: trained token embeddings, then blocks of
+gated convex attention + FCN (`ConvexBlock`), then a gated convex readout, all trained with Adam.
 """
 import numpy as np
 import torch
@@ -126,6 +129,49 @@ class ConvexTokenClassifier(nn.Module):
 
     def group_lasso(self):
         return self.attention.group_lasso()
+
+
+class ConvexBlock(nn.Module):
+    """One block of convex attention + FCN over a sequence (MATH.md 6, gated form, c = n d outputs):
+
+        X <- X + Y,   Y[t, l] = sum_j I_j(N(X)) trace(Z_{j,(t,l)}^T N(X)),   I_j(X) = 1{u_1j^T X u_2j >= 0}
+
+    N is a LayerNorm without parameters, so the block is convex in its Z given its input."""
+
+    def __init__(self, n_tokens, d, n_gates=0, seed=0):
+        super().__init__()
+        self.norm = nn.LayerNorm(d, elementwise_affine=False)
+        self.attention = ConvexAttention(n_tokens, d, n_tokens * d, n_gates, seed=seed)
+
+    def forward(self, x):
+        """(B, n_tokens, d) -> (B, n_tokens, d)."""
+        return x + self.attention(self.norm(x)).view_as(x)
+
+
+class ConvexTransformer(nn.Module):
+    """Token ids (B, n_tokens) -> logits (B, n_outputs): trained embeddings, n_blocks - 1 ConvexBlocks and a
+    gated convex readout (ConvexAttention with n_outputs outputs) on the normalised sequence, so `n_blocks`
+    counts attention + FCN layers as the source does (MATH.md 6). Each block has its own fixed gates."""
+
+    def __init__(self, vocab_size, n_tokens, d, n_outputs, n_blocks=1, n_gates=0, seed=0):
+        super().__init__()
+        if not isinstance(n_blocks, int) or n_blocks < 1:
+            raise ValueError(f"ConvexTransformer: n_blocks must be an integer >= 1, got {n_blocks!r}")
+        self.embedding = nn.Embedding(vocab_size, d)
+        self.blocks = nn.ModuleList(ConvexBlock(n_tokens, d, n_gates, seed=seed + 1 + index)
+                                    for index in range(n_blocks - 1))
+        self.norm = nn.LayerNorm(d, elementwise_affine=False)
+        self.readout = ConvexAttention(n_tokens, d, n_outputs, n_gates, seed=seed + n_blocks)
+
+    def forward(self, idx):
+        x = self.embedding(idx)  # (B, n_tokens, d)
+        for block in self.blocks:
+            x = block(x)
+        return self.readout(self.norm(x))
+
+    def group_lasso(self):
+        """The penalty of every block and the readout: sum of ||z|| over all their groups."""
+        return sum(module.group_lasso() for module in self.modules() if isinstance(module, ConvexAttention))
 
 
 def _check_loss(loss, y, n_outputs):

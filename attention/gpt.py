@@ -16,6 +16,9 @@ class GPT(nn.Module):
         for name, value in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer)):
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not config.self_loops:
+            raise ValueError("GPT's causal graph needs self loops (without them token 0 attends to nothing); "
+                             "config.self_loops = False is for the ViT")
         self.config, self.block_size = config, block_size
         self.wte = nn.Embedding(vocab_size, config.d_model)
         self.wpe = nn.Embedding(block_size, config.d_model)

@@ -86,6 +86,13 @@ class TokenGraph:
             raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
         return cls(n, "graph", src, dst, layout)
 
+    def without_self_loops(self, layout="auto"):
+        """The same graph minus every edge (i, i): each token attends to the others but not to itself
+        (the AttentionX paper's ViT, MATH.md 5); an error when a token is left attending to nothing."""
+        src, dst = self.edges()
+        keep = src != dst
+        return TokenGraph.from_edges(self.n, src[keep], dst[keep], layout)
+
     @property
     def num_edges(self):
         if self.kind == "full":

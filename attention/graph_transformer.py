@@ -31,6 +31,9 @@ class GraphTransformer(nn.Module):
             raise ValueError(f"unknown layer {layer!r}; choose one of {', '.join(LAYERS)}")
         if not (isinstance(n_layer, int) and n_layer >= 1):
             raise ValueError(f"n_layer must be a positive integer, got {n_layer!r}")
+        if not config.self_loops:
+            raise ValueError("GraphTransformer attends over the graph it is given; for no self loops pass "
+                             "TokenGraph.from_networkx(G, self_loops=False) and keep config.self_loops = True")
         self.n_layer, self.tied, self.in_features = n_layer, tied, in_features
         self.embed = nn.Linear(in_features, config.d_model)
         n_blocks = 1 if tied else n_layer

@@ -1,9 +1,11 @@
-"""A vision transformer for small images: patch embedding, class token, blocks on the full token graph."""
+"""A vision transformer for small images: patch embedding, class token, blocks on the full token graph
+(without its diagonal when config.self_loops is False)."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .block import Block, init_weights
+from .graph import TokenGraph
 from .mha import SignalMemory
 
 
@@ -21,6 +23,8 @@ class ViT(nn.Module):
         self.pos_embed = nn.Parameter(torch.randn(1, 1 + n_patches, config.d_model) * 0.02)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, layer + 1) for layer in range(n_layer))
+        # None: full attention (diagonal kept); config.self_loops = False: every token but itself
+        self.graph = None if config.self_loops else TokenGraph.full(1 + n_patches).without_self_loops()
         self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias)
         self.head = nn.Linear(config.d_model, num_classes)
         init_weights(self, n_layer)
@@ -37,7 +41,7 @@ class ViT(nn.Module):
         x = self.drop(x)
         memory = SignalMemory()  # for residual "accumulated"
         for block in self.blocks:
-            x = block(x, None, memory)
+            x = block(x, self.graph, memory)
         logits = self.head(self.ln_f(x[:, 0]))
         loss = None if targets is None else F.cross_entropy(logits, targets)
         return logits, loss

@@ -14,6 +14,7 @@ import torch
 
 import pdmm
 
+from .fitting import adam_keep_best
 from .unrolled import UnrolledPDMM
 
 
@@ -47,24 +48,15 @@ def relative_errors(iterates, x_star):
 def fit(model, instances, steps, lr=None):
     """Adam (lr 0.2 / K by default) on the model's rho_k, theta_k, full batch over the training
     `instances` [(problem, x*)] or [(problem, x*, x0)]; the model ends with the parameters of the
-    lowest training loss.
-    Returns the loss (mean log e_K^2 over every instance) per step."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.2 / model.layers if lr is None else lr)
+    lowest training loss (bridge.fitting.adam_keep_best).
+    Returns the loss (mean log e_K^2 over every instance) before every step and after the last."""
     count = sum(len(instance[1]) for instance in instances)
-    losses, best = [], None
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = sum(torch.log(relative_errors(model(problem, *start), x_star)[-1].square() + 1e-300).sum()
+
+    def loss():
+        return sum(torch.log(relative_errors(model(problem, *start), x_star)[-1].square() + 1e-300).sum()
                    for problem, x_star, *start in instances) / count
-        if best is None or loss.item() < min(losses):
-            best = {name: p.detach().clone() for name, p in model.named_parameters()}
-        losses.append(loss.item())
-        loss.backward()
-        optimizer.step()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(best[name])
-    return losses
+
+    return adam_keep_best(model, loss, steps, 0.2 / model.layers if lr is None else lr)
 
 
 @torch.no_grad()

@@ -30,6 +30,7 @@ import torch
 import attention
 
 from .consensus import disagreement_error
+from .fitting import adam_keep_best
 
 A, D, INV, ONE, X, W, V = range(7)  # residual stream channels
 D_MODEL, HIDDEN = 7, 5
@@ -134,24 +135,7 @@ def fit_graph_model(model, instances, steps, lr, features_fn, self_loops=False):
     if not instances:
         raise ValueError("fit_graph_model needs at least one (graph, a) instance")
     prepared = prepare(model, instances, features_fn, self_loops)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    losses, best = [], None
-    for step in range(steps + 1):
-        loss = errors(model, prepared).square().mean()
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            break
-        if best is None or losses[-1] < min(losses[:-1]):
-            best = {name: p.detach().clone() for name, p in model.named_parameters()}
-        if step == steps:
-            break
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(best[name])
-    return losses
+    return adam_keep_best(model, lambda: errors(model, prepared).square().mean(), steps, lr)
 
 
 def weight_shift(model, reference):

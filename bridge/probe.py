@@ -2,11 +2,15 @@
 
 With every attention layer's probes on, per layer l, averaged over tokens:
 
-    phi_ratio    ||V - gamma MH|| / ||V||      AttentionX's discrepancy Phi
-    delta_ratio  ||MH - alpha V|| / ||MH||     belief's discrepancy Delta, alpha per token
-    cos_update   cos(update, token)            the layer's update against the residual stream it is added to
+    phi_ratio     ||V - gamma MH|| / ||V||            AttentionX's discrepancy Phi against V (its depth claim)
+    delta_ratio   ||MH - alpha V|| / ||MH||           belief's Delta before W^o: <= 1 by construction
+    wdelta_ratio  ||Delta W^o|| / ||MH W^o||          the same after the output projection (belief Fig. 4)
+    cos_delta_wo  cos(Delta W^o, X)                   angles of both projected signals to the token X
+    cos_mh_wo     cos(MH W^o, X)                      (Fig. 4: about equal)
+    cos_update    cos(update, X)                      the layer's update against the residual stream X
 
-whatever the model's residual signal, so models are comparable. The AttentionX paper argues the
+whatever the model's residual signal, so models are comparable (MATH.md 5, 7). W^o is the layer's
+output projection without its bias (for concat, its MH half). The AttentionX paper argues the
 discrepancy shrinks with depth, as PDMM's constraint residual does with iterations.
 """
 import numpy as np
@@ -16,7 +20,7 @@ import pdmm
 from attention import MultiHeadAttention
 from attention.mha import orthogonal_part
 
-STATISTICS = ("phi_ratio", "delta_ratio", "cos_update")
+STATISTICS = ("phi_ratio", "delta_ratio", "wdelta_ratio", "cos_delta_wo", "cos_mh_wo", "cos_update")
 
 
 def norm_ratio(a, b):
@@ -26,11 +30,24 @@ def norm_ratio(a, b):
     return float((a[keep] / b[keep]).mean())
 
 
-def layer_statistics(probes, gamma):
-    """{phi_ratio, delta_ratio, cos_update} of one layer's probes."""
+def mean_cosine(a, b):
+    """mean over tokens of cos(a_i, b_i)."""
+    return float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
+
+
+def layer_statistics(probes, gamma, w_o):
+    """STATISTICS of one layer's probes; w_o: (d_model, d_model) weight of W^o as nn.Linear holds it."""
     mh, v, x, y = probes["mh"], probes["v"], probes["token"], probes["update"]
-    return {"phi_ratio": norm_ratio(v - gamma * mh, v), "delta_ratio": norm_ratio(orthogonal_part(mh, v), mh),
-            "cos_update": float(torch.nn.functional.cosine_similarity(y, x, dim=-1).mean())}
+    delta = orthogonal_part(mh, v)
+    delta_wo, mh_wo = delta @ w_o.T, mh @ w_o.T  # rows Delta[i] W^o, MH[i] W^o
+    return {"phi_ratio": norm_ratio(v - gamma * mh, v), "delta_ratio": norm_ratio(delta, mh),
+            "wdelta_ratio": norm_ratio(delta_wo, mh_wo), "cos_delta_wo": mean_cosine(delta_wo, x),
+            "cos_mh_wo": mean_cosine(mh_wo, x), "cos_update": mean_cosine(y, x)}
+
+
+def output_projection(layer):
+    """W^o of an attention layer as (d_model, d_model): c_proj's weight, its MH half for concat."""
+    return layer.c_proj.weight.detach()[:, :layer.config.d_model]
 
 
 @torch.no_grad()
@@ -49,7 +66,7 @@ def probe_model(model, run_batch, batches, gamma=1.0):
     for b in range(batches):
         run_batch(b)
         for total, layer in zip(totals, layers):
-            for key, value in layer_statistics(layer.probes, gamma).items():
+            for key, value in layer_statistics(layer.probes, gamma, output_projection(layer)).items():
                 total[key] += value / batches
     return totals
 

@@ -6,6 +6,8 @@ compiled graph. With constant rho and theta the stacked iterates are those of pd
 learnable=True each layer has its own rho_k = exp(r_k) > 0 and theta_k = sigmoid(t_k) in (0, 1),
 trained by back-propagation through the iterations (learned PDMM). Between layers with
 different rho the z state is shifted so that the multipliers lambda carry over unchanged.
+network= (a pdmm.Network) runs the layers over a simulated network, one draw of its events per
+layer, reproducible from its seed.
 """
 import math
 import numbers
@@ -14,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from pdmm.methods import PDMM, QAPDMM
+from pdmm.network import Channel, Network
 
 METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM}
 LEARNABLE_THETA_MAX = 0.99  # sigmoid never reaches 1: a learnable theta of 1 starts here
@@ -22,7 +25,7 @@ LEARNABLE_THETA_MAX = 0.99  # sigmoid never reaches 1: a learnable theta of 1 st
 class UnrolledPDMM(nn.Module):
     """forward(problem, x0=None) -> iterates x^1..x^K, (K, n, d), or (K, B, n, d) for batched problems."""
 
-    def __init__(self, layers=10, method="pdmm", rho=1.0, theta=1.0, learnable=False, eta="L"):
+    def __init__(self, layers=10, method="pdmm", rho=1.0, theta=1.0, learnable=False, eta="L", network=None):
         super().__init__()
         if not (isinstance(layers, numbers.Integral) and not isinstance(layers, bool) and layers >= 1):
             raise ValueError(f"layers must be a positive integer, got {layers!r}")
@@ -32,7 +35,9 @@ class UnrolledPDMM(nn.Module):
             raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
         if not (isinstance(theta, numbers.Real) and 0 < theta <= 1):
             raise ValueError(f"theta must be in (0, 1], got {theta!r}")
-        self.layers, self.method, self.eta, self.learnable = layers, method, eta, learnable
+        if network is not None and not isinstance(network, Network):
+            raise TypeError(f"network must be a pdmm.Network or None, got {type(network).__name__}")
+        self.layers, self.method, self.eta, self.learnable, self.network = layers, method, eta, learnable, network
         log_rho = torch.full((layers,), math.log(rho), dtype=torch.float64)
         if learnable:
             t = min(theta, LEARNABLE_THETA_MAX)
@@ -63,11 +68,15 @@ class UnrolledPDMM(nn.Module):
             x = (x0.permute(1, 0, 2) if problem.batched else x0.unsqueeze(1)).reshape(shape)
         rho, theta = self.rho(), self.theta()
         params = {"eta": self.eta} if self.method == "qa-pdmm" else {}
+        channel = None if self.network is None else Channel(self.network, graph, problem.batch,
+                                                            edges.state_shape(problem.batch, problem.dim)[2], dtype)
         state, iterates = None, []
         for k in range(self.layers):
             layer = METHODS[self.method](graph, local, edges, rho[k], theta[k] if self.learnable else float(theta[k]),
-                                         **params)
+                                         channel=channel, **params)
             state = layer.init(x) if state is None else rescaled(state, graph, edges, rho[k] - rho[k - 1])
+            if channel is not None:
+                channel.draw()
             state = layer.step(state)
             iterates.append(state["x"])
         x = torch.stack(iterates)  # (K, n, B, d)

@@ -36,7 +36,7 @@ from .results_doc import replace_section
 from .sweep_command import run_name, seeds as parse_seeds
 from .tasks import build_task
 from .tasks.graph_consensus import graph_family
-from .train import CHECKPOINT, train
+from .train import CHECKPOINT, load_weights, train
 
 
 def add_parser(subparsers):
@@ -87,7 +87,7 @@ def trained_models(args, out, seed, residuals, tied):
             train(config, run_dir, resume=(run_dir / CHECKPOINT).is_file(), force=True, progress=not args.no_progress)
         torch.manual_seed(0)
         model = build_task(config).build_model()
-        model.load_state_dict(torch.load(run_dir / CHECKPOINT, map_location="cpu", weights_only=False)["model"])
+        load_weights(model, run_dir / CHECKPOINT)
         models[f"{'tied ' if is_tied else ''}transformer ({residual})"] = model
     return models
 

@@ -47,9 +47,12 @@ class ModelConfig:
     beta: float = 1.0
     kernel: str = "softmax"
     symmetric: bool = False
-    kind: str = "transformer"       # or "convex": ConvexTokenClassifier (MATH.md 6; task modular only)
-    gates: int = 0                  # convex: fixed random ReLU gates h (0: one open gate)
-    group_lasso: float = 0.0        # convex: beta, the group-lasso weight added to the training loss
+    self_loops: bool = True         # false: no token attends to itself (ViT only; AttentionX's ViT setting)
+    kind: str = "transformer"       # "convex": ConvexTokenClassifier over fixed embeddings; "convex_blocks":
+                                    # n_layer convex attention + FCN blocks over trained embeddings (MATH.md 6;
+                                    # both task modular only)
+    gates: int = 0                  # convex kinds: fixed random ReLU gates h (0: one open gate)
+    group_lasso: float = 0.0        # convex kinds: beta, the group-lasso weight added to the training loss
 
 
 @dataclass
@@ -86,7 +89,7 @@ TABLES = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
 PLAN_TABLES = ("sweep", "report")
 NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma", "beta",
                 "gates", "group_lasso"}
-MODEL_KINDS = ("transformer", "convex")
+MODEL_KINDS = ("transformer", "convex", "convex_blocks")
 
 
 CONFIG_DIR = Path(__file__).parent / "configs"

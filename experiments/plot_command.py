@@ -14,7 +14,10 @@ val_* metrics exist only at evaluations.
 
 Solve directories (`pdmm-bridge solve --out`) are drawn as residual, relative error and objective
 against iteration (or the one --metric of those), one line per method, labelled
-"<directory>: <method>" when there are several directories.
+"<directory>: <method>" when there are several directories. --x messages or --x bits draws them
+against the cumulative messages delivered or bits sent instead (runs on the ideal network,
+which history.csv does not count, send the same number every iteration: config.json's totals
+over the iterations).
 
 The figure goes to --out, or else to plot_<metric>.png (plot_convergence.png for all solve panels)
 in the directory when the only argument is a sweep or solve directory, else in the current
@@ -24,8 +27,10 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .common import UsageError, check_new_file
-from .plots import PANELS, plot_convergence, plot_runs
+from .plots import AXES, PANELS, plot_convergence, plot_runs
 from .runs import aligned, expand, group_runs, is_solve_dir, is_sweep_dir, load_solve
 
 
@@ -35,6 +40,8 @@ def add_parser(subparsers):
     p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories or sweep directories, or solve directories")
     p.add_argument("--metric", help="a logged metric, e.g. val_loss (training runs when not given), train_loss, "
                    "val_acc, lr; for solve runs residual, error or objective (all three when not given)")
+    p.add_argument("--x", choices=list(AXES), default="iteration", help="x axis of solve runs: iteration, "
+                   "messages delivered or bits sent")
     p.add_argument("--out", metavar="FILE", help="figure file; plot_<metric>.png when not given, see above")
     p.add_argument("--force", action="store_true", help="replace an existing figure file")
     return p
@@ -46,6 +53,8 @@ def run(args):
         raise UsageError("give either solve directories or training runs, not both")
     if all(solves):
         return plot_solves(args)
+    if args.x != "iteration":
+        raise UsageError("--x applies to solve directories; training runs are drawn against step and seconds")
     metric = args.metric or "val_loss"
     runs = expand(args.runs)
     failed = [run.name for run in runs if run.failed]
@@ -75,15 +84,27 @@ def plot_solves(args):
     runs = [load_solve(path) for path in args.runs]
     if args.metric and args.metric not in PANELS:
         raise UsageError(f"solve runs record {', '.join(PANELS)}, not {args.metric!r}")
-    curves = {(f"{run.path.name}: {label}" if len(runs) > 1 else label): curve
+    curves = {(f"{run.path.name}: {label}" if len(runs) > 1 else label): _with_counts(run, label, curve, args.x)
               for run in runs for label, curve in run.curves.items()}
     panels = [args.metric] if args.metric else [key for key in PANELS if any(key in c for c in curves.values())]
     out = output_file(args, args.metric or "convergence", True)
     problems = {run.config.get("args", {}).get("problem") for run in runs}
     title = problems.pop() if len(problems) == 1 and None not in problems else "solve runs"
-    plot_convergence(curves, out, title, panels)
+    plot_convergence(curves, out, title, panels, args.x)
     print(out)
     return 0
+
+
+def _with_counts(run, label, curve, x):
+    """The curve with its cumulative `x` ("messages" or "bits"): from history.csv, or, for an ideal-network
+    run, config.json's total spread evenly over the iterations."""
+    if x == "iteration" or x in curve:
+        return curve
+    total = run.config.get("methods", {}).get(label, {}).get(x)
+    if total is None:
+        raise UsageError(f"{run.path} records no {x} for {label} (written by an older pdmm-bridge solve)")
+    k = np.arange(1, len(curve["residual"]) + 1)
+    return {**curve, x: total * k / k[-1]}
 
 
 def plot_metric(runs, metric, path):

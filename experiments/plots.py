@@ -8,20 +8,25 @@ PANELS = {"residual": ("residual", "constraint residual (RMS)", "log"),
           "objective": ("objective", r"$\sum_i f_i(x_i)$", "linear")}
 
 
-def plot_convergence(histories, path, title, panels=("residual", "error")):
-    """Save each of `panels` (residual, error, objective) against iteration, one line per method; returns the Figure.
+AXES = {"iteration": "iteration", "messages": "messages delivered", "bits": "bits sent"}
 
-    histories: {label: {"residual": (iterations,), "error": ... if a reference was given, "objective": ...}}.
+
+def plot_convergence(histories, path, title, panels=("residual", "error"), x="iteration"):
+    """Save each of `panels` (residual, error, objective) against `x` (iteration, or the cumulative
+    "messages" delivered or "bits" sent, per instance), one line per method; returns the Figure.
+
+    histories: {label: {"residual": (iterations,), "error": ... if a reference was given, "objective": ...,
+    and "messages" / "bits" when x is one of them}}.
     """
     fig = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
     for ax, key in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
         name, ylabel, scale = PANELS[key]
         for label, history in histories.items():
             if len(history.get(key, ())):
-                ax.plot(range(1, len(history[key]) + 1), history[key], label=label)
+                ax.plot(history[x] if x != "iteration" else range(1, len(history[key]) + 1), history[key], label=label)
         ax.set(title=name)
         if ax.lines:
-            ax.set(yscale=scale, xlabel="iteration", ylabel=ylabel)
+            ax.set(yscale=scale, xlabel=AXES[x], ylabel=ylabel)
             ax.grid(True, alpha=0.4)
             ax.legend()
         else:

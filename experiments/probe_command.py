@@ -4,10 +4,12 @@
 
 Loads the run's checkpoint and runs --batches batches of the task's data through it with every
 attention layer's probes on; bridge.probe computes per layer ||V - gamma MH|| / ||V|| (AttentionX's
-Phi, gamma of the run, 1 if unset), ||MH - alpha V|| / ||MH|| (belief's Delta) and cos(update,
-token). The figure shows the three curves against layer beside PDMM's constraint residual against
-iteration (averaging on a 64-node random geometric graph, normalised by its first value). Writes
-probe.json and probe.png into the run directory (or --out).
+Phi, gamma of the run, 1 if unset), ||Delta W^o|| / ||MH W^o|| (belief's Delta after the output
+projection, as in the belief paper's Fig. 4), ||Delta|| / ||MH|| before it (<= 1 by construction),
+the cosines of Delta W^o, MH W^o and the update with the token X. The figure shows the ratios and
+the cosines against layer beside PDMM's constraint residual against iteration (averaging on a
+64-node random geometric graph, normalised by its first value). Writes probe.json and probe.png
+into the run directory (or --out).
 """
 import argparse
 import json
@@ -21,7 +23,7 @@ from bridge.probe import pdmm_residual, probe_model
 from .common import UsageError, check_new_file
 from .config import load_config
 from .tasks import build_task
-from .train import CHECKPOINT, step_generator
+from .train import CHECKPOINT, load_weights, step_generator
 
 PROBE_STREAM = 3  # generator stream of probe batches (0: training, 1: evaluation, 2: samples)
 
@@ -58,7 +60,7 @@ def run(args):
 
 
 def probe_layers(run_dir, batches=4):
-    """(config, [{phi_ratio, delta_ratio, cos_update} per layer]) of the run's checkpoint, over `batches` batches."""
+    """(config, [{statistic: value} per layer]) of the run's checkpoint (bridge.probe.STATISTICS), over `batches` batches."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
         raise UsageError(f"{run_dir} is not a run directory (no config.toml)")
@@ -70,7 +72,7 @@ def probe_layers(run_dir, batches=4):
     task = build_task(config)
     torch.manual_seed(config.train.seed)
     model = task.build_model()
-    model.load_state_dict(torch.load(run_dir / CHECKPOINT, map_location="cpu", weights_only=False)["model"])
+    load_weights(model, run_dir / CHECKPOINT)
     model.eval()
     if getattr(model, "tied", False):
         raise UsageError(f"{run_dir} is a tied GraphTransformer: one block serves every layer, so its probes "
@@ -82,17 +84,24 @@ def probe_layers(run_dir, batches=4):
     return config, totals
 
 
+RATIOS = (("phi_ratio", "||V - gamma MH|| / ||V||"), ("wdelta_ratio", "||Delta W^o|| / ||MH W^o||"),
+          ("delta_ratio", "||Delta|| / ||MH|| (<= 1)"))
+COSINES = (("cos_delta_wo", "cos(Delta W^o, X)"), ("cos_mh_wo", "cos(MH W^o, X)"), ("cos_update", "cos(update, X)"))
+
+
 def plot_probe(totals, residual, name, path):
-    fig = Figure(figsize=(10, 4), layout="constrained")
-    left, right = fig.subplots(1, 2)
+    fig = Figure(figsize=(14, 4), layout="constrained")
+    ratios, cosines, right = fig.subplots(1, 3)
     layers = range(1, len(totals) + 1)
-    for key, label in (("phi_ratio", "||V - gamma MH|| / ||V||"), ("delta_ratio", "||Delta|| / ||MH||"),
-                       ("cos_update", "cos(update, token)")):
-        left.plot(layers, [t[key] for t in totals], "o-", label=label)
-    left.set(xlabel="layer", title=f"attention ({name} run)")
+    for ax, curves in ((ratios, RATIOS), (cosines, COSINES)):
+        for key, label in curves:
+            ax.plot(layers, [t[key] for t in totals], "o-", label=label)
+        ax.set(xlabel="layer", xticks=list(layers))
+    ratios.set(title=f"norm ratios ({name} run)")
+    cosines.set(title="angles to the token X")
     right.plot(range(1, len(residual) + 1), residual, "o-", color="black", label="PDMM residual / first")
     right.set(xlabel="iteration", yscale="log", title="PDMM, averaging on a 64-node graph")
-    for ax in (left, right):
+    for ax in (ratios, cosines, right):
         ax.grid(True, alpha=0.4)
         ax.legend()
     fig.savefig(path, dpi=120)

@@ -12,34 +12,54 @@
     probe = true                                                 # optional: Fig. 4-style probe of each variant
     lambdas = true                                               # optional: diff attention's lambda per layer
     against = "train.block_size"                                 # optional: metric and s/step against a key
-    [[report.claims]]                                            # one verdict sentence each
+    [[report.claims]]                                            # one verdict per condition
     variant = { "model.residual" = "attentionx" }
     than = { "model.residual" = "standard" }
-    metric = "val_acc"
+    metric = "val_acc"                                           # or "seconds_per_step"
+    threshold = 0.99                                             # optional: compare steps to reach it instead
+    full_steps = 2000                                            # optional: fewer steps mark its verdict early training
+    text = "AttentionX beats standard attention"                 # optional: the claim in words
+    [[report.probe_claims]]                                      # a claim on the probe (bridge.probe)
+    variant = { "model.residual" = "belief" }
+    statistic = "wdelta_ratio"                                   # one of bridge.probe.STATISTICS
+    expect = "below 1"                                           # or "falls with depth"
 
 Paired differences match each run with the run of the same seed whose config differs only in the
-compared keys. A difference counts as real when its mean over pairs exceeds twice its standard error
-(|mean| > 2 std / sqrt(n)); otherwise the verdict says it is within seed noise.
+compared keys; a pair counts only when both runs trained the same full step budget (an early-stopped
+run's last value is not at the budget). A claim is tested separately under each condition, i.e. each
+combination of the variant keys it leaves free (block size, fraction x operation), never pooled: a
+two-sided paired t-test (scipy.stats.ttest_rel), or for probe claims a one-sample t-test across seeds
+of the per-seed quantity. The p-values of all tests of a section are Holm-corrected; a verdict
+("agrees" / "disagrees") needs Holm p < 0.05 and at least 5 seeds, anything else is
+"inconclusive (p = ..., n = ...)". With --results, the verdict rows also feed the summary section
+"What reproduces at laptop scale" at the head of the reproductions (refresh_summary).
 """
+import functools
+import json
+import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
+from scipy import stats
 
 from attention import MultiHeadAttention
+from bridge.probe import STATISTICS
 
 from .common import UsageError
 from .config import load_config
 from .probe_command import probe_layers
-from .runs import differing_keys, flat_config, label
+from .results_doc import replace_section
+from .runs import differing_keys, flat_config, label, relevant
 from .tasks import build_task
-from .train import CHECKPOINT, lower_is_better
+from .train import CHECKPOINT, load_weights, lower_is_better
 
 KEYS = {"title", "source", "claim", "metrics", "baseline", "label_keys", "thresholds", "log_steps", "probe",
-        "lambdas", "against", "claims"}
+        "lambdas", "against", "claims", "probe_claims"}
 
 
 def checked_spec(table, source):
@@ -52,6 +72,11 @@ def checked_spec(table, source):
         if not (isinstance(claim, dict) and isinstance(claim.get("variant"), dict)
                 and isinstance(claim.get("than"), dict) and isinstance(claim.get("metric"), str)):
             raise UsageError(f"{source}: each [[report.claims]] needs variant = {{...}}, than = {{...}} and metric")
+    for claim in table.get("probe_claims", []):
+        if not (isinstance(claim, dict) and isinstance(claim.get("variant"), dict)
+                and claim.get("statistic") in STATISTICS and claim.get("expect") in EXPECTATIONS):
+            raise UsageError(f"{source}: each [[report.probe_claims]] needs variant = {{...}}, statistic (one of "
+                             f"{', '.join(STATISTICS)}) and expect ({' or '.join(map(repr, EXPECTATIONS))})")
     return table
 
 
@@ -72,77 +97,310 @@ def partner(run, runs, swap, keys):
 
 
 def metric_value(run, metric):
-    """The metric at the run's last evaluation (summary["final"]), else its last logged value; None if never logged."""
-    value = run.summary.get("final", {}).get(metric)
+    """The metric at the run's last evaluation (summary["final"]; "seconds_per_step" from the summary), else its
+    last logged value; None if never logged."""
+    value = run.summary.get("seconds_per_step") if metric == "seconds_per_step" else run.summary.get("final", {}).get(metric)
     if value is None:
         values = run.series(metric)[2]
         value = float(values[-1]) if len(values) else None
     return value
 
 
-def paired_differences(runs, others, swap, metric, keys):
-    """[metric(run) - metric(partner)] over `runs`, each partnered among `others` by `swap`."""
-    diffs = []
-    for run in runs:
-        other = partner(run, others, swap, keys)
-        if other is not None and metric_value(run, metric) is not None and metric_value(other, metric) is not None:
-            diffs.append(metric_value(run, metric) - metric_value(other, metric))
-    return np.array(diffs, dtype=float)
+MIN_PAIRS, ALPHA = 5, 0.05  # a verdict needs >= MIN_PAIRS pairs and Holm-adjusted p < ALPHA
+EXPECTATIONS = ("below 1", "falls with depth")
+SUMMARY_SECTION = "repro-summary"
 
 
-def significance(diffs):
-    """(mean, std, n, real): real when |mean| > 2 std / sqrt(n) with n >= 2."""
-    n = len(diffs)
-    if n == 0:
-        return None, None, 0, False
-    mean = float(diffs.mean())
-    std = float(diffs.std(ddof=1)) if n > 1 else 0.0
-    return mean, std, n, n >= 2 and abs(mean) > 2 * std / np.sqrt(n)
+def paired_test(values, baseline):
+    """Paired two-sided t-test (scipy.stats.ttest_rel) of values - baseline: {mean, low, high, p, n}, with the
+    95 % t interval of the mean difference; p and the interval are NaN below two pairs or with no spread."""
+    a, b = np.asarray(values, dtype=float), np.asarray(baseline, dtype=float)
+    return _test_summary(a - b, lambda: stats.ttest_rel(a, b))
 
 
-def format_difference(mean, std, n):
-    return "—" if n == 0 else (f"{mean:+.4g} ± {std:.2g}" if n > 1 else f"{mean:+.4g}")
+def one_sample_test(values):
+    """Two-sided t-test of mean(values) = 0 (scipy.stats.ttest_1samp), summarised as paired_test's."""
+    values = np.asarray(values, dtype=float)
+    return _test_summary(values, lambda: stats.ttest_1samp(values, 0.0))
+
+
+def _test_summary(differences, test):
+    n = len(differences)
+    summary = {"mean": float(differences.mean()) if n else float("nan"), "low": float("nan"),
+               "high": float("nan"), "p": float("nan"), "n": n}
+    if n >= 2 and np.ptp(differences) > 0:
+        result = test()
+        low, high = result.confidence_interval(0.95)
+        summary.update(low=float(low), high=float(high), p=float(result.pvalue))
+    return summary
+
+
+def holm(pvalues):
+    """Holm-adjusted p-values: the k-th smallest of the m finite p is max_{j <= k} min(1, (m - j + 1) p_(j));
+    NaN stays NaN and does not count in m."""
+    p = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(p.shape, np.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def verdict(test, adjusted_p, favours):
+    """"agrees" / "disagrees" (favours: the mean difference points the claim's way) when the Holm-adjusted p
+    is below ALPHA over at least MIN_PAIRS pairs, else "inconclusive (p = ..., n = ...)"."""
+    if test["n"] >= MIN_PAIRS and adjusted_p < ALPHA:
+        return "agrees" if favours else "disagrees"
+    return f"inconclusive (p = {format_p(test['p'])}, n = {test['n']})"
+
+
+def format_p(p):
+    return "—" if not np.isfinite(p) else f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def format_interval(test):
+    """"+0.012 [-0.003, +0.027]": mean difference and its 95 % t interval, in the metric's units."""
+    if test["n"] == 0:
+        return "—"
+    if not np.isfinite(test["low"]):
+        return f"{test['mean']:+.4g}"
+    return f"{test['mean']:+.4g} [{test['low']:+.3g}, {test['high']:+.3g}]"
 
 
 def baseline_table(groups, runs, baseline, metrics, keys):
-    """Rows: non-baseline variant x metric, with the paired difference (variant - baseline, same seed)."""
+    """Rows: non-baseline variant x metric, with the paired difference at the budget (variant - baseline, same
+    seed), its 95 % t interval and p (no verdict: the claims table gives those, Holm-corrected)."""
     finished = [run for run in runs if run.finished]
-    lines = ["| variant | metric | variant − baseline (paired, final) | pairs | better in |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| variant | metric | variant − baseline at the budget [95 % CI] | p | pairs | better in |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for name, members in groups.items():
         done = [run for run in members if run.finished]
         if not done or all(matches(run, baseline) for run in done):
             continue
         for metric in metrics:
-            diffs = paired_differences(done, finished, baseline, metric, keys)
-            mean, std, n, real = significance(diffs)
-            better = int(np.sum(diffs < 0 if lower_is_better(metric) else diffs > 0))
-            lines.append(f"| {name} | {metric} | {format_difference(mean, std, n)}{' *' if real else ''} | {n} | "
-                         f"{better}/{n} |")
+            values, base, _, _ = paired_values(done, finished, baseline,
+                                               lambda run, m=metric: (metric_value(run, m), False), keys)
+            test = paired_test(values, base)
+            diffs = np.subtract(values, base)
+            better = int(np.sum(diffs < 0 if lower_better(metric) else diffs > 0))
+            lines.append(f"| {name} | {metric} | {format_interval(test)} | {format_p(test['p'])} | {test['n']} | "
+                         f"{better}/{test['n']} |")
     return lines if len(lines) > 2 else []
 
 
-def claim_sentences(claims, runs, keys):
-    """One sentence per claim: does `variant` beat `than` on `metric`, paired by seed?"""
-    finished = [run for run in runs if run.finished]
-    sentences = []
-    for claim in claims:
-        variant_runs = [run for run in finished if matches(run, claim["variant"])]
-        diffs = paired_differences(variant_runs, finished, claim["than"], claim["metric"], keys)
-        mean, std, n, real = significance(diffs)
-        who, than, metric = label(claim["variant"]), label(claim["than"]), claim["metric"]
-        if n == 0:
-            sentences.append(f"- {who} vs {than}: no paired runs finished, no verdict.")
+@dataclass
+class ClaimTest:
+    """One hypothesis of a section: a claim under one condition, its t-test, and notes on what was left out."""
+    claim: str
+    condition: str
+    quantity: str
+    test: dict
+    favours: bool   # whether the mean points the claim's way
+    notes: list = field(default_factory=list)
+    early: str = ""  # early_training's note
+
+
+def lower_better(metric):
+    """Losses, errors and seconds per step are minimised; accuracies maximised."""
+    return lower_is_better(metric) or metric == "seconds_per_step"
+
+
+def full_budget(run):
+    """Whether the run trained its whole step budget (no early stop), so its final values are at the budget."""
+    return run.summary.get("steps") == run.config.get("train", {}).get("max_iters")
+
+
+def claim_value(run, claim):
+    """(value, censored): the claim's metric at the budget, or with a threshold the first evaluated step that
+    reaches it (never reached: the budget, censored)."""
+    if "threshold" not in claim:
+        return metric_value(run, claim["metric"]), False
+    step = first_step(run, claim["metric"], claim["threshold"])
+    return (float(run.summary["steps"]), True) if step is None else (float(step), False)
+
+
+def paired_values(runs, others, swap, value, keys):
+    """(values, baseline values, pairs left out, censored runs): value(run) -> (number, censored) over `runs`
+    and their partners among `others` (same seed, swap's keys swapped); a pair counts only when both runs
+    trained the same full step budget."""
+    values, baseline, unequal, censored = [], [], 0, 0
+    for run in runs:
+        other = partner(run, others, swap, keys)
+        if other is None:
             continue
-        better = (mean < 0) if lower_is_better(metric) else (mean > 0)
-        if real and better:
-            verdict = f"agrees: {who} is better than {than}"
-        elif real:
-            verdict = f"disagrees: {who} is worse than {than}"
+        if not (full_budget(run) and full_budget(other) and run.summary["steps"] == other.summary["steps"]):
+            unequal += 1
+            continue
+        (a, censored_a), (b, censored_b) = value(run), value(other)
+        if a is not None and b is not None:
+            values.append(a)
+            baseline.append(b)
+            censored += censored_a + censored_b
+    return values, baseline, unequal, censored
+
+
+def conditions(runs, claim, keys):
+    """{condition label: finished runs of the claim's variant}, one entry per combination of the variant keys
+    the claim leaves free (block size, fraction x operation): conditions are never pooled."""
+    free = [key for key in keys if key not in claim["variant"] and key not in claim.get("than", {})]
+    groups = {}
+    for run in runs:
+        if run.finished and matches(run, claim["variant"]):
+            flat = flat_config(run.config)
+            groups.setdefault(label({key: flat.get(key) for key in free if relevant(key, flat)}), []).append(run)
+    return groups or {"": []}
+
+
+def claim_text(claim):
+    """The claim in words: its `text`, else one built from its keys."""
+    if claim.get("text"):
+        return claim["text"]
+    if "statistic" in claim:
+        return f"{claim['statistic']} {claim['expect']} in {label(claim['variant'])}"
+    return f"{label(claim['variant'])} better than {label(claim['than'])} on {_quantity(claim)}"
+
+
+def _quantity(claim):
+    metric = claim["metric"]
+    if "threshold" in claim:
+        return f"steps to {metric} {'≤' if lower_better(metric) else '≥'} {claim['threshold']:g}"
+    return "seconds per step" if metric == "seconds_per_step" else f"final {metric}"
+
+
+def comparison_tests(claim, runs, keys):
+    """One ClaimTest per condition: the claim's variant minus its `than`, paired by seed (MIN_PAIRS, Holm later)."""
+    finished = [run for run in runs if run.finished]
+    lower = "threshold" in claim or lower_better(claim["metric"])
+    tests = []
+    for condition, members in conditions(finished, claim, keys).items():
+        values, baseline, unequal, censored = paired_values(members, finished, claim["than"],
+                                                            lambda run: claim_value(run, claim), keys)
+        test = paired_test(values, baseline)
+        notes = ([f"{unequal} pair(s) left out: not the same full step budget"] if unequal else []) + (
+            [f"{censored} run(s) never reached the threshold, counted at the budget"] if censored else [])
+        quantity = f"{_quantity(claim)}, {label(claim['variant'])} − {label(claim['than'])}"
+        tests.append(ClaimTest(claim_text(claim), condition, quantity, test,
+                               bool(test["mean"] < 0 if lower else test["mean"] > 0), notes,
+                               early_training(claim, members)))
+    return tests
+
+
+def probe_tests(claim, runs, keys):
+    """One ClaimTest per condition of the claim's variant, from each seed's probe (bridge.probe, MATH.md 5, 7):
+    "below 1" tests the statistic's mean over layers minus 1, "falls with depth" its least-squares slope per
+    layer, against 0 across seeds."""
+    tests = []
+    for condition, members in conditions(runs, claim, keys).items():
+        curves = np.array([[layer[claim["statistic"]] for layer in totals]
+                           for totals in (run_probe(run) for run in members) if totals])  # (seeds, layers)
+        if claim["expect"] == "below 1":
+            values, quantity = curves.mean(1) - 1 if len(curves) else [], f"mean over layers of {claim['statistic']} − 1"
         else:
-            verdict = "neither agrees nor disagrees: the difference is within seed noise"
-        sentences.append(f"- **{verdict}** on final {metric} ({who} − {than} = {format_difference(mean, std, n)} "
-                         f"over {n} paired seed{'s' if n > 1 else ''}).")
-    return sentences
+            layers = np.arange(1, curves.shape[1] + 1) if len(curves) else []
+            values = [np.polyfit(layers, curve, 1)[0] for curve in curves]
+            quantity = f"slope of {claim['statistic']} per layer"
+        test = one_sample_test(values)
+        tests.append(ClaimTest(claim_text(claim), condition, quantity, test, bool(test["mean"] < 0)))
+    return tests
+
+
+def section_tests(spec, runs):
+    """Every hypothesis of a section: its claims and probe claims, each per condition."""
+    keys = variant_keys(spec, runs)
+    return ([test for claim in spec.get("claims", []) for test in comparison_tests(claim, runs, keys)]
+            + [test for claim in spec.get("probe_claims", []) for test in probe_tests(claim, runs, keys)])
+
+
+def early_training(claim, runs):
+    """"early training (N of M steps)" when the runs trained fewer steps than the claim's full_steps, else ""."""
+    steps = max((run.config.get("train", {}).get("max_iters", 0) for run in runs), default=0)
+    full = claim.get("full_steps", 0)
+    return f"early training: {steps:,} of the {full:,} steps of the source's regime" if steps < full else ""
+
+
+def verdict_lines(spec, runs):
+    """The verdict table (claim, condition, mean difference and 95 % CI, p, Holm p, n, verdict), its notes, and
+    the rows as a JSON comment that the summary section of the results file reads."""
+    tests = section_tests(spec, runs)
+    if not tests:
+        return []
+    adjusted = holm([test.test["p"] for test in tests])
+    lines = ["", f"Verdicts: per claim and condition, a two-sided t-test across seeds (paired by seed for "
+             f"comparisons), Holm-corrected over the {len(tests)} test{'s' * (len(tests) > 1)} of this section; "
+             f"agrees or disagrees only at Holm p < {ALPHA:g} with at least {MIN_PAIRS} seeds.", "",
+             "| claim | condition | compared (metric units) | mean difference [95 % CI] | p | Holm p | n | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows, notes = [], []
+    for test, p in zip(tests, adjusted):
+        text = verdict(test.test, p, test.favours) if test.test["n"] else "no paired runs"
+        if test.early:
+            text += f" ({test.early})"
+        cells = [test.claim, test.condition or "—", test.quantity, format_interval(test.test),
+                 format_p(test.test["p"]), format_p(p), str(test.test["n"]), f"**{text}**"]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        notes += [f"- {test.claim}{f' ({test.condition})' if test.condition else ''}: {note}." for note in test.notes]
+        rows.append({"claim": test.claim, "condition": test.condition, "result": f"{test.quantity}: "
+                     f"{format_interval(test.test)}", "verdict": text, "p": format_p(p), "n": test.test["n"]})
+    return lines + (["", *notes] if notes else []) + ["", f"<!-- claims {json.dumps(rows)} -->"]
+
+
+def budget_line(runs):
+    """One sentence on the step budgets: the same for every run and trained in full, or what is left out."""
+    finished = [run for run in runs if run.finished]
+    budgets = sorted({run.config.get("train", {}).get("max_iters") for run in finished})
+    stopped = sum(not full_budget(run) for run in finished)
+    text = f"Step budget: {' / '.join(f'{b:,}' for b in budgets)} steps"
+    text += " (variants differ; only pairs with the same budget are compared)" if len(budgets) > 1 else " for every run"
+    if stopped:
+        return text + (f"; {stopped} run(s) stopped early, so their final values are not at the budget and "
+                       "they are left out of paired tests.")
+    return text + "; every run trained in full, so final values are at the budget (steps to a threshold, where "\
+        "shown, are read off the evaluations)."
+
+
+def summary_lines(results):
+    """The "what reproduces at laptop scale" table from the claims comments of every repro section in `results`."""
+    text = Path(results).read_text()
+    lines = ["## What reproduces at laptop scale", "",
+             "One row per claim and condition, from the sections below (Holm p within each section; seeds = "
+             "paired seeds, or seeds probed).", "",
+             "| section | claim | condition | our result | verdict | Holm p | seeds |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    pattern = re.compile(r"<!-- begin (repro-[\w.-]+)[^\n]*-->\n## ([^\n]*)\n(.*?)<!-- end \1 -->", re.S)
+    for name, title, body in pattern.findall(text):
+        for found in re.findall(r"<!-- claims (\[.*?\]) -->", body):
+            for row in json.loads(found):
+                cells = [title, row["claim"], row["condition"] or "—", row["result"], row["verdict"], row["p"],
+                         str(row["n"])]
+                lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return lines
+
+
+def refresh_summary(results):
+    """Rewrite the summary section of `results` (created just before the first repro section)."""
+    path = Path(results)
+    text = path.read_text()
+    if f"<!-- begin {SUMMARY_SECTION} -->" not in text:
+        first = text.find("<!-- begin repro-")
+        empty = f"<!-- begin {SUMMARY_SECTION} -->\n<!-- end {SUMMARY_SECTION} -->\n\n"
+        path.write_text(text[:first] + empty + text[first:] if first >= 0 else text + "\n" + empty)
+    replace_section(path, SUMMARY_SECTION, "\n".join(summary_lines(path)), force=True)
+
+
+def run_probe(run, batches=4):
+    """The run's per-layer probe statistics (bridge.probe.STATISTICS), None without a checkpoint; once per file."""
+    checkpoint = run.path / CHECKPOINT
+    if not checkpoint.is_file():
+        return None
+    return _probe_totals(str(checkpoint.parent.resolve()), checkpoint.stat().st_mtime_ns, batches)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_totals(path, mtime, batches):
+    return probe_layers(path, batches)[1]
 
 
 def first_step(run, metric, threshold):
@@ -214,7 +472,7 @@ def run_lambdas(run):
     if config.model.kernel != "diff":
         return []
     model = build_task(config).build_model()
-    model.load_state_dict(torch.load(run.path / CHECKPOINT, map_location="cpu", weights_only=False)["model"])
+    load_weights(model, run.path / CHECKPOINT)
     with torch.no_grad():
         return [(float(m.diff_lambda()), m.lambda_init) for m in model.modules() if isinstance(m, MultiHeadAttention)]
 
@@ -237,29 +495,36 @@ def lambda_table(groups):
     return lines
 
 
-def plot_probes(groups, path, batches=4):
-    """Fig. 4 style, per variant (mean over seeds): ||Delta|| / ||MH|| and cos(update, token) against layer."""
-    fig = Figure(figsize=(10, 3.8), layout="constrained")
-    left, right = fig.subplots(1, 2)
-    table = ["| variant | \\|\\|Delta\\|\\| / \\|\\|MH\\|\\| per layer | cos(update, token) per layer |",
-             "| --- | --- | --- |"]
-    for name, members in groups.items():
-        totals = [probe_layers(run.path, batches)[1] for run in members if run.finished and (run.path / CHECKPOINT).is_file()]
+PROBE_COLUMNS = (("wdelta_ratio", "\\|\\|Delta W^o\\|\\| / \\|\\|MH W^o\\|\\|"),
+                 ("phi_ratio", "\\|\\|Phi\\|\\| / \\|\\|V\\|\\| (the run's gamma)"),
+                 ("cos_delta_wo", "cos(Delta W^o, X)"), ("cos_mh_wo", "cos(MH W^o, X)"))
+
+
+def plot_probes(groups, path):
+    """Per variant (mean over seeds) and layer: ||Delta W^o|| / ||MH W^o|| (belief Fig. 4, after the output
+    projection), ||Phi|| / ||V|| (AttentionX) and the angles of Delta W^o and MH W^o to the token X; figure + table."""
+    fig = Figure(figsize=(15, 3.8), layout="constrained")
+    axes = fig.subplots(1, 3)
+    table = ["| variant | " + " | ".join(f"{title} per layer" for _, title in PROBE_COLUMNS) + " |",
+             "| --- |" + " --- |" * len(PROBE_COLUMNS)]
+    for index, (name, members) in enumerate(groups.items()):
+        totals = [t for t in (run_probe(run) for run in members if run.finished) if t]
         if not totals:
             continue
-        delta = np.array([[layer["delta_ratio"] for layer in t] for t in totals]).mean(0)
-        cos = np.array([[layer["cos_update"] for layer in t] for t in totals]).mean(0)
-        layers = np.arange(1, len(delta) + 1)
-        left.set_xticks(layers)
-        right.set_xticks(layers)
-        left.plot(layers, delta, "o-", label=name)
-        right.plot(layers, cos, "o-", label=name)
-        table.append(f"| {name} | {', '.join(f'{v:.3f}' for v in delta)} | {', '.join(f'{v:.3f}' for v in cos)} |")
-    left.set(xlabel="layer", ylabel="||Delta|| / ||MH||", title="discrepancy (belief's Delta) / attention output")
-    right.set(xlabel="layer", ylabel="cos", title="angle of the layer's update to its token X")
-    for ax in (left, right):
+        means = {key: np.array([[layer[key] for layer in t] for t in totals]).mean(0) for key, _ in PROBE_COLUMNS}
+        layers = np.arange(1, len(means["phi_ratio"]) + 1)
+        axes[0].plot(layers, means["wdelta_ratio"], "o-", color=f"C{index}", label=name)
+        axes[1].plot(layers, means["phi_ratio"], "o-", color=f"C{index}", label=name)
+        axes[2].plot(layers, means["cos_delta_wo"], "o-", color=f"C{index}", label=f"{name}: Delta W^o")
+        axes[2].plot(layers, means["cos_mh_wo"], "s--", color=f"C{index}", label=f"{name}: MH W^o")
+        table.append(f"| {name} | " + " | ".join(", ".join(f"{v:.3f}" for v in means[key]) for key, _ in PROBE_COLUMNS)
+                     + " |")
+    for ax, (ylabel, title) in zip(axes, (("ratio", "||Delta W^o|| / ||MH W^o|| (belief Fig. 4)"),
+                                         ("ratio", "||Phi|| / ||V|| (AttentionX)"), ("cos", "angle to the token X"))):
+        ax.set(xlabel="layer", ylabel=ylabel, title=title)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(True, alpha=0.4)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.savefig(path, dpi=120)
     return table
 
@@ -308,8 +573,10 @@ def setting(runs):
     config = load_config(runs[0].path / "config.toml")
     model, train = config.model, config.train
     seeds = sorted({run.seed for run in runs})
-    size = (f"convex attention, {model.d_model}-dim embeddings, {model.gates} gates" if model.kind != "transformer"
-            else f"{model.n_layer} layer{'s' * (model.n_layer > 1)}, {model.d_model} dims, {model.n_head} heads")
+    size = {"transformer": f"{model.n_layer} layer{'s' * (model.n_layer > 1)}, {model.d_model} dims, {model.n_head} heads",
+            "convex": f"convex attention, fixed {model.d_model}-dim embeddings, {model.gates} gates",
+            "convex_blocks": f"{model.n_layer} convex attention + FCN block{'s' * (model.n_layer > 1)}, trained "
+                             f"{model.d_model}-dim embeddings, {model.gates} gates"}[model.kind]
     options = ", ".join(f"{k} {v}" for k, v in config.task.options.items())
     return (f"Task {config.task.name}{f' ({options})' if options else ''}; {size}; up to {train.max_iters} steps of "
             f"batch {train.batch_size or 'full'}" + (f", block {train.block_size}" if config.task.name == "char_lm" else "")
@@ -321,11 +588,13 @@ def extra_sections(path, spec, groups, runs):
     """(Markdown lines, [figure file names]) for the [report] table's options, figures saved in `path`."""
     lines, figures = [], []
     baseline, metrics, keys = spec.get("baseline"), spec.get("metrics", []), variant_keys(spec, runs)
+    lines += ["", budget_line(runs)]
     if baseline:
         table = baseline_table(groups, runs, baseline, metrics, keys)
         if table:
-            lines += ["", f"Paired differences against the baseline ({label(baseline)}), same seed; "
-                      "* marks |mean| > 2 std / sqrt(pairs).", "", *table]
+            lines += ["", f"Paired differences against the baseline ({label(baseline)}), same seed, with the 95 % t "
+                      "interval and the paired t-test's p (no correction; the verdicts below are corrected):", "",
+                      *table]
     if spec.get("thresholds"):
         lines += ["", "Steps until each threshold is first reached at an evaluation (mean ± std over the seeds "
                   "that reached it):", "", *threshold_table(groups, spec["thresholds"])]
@@ -338,7 +607,9 @@ def extra_sections(path, spec, groups, runs):
             lines += ["", "Differential attention's learned lambda per layer (mean ± std over seeds):", "", *table]
     if spec.get("probe"):
         table = plot_probes(groups, path / "plot_probe.png")
-        lines += ["", "Probe of the trained checkpoints on 4 training batches (mean over seeds; MATH.md 5):", "", *table]
+        lines += ["", "Probe of the trained checkpoints on 4 training batches (mean over seeds; bridge.probe, "
+                  "MATH.md 5): belief's Delta and MH after the output projection W^o, as in its Fig. 4, and "
+                  "AttentionX's Phi = V - gamma MH against V:", "", *table]
         figures.append("plot_probe.png")
     if spec.get("against"):
         metric = metrics[0] if metrics else "val_loss"
@@ -357,12 +628,6 @@ def extra_figures(spec):
 def variant_keys(spec, runs):
     """The config keys that name a variant: [report] label_keys, else those that differ between runs."""
     return spec.get("label_keys") or differing_keys(runs)
-
-
-def verdict_lines(spec, runs):
-    sentences = claim_sentences(spec.get("claims", []), runs, variant_keys(spec, runs))
-    return ["", "Verdict on the source's claims (paired by seed; real = |mean| > 2 std / sqrt(pairs)):", "",
-            *sentences] if sentences else []
 
 
 def copy_figures(path, figures, results):

@@ -126,8 +126,12 @@ def sweep_runs(path):
         return [load_run(p) for p in sorted(path.iterdir()) if is_run_dir(p)]
     runs = []
     for entry in sweep.get("runs", []):
-        if is_run_dir(path / entry["name"]):
-            runs.append(load_run(path / entry["name"]))
+        name = entry["name"]
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise UsageError(f"{path / 'sweep.json'} names a run {name!r} outside the sweep directory; "
+                             "a run name is one directory name")
+        if is_run_dir(path / name):
+            runs.append(load_run(path / name))
             runs[-1].entry = entry
     return runs
 

@@ -3,6 +3,8 @@
     pdmm-bridge solve --problem averaging --graph random_geometric --nodes 100 --method pdmm --out runs/avg
     pdmm-bridge solve --compare pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe --out runs/four
 
+    pdmm-bridge solve --compare pdmm,pdmm:theta=0.5,admm --drop 0.2 --wake 0.8 --bits 12 --dither --out runs/lossy
+
 A method spec is METHOD[:KEY=VALUE...] with KEY rho or one of the method's parameters (theta,
 eta); each spec is one run, labelled by the spec as written, and --rho / --theta / --eta are
 the values of the runs that do not set their own.
@@ -10,10 +12,14 @@ the values of the runs that do not set their own.
 --out (refused when it exists and is not empty, unless --force) receives config.json (resolved
 arguments, version, graph size, per-run summary), history.csv (method label, iteration,
 residual, objective, error), result.npz (x_<label>, and x_star with a reference) and
-convergence.png. For batched runs (--batch B) history.csv and the plot hold the mean over the
-B instances, while config.json and the printed summary give the worst instance (the one
-convergence waits for). Ctrl-C stops the current run after its last whole iteration, writes
-what ran (marked "interrupted" in config.json and the plot's title) and exits with status 130.
+convergence.png. --drop, --wake, --edge-up, --bits (with --dither, --limit) and --privacy run
+every method over the same simulated network (pdmm.Network, seeded by --seed); history.csv
+then also holds the cumulative messages delivered and bits sent (and, with --privacy, the
+privacy measures), and `pdmm-bridge plot --x bits` draws against them. For batched runs
+(--batch B) history.csv and the plot hold the mean over the B instances, while config.json and
+the printed summary give the worst instance (the one convergence waits for). Ctrl-C stops the
+current run after its last whole iteration, writes what ran (marked "interrupted" in
+config.json and the plot's title) and exits with status 130.
 """
 import argparse
 import csv
@@ -36,6 +42,7 @@ from .plots import plot_convergence
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 HISTORY_COLUMNS = ("residual", "objective", "error")
+NETWORK_COLUMNS = ("messages", "bits", "privacy_x", "privacy_messages")
 DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10
 
 
@@ -134,7 +141,20 @@ def add_parser(subparsers):
     solver.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
     solver.add_argument("--dtype", choices=list(DTYPES), default="float64", help="floating-point type of the "
                         "iterates")
-    solver.add_argument("--seed", type=int, default=0, help="seed for the graph and the synthetic data")
+    solver.add_argument("--seed", type=int, default=0, help="seed for the graph, the synthetic data and the network")
+    network = p.add_argument_group("simulated network (pdmm.Network; every run sees the same draws)")
+    network.add_argument("--drop", type=float, default=0.0, metavar="P", help="probability that a message is lost")
+    network.add_argument("--wake", type=float, default=1.0, metavar="Q", help="probability that a node is awake "
+                         "in an iteration (a sleeping node neither updates nor sends)")
+    network.add_argument("--edge-up", type=float, default=1.0, metavar="R", help="probability that an edge is up "
+                         "in an iteration (both directions)")
+    network.add_argument("--bits", type=int, metavar="B", help="quantise every number sent to B bits")
+    network.add_argument("--dither", nargs="?", const="subtractive", choices=("subtractive", "stochastic"),
+                         help="with --bits: subtractive dither (the default when given) or stochastic rounding")
+    network.add_argument("--limit", type=float, help="with --bits: the quantiser's range [-LIMIT, LIMIT] (default: "
+                         "adapted to each sender's messages)")
+    network.add_argument("--privacy", type=float, metavar="SCALE", help="subspace perturbation: initial z with "
+                         "standard deviation SCALE (pdmm, qa-pdmm), and the privacy measures in history.csv")
     output = p.add_argument_group("output")
     output.add_argument("--out", default="runs/solve", help="output directory (refused when it exists and is not "
                         "empty, unless --force)")
@@ -154,19 +174,21 @@ def run(args):
 def _run(args):
     specs = args.compare or [args.method]
     params = _method_params(args, specs)
+    network = _network(args)
     G = build_graph(args.graph, args.nodes, args.seed, dict(args.graph_param))
     if args.graph not in pdmm.TOPOLOGIES and not nx.is_connected(G):  # named topologies are always connected
         raise UsageError(f"the graph in {args.graph} is disconnected: it has {nx.number_connected_components(G)} "
                          "connected components; PDMM needs a connected graph")
     problem = _problem(args, G)
-    _check_methods(problem, specs, params, args)
+    _check_methods(problem, specs, params, args, network)
     x_star = pdmm.reference(problem) if args.reference == "cvxpy" else None
     out = claim_output_dir(args.out, "solve", args.force)
-    results, failures, interrupted = _solve_all(problem, specs, params, x_star, args)
+    results, failures, interrupted = _solve_all(problem, specs, params, x_star, args, network)
 
     curves = {label: _mean_history(result.history) for label, result in results.items()}
     _write_config(out / "config.json", args, specs, params, G, results, failures)
-    _write_history(out / "history.csv", curves)
+    counted = () if network is None else [c for c in NETWORK_COLUMNS if any(c in curve for curve in curves.values())]
+    _write_history(out / "history.csv", curves, (*HISTORY_COLUMNS, *counted))
     arrays = {f"x_{label}": result.x for label, result in results.items()}
     np.savez(out / "result.npz", **arrays, **({} if x_star is None else {"x_star": x_star}))
     graph_name = args.graph if args.graph in pdmm.TOPOLOGIES else Path(args.graph).name
@@ -185,7 +207,7 @@ def _run(args):
     return 1 if failures else 0
 
 
-def _solve_all(problem, specs, params, x_star, args):
+def _solve_all(problem, specs, params, x_star, args, network):
     """({label: Result}, {label: divergence message}, label of the run Ctrl-C interrupted or None).
 
     The runs after an interrupted one are not started."""
@@ -194,7 +216,7 @@ def _solve_all(problem, specs, params, x_star, args):
         try:
             results[label] = pdmm.solve(
                 problem, method=method, max_iter=args.iters, tol=args.tol, reference=x_star, device=args.device,
-                dtype=DTYPES[args.dtype], progress=not args.no_progress, **params[label])
+                dtype=DTYPES[args.dtype], progress=not args.no_progress, network=network, **params[label])
         except pdmm.DivergenceError as err:
             results[label], failures[label] = err.result, str(err)
         except KeyboardInterrupt:  # before its first iteration
@@ -215,10 +237,25 @@ def _method_params(args, specs):
     return params
 
 
-def _check_methods(problem, specs, params, args):
+def _network(args):
+    """The pdmm.Network of the network flags, or None when every one is at its default (the ideal network)."""
+    given = dict(drop=args.drop, wake=args.wake, edge_up=args.edge_up, bits=args.bits, privacy=args.privacy,
+                 dither=args.dither or False, limit=args.limit)
+    if given == dict(drop=0.0, wake=1.0, edge_up=1.0, bits=None, privacy=None, dither=False, limit=None):
+        return None
+    try:
+        return pdmm.Network(**given, seed=args.seed)
+    except ValueError as err:
+        flag = str(err).split()[0].replace("_", "-")
+        raise UsageError(f"--{flag}: {err}") from None
+
+
+def _check_methods(problem, specs, params, args, network):
     """Build each run's method once, so a parameter it rejects is an error before anything is written."""
     parts = problem.compile(args.device, DTYPES[args.dtype])
     for label, method, _ in specs:
+        if network is not None and network.privacy is not None and method == "admm":
+            raise UsageError(f"{label}: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
         values = dict(params[label])
         try:
             pdmm.METHODS[method](*parts, values.pop("rho"), **values)
@@ -227,9 +264,10 @@ def _check_methods(problem, specs, params, args):
 
 
 def _defaults(method):
-    """The method's own parameter defaults (theta, eta), so config.json records every value used."""
+    """The method's own parameter defaults (theta, eta), so config.json records every value used; the
+    keyword-only channel is the network's (--drop ...), not a method parameter."""
     return {name: p.default for name, p in inspect.signature(pdmm.METHODS[method]).parameters.items()
-            if p.default is not inspect.Parameter.empty}
+            if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY}
 
 
 def _problem(args, G):
@@ -246,7 +284,7 @@ def _problem(args, G):
         if not zipfile.is_zipfile(args.data):
             raise UsageError(f"{args.data} is not an .npz archive (write one with numpy.savez)")
         try:
-            with np.load(args.data) as archive:
+            with np.load(args.data, allow_pickle=False) as archive:  # pickled objects could run code
                 data = dict(archive)
         except (OSError, ValueError) as err:
             raise UsageError(f"could not read data file {args.data}: {err}") from None
@@ -280,6 +318,7 @@ def _write_config(path, args, specs, params, G, results, failures):
         "method": result.method, "iterations": result.iterations, "converged": result.converged,
         "diverged": label in failures, "interrupted": result.interrupted, "seconds": result.seconds,
         "residual": _final(result, "residual"), "error": _final(result, "error"),
+        "messages": _final(result, "messages"), "bits": _final(result, "bits"),
         "params": {**_defaults(result.method), **params[label]},
     } for label, result in results.items()}
     config = {"version": package_version(), "args": resolved, "interrupted": any(r.interrupted for r in results.values()),
@@ -287,13 +326,13 @@ def _write_config(path, args, specs, params, G, results, failures):
     path.write_text(json.dumps(config, indent=2) + "\n")
 
 
-def _write_history(path, curves):
+def _write_history(path, curves, columns):
     with open(path, "w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(("method", "iteration", *HISTORY_COLUMNS))
+        writer.writerow(("method", "iteration", *columns))
         for label, curve in curves.items():
             for k in range(len(curve.get("residual", ()))):
-                writer.writerow((label, k + 1, *(curve[c][k] if c in curve else "" for c in HISTORY_COLUMNS)))
+                writer.writerow((label, k + 1, *(curve[c][k] if c in curve else "" for c in columns)))
 
 
 def _summary(label, result, diverged, out):

@@ -71,7 +71,10 @@ def parsed_value(key, text):
 
 
 def run_name(assignment, seed):
-    """"residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped."""
+    """"residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped.
+
+    The name is one path component inside OUT whatever the grid values (`/` and `\\` are escaped, and
+    it always holds an `=`, so it is never `.` or `..`)."""
     parts = [f"{key.split('.')[-1]}={value}" for key, value in assignment.items()] + [f"seed={seed}"]
     return quote(",".join(parts), safe="=,+-.@")
 

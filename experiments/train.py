@@ -7,11 +7,14 @@ device, command line), metrics.jsonl (one row per logged step), ckpt.pt (every
 checkpoint_interval steps and at the end, written atomically), summary.json and curves.png at
 the end, and sample.txt for language models. Batches are drawn from a generator seeded by
 (seed, step), and the checkpoint holds the model, optimiser and torch RNG states, so a resumed
-run continues exactly as if it had never stopped.
+run continues exactly as if it had never stopped. A checkpoint holds only tensors, numbers, strings,
+lists and dicts and is read with torch.load(weights_only=True) (load_checkpoint), so opening a run
+directory from someone else never unpickles code.
 """
 import json
 import math
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -19,6 +22,7 @@ import sys
 import threading
 import time
 import tomllib
+import warnings
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -138,6 +142,38 @@ def save_atomic(obj, path):
     os.replace(tmp, path)
 
 
+def load_checkpoint(path, keys=("model",)):
+    """The dict in checkpoint `path`, read with torch.load(weights_only=True): no pickled code ever runs.
+
+    A file that needs more than tensors, numbers, strings, lists and dicts, cannot be read, or lacks
+    one of `keys` is a UsageError naming it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # noise before the refusal
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UsageError(f"refusing to load {path}: it holds objects only pickle can rebuild, and unpickling can run "
+                         "code; pdmm-bridge checkpoints hold only tensors, numbers, strings, lists and dicts, so this "
+                         "file is corrupt, from another program or crafted") from None
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
+    except Exception:  # torch raises many types for malformed files
+        raise UsageError(f"cannot read {path}: it is empty, truncated or not a PyTorch checkpoint") from None
+    missing = [key for key in keys if not (isinstance(checkpoint, dict) and key in checkpoint)]
+    if missing:
+        raise UsageError(f"{path} is not a pdmm-bridge checkpoint: it has no {', '.join(missing)}")
+    return checkpoint
+
+
+def load_weights(model, path):
+    """Load the model weights of checkpoint `path` into `model`; weights that do not fit it are a UsageError."""
+    try:
+        model.load_state_dict(load_checkpoint(path)["model"])
+    except (RuntimeError, TypeError, AttributeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"the weights in {path} do not fit the model its config builds ({first})") from None
+
+
 def write_json(obj, path):
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=2) + "\n")
@@ -172,9 +208,13 @@ def train(config, out, resume=False, force=False, progress=True):
     state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0,
              "stopped": False}
     if resume:
-        checkpoint = torch.load(out / CHECKPOINT, map_location="cpu", weights_only=False)  # RNG states stay on CPU
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
+        checkpoint = load_checkpoint(out / CHECKPOINT, ("model", "optimizer", "rng", "state"))  # RNG states stay on CPU
+        try:
+            model.load_state_dict(checkpoint["model"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+        except (RuntimeError, TypeError, ValueError, KeyError, AttributeError) as err:
+            raise UsageError(f"cannot resume from {out / CHECKPOINT}: its model or optimizer state does not fit "
+                             "this config") from err
         torch.set_rng_state(checkpoint["rng"])
         if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)

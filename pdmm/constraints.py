@@ -37,6 +37,10 @@ class Consensus:
     def messages(self, w, x, rho):
         return self.graph.gather_sub((-2 * rho) * x, w)
 
+    def carried(self, y, rho):
+        """The x_i a message carries if its state were 0: y = -2c x_i (signed state)."""
+        return y / (-2 * rho)
+
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij = +-(x_i - x_j), one row per undirected edge {i, j}: (E/2, B, d)."""
         return select(x, self.ends[0]) - select(x, self.ends[1])
@@ -50,6 +54,7 @@ class EdgeMatrices:
         forward = graph.forward  # one directed edge i->j per undirected edge, for residuals
         self.ends = graph.src[forward], graph.dst[forward]
         self.forward_terms = A[forward], A[graph.rev[forward]], b[forward].unsqueeze(1)
+        self.pseudo_inverse = None  # A_ij^+, for what a message carries (pdmm.network privacy measures)
 
     def state_shape(self, batch, dim):
         return (self.graph.num_edges, batch, self.A.shape[1])
@@ -65,6 +70,12 @@ class EdgeMatrices:
     def messages(self, z, x, rho):
         Ax = torch.einsum("emd,ebd->ebm", self.A, self.graph.gather(x))
         return z + (2 * rho) * (Ax - self.b.unsqueeze(1) / 2)
+
+    def carried(self, y, rho):
+        """The x_i a message carries if z_{i|j} were 0: A_ij^+ (y / 2c + b_ij / 2) (least norm when m < d)."""
+        if self.pseudo_inverse is None:
+            self.pseudo_inverse = torch.linalg.pinv(self.A)  # (E, d, m), once per run
+        return torch.einsum("edm,ebm->ebd", self.pseudo_inverse, y / (2 * rho) + self.b.unsqueeze(1) / 2)
 
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij, one row per undirected edge {i, j}: (E/2, B, m)."""

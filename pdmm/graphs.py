@@ -4,6 +4,7 @@ import inspect
 import math
 import numbers
 from pathlib import Path
+from xml.parsers import expat
 
 import networkx as nx
 import numpy as np
@@ -103,13 +104,15 @@ def topology(kind, n, seed=0, **params):
 def load_graph(path):
     """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix).
 
-    Edge-list node labels that are all integers ("7", not "07") become ints.
+    Edge-list node labels that are all integers ("7", not "07") become ints; extra edge-list columns
+    are ignored, never evaluated. A GraphML file that declares a DOCTYPE is refused (_refuse_doctype).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"graph file not found: {path}")
     try:
         if path.suffix.lower() == ".graphml":
+            _refuse_doctype(path)
             G = nx.read_graphml(path)
         else:
             G = nx.read_edgelist(path, data=False)
@@ -120,6 +123,20 @@ def load_graph(path):
     if path.suffix.lower() != ".graphml" and all(_is_int_label(v) for v in G):
         G = nx.relabel_nodes(G, int)
     return nx.Graph(G)
+
+
+def _refuse_doctype(path):
+    """ValueError if the XML file at `path` declares a DOCTYPE, checked by expat before any entity is read.
+
+    GraphML needs none, and a DTD's entities can pull in local files or expand exponentially
+    (billion laughs); refusing the declaration keeps parsing linear in the file's size."""
+    def refuse(*_):
+        raise ValueError("it declares a DOCTYPE (a DTD, entities), which GraphML never needs; remove the declaration")
+
+    parser = expat.ParserCreate()
+    parser.StartDoctypeDeclHandler = refuse
+    with open(path, "rb") as file:
+        parser.ParseFile(file)
 
 
 def _is_int_label(label):

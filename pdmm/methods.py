@@ -7,6 +7,9 @@ Each method is one step over the whole graph at once, written as the three named
 The edge operator (pdmm.constraints) supplies the constraint-specific terms, so the same
 rules run with consensus or general edge matrices; all edge traffic passes through
 `exchange`, the single place where message drops, quantisation or a process boundary belong.
+A `pdmm.network.Channel` (keyword `channel`; the caller draws each iteration's events before
+the step) simulates them there: sleeping nodes keep x, an edge that receives nothing keeps its
+state. Without one the step is the ideal network's, unchanged.
 State tensors: x (n, B, d), edge state (E, B, m).
 """
 import torch
@@ -29,28 +32,34 @@ class PDMM:
         z_{j|i}^{k+1} = (1 - theta) z_{j|i}^k + theta (z_{i|j}^k + 2c (A_ij x_i^{k+1} - b_ij / 2))
     """
 
-    def __init__(self, graph, local, edges, rho, theta=1.0):
-        self.graph, self.local, self.edges, self.rho = graph, local, edges, rho
+    def __init__(self, graph, local, edges, rho, theta=1.0, *, channel=None):
+        self.graph, self.local, self.edges, self.rho, self.channel = graph, local, edges, rho, channel
         self.theta = _check_theta(theta)
         self.fuse = local.prox(edges.curvature(rho))
 
     def init(self, x0):
-        """z^0 matching lambda^0 = 0 at x^0: z_{i|j}^0 = rho (A_ji x_j^0 - b_ij / 2).
+        """z^0 matching lambda^0 = 0 at x^0: z_{i|j}^0 = rho (A_ji x_j^0 - b_ij / 2), plus the channel's
+        privacy perturbation.
 
         With x^0 = 0 this is -rho b_ij / 2, zero only when b = 0 (as for consensus).
         """
         zero = torch.zeros(self.edges.state_shape(x0.shape[1], x0.shape[2]), dtype=x0.dtype, device=x0.device)
-        return {"x": x0, "z": self.graph.exchange(self.edges.messages(zero, x0, self.rho)) / 2}
+        z = self.graph.exchange(self.edges.messages(zero, x0, self.rho)) / 2
+        return {"x": x0, "z": z if self.channel is None else self.channel.perturb(z)}
 
     def step(self, state):
         z = state["z"]
         u = self.edges.gather(z, self.rho)
-        x = self.fuse(u)
+        x = self.awake(self.fuse(u), state["x"])
         return {"x": x, "z": self.update_edges(z, self.edges.messages(z, x, self.rho))}
+
+    def awake(self, new, old):
+        """The new node values, or the old ones where the channel's node sleeps."""
+        return new if self.channel is None else self.channel.keep_asleep(new, old)
 
     def update_edges(self, z, y):
         """z_{j|i} <- (1 - theta) z_{j|i} + theta y_{i|j}: exchange the messages, then average."""
-        received = self.graph.exchange(y)
+        received = self.graph.exchange(y) if self.channel is None else self.channel.exchange(y, z)
         if not torch.is_tensor(self.theta) and self.theta == 1:
             return received
         return torch.lerp(z, received, self.theta)
@@ -68,11 +77,11 @@ class QAPDMM(PDMM):
     a number, or one value per node.
     """
 
-    def __init__(self, graph, local, edges, rho, theta=1.0, eta="L"):
+    def __init__(self, graph, local, edges, rho, theta=1.0, eta="L", *, channel=None):
         if not local.smooth:
             raise ValueError(f"qa-pdmm needs smooth local functions; {type(local).__name__} is not smooth "
                              "(use method='pdmm')")
-        self.graph, self.local, self.edges, self.rho = graph, local, edges, rho
+        self.graph, self.local, self.edges, self.rho, self.channel = graph, local, edges, rho, channel
         self.theta = _check_theta(theta)
         self.eta = self._eta(eta)
         self.inverse = spd_solver(add(self.eta, edges.curvature(rho), local.shape[2]))
@@ -110,6 +119,7 @@ class QAPDMM(PDMM):
         g = -self.edges.gather(z, self.rho)
         half = self.inverse(eta * state["x_half"] + g - self.local.gradient(state["x_half"]))
         x = self.inverse(eta * half + g - self.local.gradient(half))
+        half, x = self.awake(half, state["x_half"]), self.awake(x, state["x"])
         return {"x": x, "x_half": half, "z": self.update_edges(z, self.edges.messages(z, x, self.rho))}
 
 
@@ -117,25 +127,35 @@ class ADMM:
     """Edge-based consensus ADMM (Boyd et al. 2011, section 7.2), scaled duals w_{i,e} and edge values u_e:
 
         x_i^{k+1} = argmin_x f_i(x) + rho/2 sum_{e at i} ||x - u_e^k + w_{i,e}^k||^2
-        u_e^{k+1} = mean over the two ends of (x^{k+1} + w^k),   w_{i,e}^{k+1} = w_{i,e}^k + x_i^{k+1} - u_e^{k+1}
+        s_{i,e}   = x_i^{k+1} + w_{i,e}^k, sent to the other end j, which keeps it as r_{j,e}
+        u_e^{k+1} = (s_{i,e} + r_{i,e}) / 2,   w_{i,e}^{k+1} = s_{i,e} - u_e^{k+1}
+
+    Each end computes u_e from its own s and the last s received (r), so with a channel a lost
+    message leaves r stale and a sleeping node keeps x_i, w_{i,e} and u_{i,e}.
     """
 
-    def __init__(self, graph, local, edges, rho):
+    def __init__(self, graph, local, edges, rho, *, channel=None):
         if not isinstance(edges, Consensus):
             raise ValueError("admm is the edge-based consensus baseline; it supports constraints='consensus' only")
-        self.graph, self.rho = graph, rho
+        self.graph, self.rho, self.channel = graph, rho, channel
         self.fuse = local.prox(edges.curvature(rho))
 
     def init(self, x0):
         """w^0 = 0 and u_e^0 = (x_i^0 + x_j^0) / 2 (zero when x^0 = 0)."""
         s = self.graph.gather(x0)
-        return {"x": x0, "w": torch.zeros_like(s), "u": (s + self.graph.exchange(s)) / 2}
+        r = self.graph.exchange(s)
+        return {"x": x0, "w": torch.zeros_like(s), "u": (s + r) / 2, "r": r}
 
     def step(self, state):
         x = self.fuse(self.rho * self.graph.aggregate(state["w"] - state["u"]))
         s = self.graph.gather(x) + state["w"]
-        u = (s + self.graph.exchange(s)) / 2
-        return {"x": x, "w": s - u, "u": u}
+        r = self.graph.exchange(s) if self.channel is None else self.channel.exchange(s, state["r"])
+        u = (s + r) / 2
+        if self.channel is None:
+            return {"x": x, "w": s - u, "u": u, "r": r}
+        keep = self.channel.keep_asleep_edges
+        return {"x": self.channel.keep_asleep(x, state["x"]), "w": keep(s - u, state["w"]), "u": keep(u, state["u"]),
+                "r": r}
 
 
 METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM, "admm": ADMM}

@@ -10,6 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .methods import METHODS
+from .network import Channel, Network, private_point, privacy_gaps
 from .problem import _node_data
 
 DIVERGENCE_GROWTH = 1e6
@@ -19,8 +20,10 @@ DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 @dataclass
 class Result:
     """x: (n, d), or (B, n, d) for batched problems, rows in G.nodes order (labels in `nodes`);
-    history: per-iteration arrays "residual", "objective" and, with a reference, "error" (shape
-    (iterations,) or (iterations, B)); reference: the x* the error was measured against."""
+    history: per-iteration arrays "residual", "objective", "messages" and "bits" (cumulative
+    messages delivered and bits sent), with a reference "error", with network privacy
+    "privacy_x" and "privacy_messages" (shape (iterations,) or (iterations, B)); reference: the
+    x* the error was measured against; network: the simulated network (None: ideal)."""
     x: np.ndarray
     iterations: int
     converged: bool
@@ -31,6 +34,7 @@ class Result:
     seconds: float
     reference: np.ndarray | None = field(default=None, repr=False)
     interrupted: bool = False
+    network: Network | None = None
 
     def __repr__(self):
         last = {k: float(np.max(v[-1])) for k, v in self.history.items()} if self.iterations else {}
@@ -47,7 +51,7 @@ class DivergenceError(RuntimeError):
 
 
 def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
-          dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, **method_params):
+          dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, **method_params):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
@@ -58,6 +62,12 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
     compile=True runs the step through torch.compile: 10-30 s to compile, then faster
     iterations on large graphs (see BENCHMARKS.md).
+    network: a pdmm.Network (lost messages, sleeping nodes, changing edges, quantisation,
+    privacy; pdmm.network) or None for the ideal network. history["messages"] and ["bits"]
+    count what was delivered and sent (one message per directed edge and iteration on the ideal
+    network, 64 bits per float64 number); with network privacy, "privacy_x" and
+    "privacy_messages" are the relative distances of x_i and of what the messages carry from
+    argmin f_i (pdmm.network.privacy_gaps).
     Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations
     completed so far, with result.interrupted = True, instead of raising.
     """
@@ -74,24 +84,43 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
         raise ValueError(f"tol must be a number >= 0, got {tol!r}")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
+    if network is not None and not isinstance(network, Network):
+        raise TypeError(f"network must be a pdmm.Network or None, got {type(network).__name__}")
+    if network is not None and network.privacy is not None and method == "admm":
+        raise ValueError("network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
     try:
         inspect.signature(METHODS[method]).bind(None, None, None, rho, **method_params)
+        if "channel" in method_params:
+            raise TypeError("simulate a network with network=pdmm.Network(...), not channel=")
     except TypeError as err:
         raise TypeError(f"bad parameter for method {method!r}: {err}") from None
     graph, local, edges = problem.compile(device, dtype)
-    algorithm = METHODS[method](graph, local, edges, float(rho), **method_params)
+    width = edges.state_shape(problem.batch, problem.dim)[2]
+    channel = None if network is None else Channel(network, graph, problem.batch, width, dtype)
+    algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel, **method_params)
     x_star = _reference(problem, reference, device, dtype)
     state = algorithm.init(_initial_x(problem, x0, seed, device, dtype))
+    private = None if network is None or network.privacy is None else private_point(local, state["x"])
     step = torch.compile(algorithm.step) if compile else algorithm.step
+    per_iteration = graph.num_edges, graph.num_edges * width * torch.finfo(dtype).bits  # the ideal network
 
     rows, start, converged, interrupted = [], time.perf_counter(), False, False
     with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
         try:
             for k in range(max_iter):
+                if channel is not None:
+                    channel.draw()
                 new = step(state)
                 x = new["x"]
                 scale = torch.clamp(_rms(x), min=1.0)
                 row = {"residual": _rms(edges.residual(x)), "objective": local.value(x)}
+                if channel is None:
+                    row["messages"], row["bits"] = (x.new_full((problem.batch,), (k + 1) * c, dtype=torch.float64)
+                                                    for c in per_iteration)
+                else:
+                    row["messages"], row["bits"] = channel.messages.clone(), channel.bits.clone()
+                if private is not None:
+                    row["privacy_x"], row["privacy_messages"] = privacy_gaps(x, channel.sent, private, edges, rho)
                 if x_star is not None:
                     row["error"] = _norm(x - x_star) / torch.clamp(_norm(x_star), min=torch.finfo(dtype).tiny)
                 x_old, state = state["x"], new
@@ -99,7 +128,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
                 problem_found = _divergence(method, rho, k, x, rows, scale)
                 if problem_found:
                     raise DivergenceError(problem_found, _result(problem, method, rho, method_params, state, rows,
-                                                                 False, start, x_star))
+                                                                 False, start, x_star, network))
                 bar.update()
                 if k % 20 == 0:
                     bar.set_postfix(residual=f"{row['residual'].max():.2e}")
@@ -108,7 +137,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
                     break
         except KeyboardInterrupt:
             interrupted = True
-    result = _result(problem, method, rho, method_params, state, rows, converged, start, x_star)
+    result = _result(problem, method, rho, method_params, state, rows, converged, start, x_star, network)
     result.interrupted = interrupted
     return result
 
@@ -174,7 +203,7 @@ def _to_numpy(x, batched):
     return x if batched else x[0]
 
 
-def _result(problem, method, rho, method_params, state, rows, converged, start, x_star):
+def _result(problem, method, rho, method_params, state, rows, converged, start, x_star, network):
     history = {}
     for key in rows[0] if rows else ():
         values = torch.stack([row[key] for row in rows]).detach().cpu().numpy()
@@ -183,4 +212,4 @@ def _result(problem, method, rho, method_params, state, rows, converged, start, 
         x=_to_numpy(state["x"], problem.batched), iterations=len(rows), converged=converged, history=history,
         method=method, params={"rho": rho, **method_params}, nodes=list(problem.compiled.nodes),
         seconds=time.perf_counter() - start,
-        reference=None if x_star is None else _to_numpy(x_star, problem.batched))
+        reference=None if x_star is None else _to_numpy(x_star, problem.batched), network=network)

@@ -109,3 +109,39 @@ def test_token_classifier_trains_only_z():
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_convex_block_is_x_plus_the_gated_form_on_normalised_tokens():
+    """Y[t, l] = sum_j I_j(N(X)) trace(Z_{j,(t,l)}^T N(X)), checked by a loop (MATH.md 6)."""
+    generator = torch.Generator().manual_seed(5)
+    block = attention.ConvexBlock(3, 4, n_gates=2, seed=1).double()
+    with torch.no_grad():
+        block.attention.Z.copy_(torch.randn(block.attention.Z.shape, generator=generator, dtype=torch.float64))
+    x = torch.randn(2, 3, 4, generator=generator, dtype=torch.float64)
+    n = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    expected = x.clone()
+    for i in range(2):
+        for j in range(2):
+            if block.attention.u1[j].double() @ n[i] @ block.attention.u2[j].double() >= 0:
+                for out in range(12):  # output (t, l) = (out // 4, out % 4)
+                    expected[i, out // 4, out % 4] += torch.trace(block.attention.Z[j, out].T @ n[i])
+    torch.testing.assert_close(block(x), expected.detach(), rtol=1e-10, atol=1e-10)
+
+
+def test_convex_transformer_trains_its_embeddings_and_penalises_every_block():
+    model = attention.ConvexTransformer(vocab_size=10, n_tokens=4, d=8, n_outputs=7, n_blocks=3, n_gates=2, seed=0)
+    blocks = [m for m in model.modules() if isinstance(m, attention.ConvexAttention)]
+    assert len(blocks) == 3 and sum(p.numel() for p in model.parameters()) == 10 * 8 + 2 * (2 * 32 * 4 * 8) + 2 * 7 * 4 * 8
+    assert not torch.equal(blocks[0].u1, blocks[1].u1)  # each block has its own fixed gates
+    with torch.no_grad():
+        for block in blocks:
+            block.Z.normal_()
+    assert model.group_lasso().item() == pytest.approx(sum(b.Z.norm(dim=-1).sum().item() for b in blocks))
+    idx = torch.randint(0, 10, (6, 4))
+    torch.nn.functional.cross_entropy(model(idx), torch.randint(0, 7, (6,))).backward()
+    assert model.embedding.weight.grad.abs().sum() > 0  # trained embeddings, unlike ConvexTokenClassifier
+    one = attention.ConvexTransformer(10, 4, 8, 7, n_blocks=1, n_gates=2, seed=0)
+    with torch.no_grad():
+        one.readout.Z.normal_()
+        expected = one.readout(torch.nn.functional.layer_norm(one.embedding(idx), (8,)))
+    torch.testing.assert_close(one(idx), expected)

@@ -2,13 +2,14 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from attention import RESIDUALS
+from attention import RESIDUALS, AttentionConfig, MultiHeadAttention, TokenGraph
 from experiments.cli import main
 from experiments.config import load_config
-from bridge.probe import layer_statistics
+from bridge.probe import STATISTICS, layer_statistics, output_projection
 from experiments.train import train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
@@ -25,7 +26,7 @@ def test_probe_reports_every_layer_for_every_residual(tmp_path, residual):
     assert main(["probe", str(run), "--batches", "2"]) == 0
     record = json.loads((run / "probe.json").read_text())
     assert len(record["layers"]) == 2 and record["residual"] == residual
-    assert all(0 <= layer["delta_ratio"] <= 1 + 1e-6 and -1 <= layer["cos_update"] <= 1 for layer in record["layers"])
+    assert all(set(layer) == set(STATISTICS) and all(np.isfinite(list(layer.values()))) for layer in record["layers"])
     assert (run / "probe.png").is_file() and record["pdmm_residual_normalised"][0] == 1.0
 
 
@@ -45,14 +46,34 @@ def test_probe_needs_a_checkpoint(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no ckpt.pt" in capsys.readouterr().err
 
 
-def test_layer_statistics_against_direct_formulas():
-    mh, v, x, y = (torch.randn(2, 5, 8, dtype=torch.float64) for _ in range(4))
-    stats = layer_statistics({"mh": mh, "v": v, "token": x, "update": y}, gamma=3.0)
-    alpha = (mh * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True)
-    assert stats["phi_ratio"] == pytest.approx(((v - 3 * mh).norm(dim=-1) / v.norm(dim=-1)).mean().item())
-    assert stats["delta_ratio"] == pytest.approx(((mh - alpha * v).norm(dim=-1) / mh.norm(dim=-1)).mean().item())
-    cos = (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
-    assert stats["cos_update"] == pytest.approx(cos.mean().item())
+def test_probe_statistics_against_a_hand_computation_of_one_layer():
+    """Every statistic from the layer's own weights, by the equations of MATH.md 5, token by token."""
+    torch.manual_seed(0)
+    config = AttentionConfig(d_model=8, n_head=2, bias=True, probe=True)
+    layer = MultiHeadAttention(config).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)  # the residual stream; the layer reads LN(x) in a block
+    with torch.no_grad():
+        y = layer(x, TokenGraph.full(5))
+    q, k, v = (x @ w.T + b for w, b in zip(layer.c_attn.weight.detach().split(8), layer.c_attn.bias.detach().split(8)))
+    w_o = layer.c_proj.weight.detach()
+    sums = dict.fromkeys(["phi", "delta", "wdelta", "cos_delta", "cos_mh", "cos_update"], 0.0)
+    for batch in range(2):
+        for i in range(5):
+            mh = torch.cat([sum(torch.softmax(torch.stack([q[batch, i, h * 4:(h + 1) * 4] @ k[batch, j, h * 4:(h + 1) * 4]
+                                                           for j in range(5)]) / 2.0, 0)[j] * v[batch, j, h * 4:(h + 1) * 4]
+                                for j in range(5)) for h in range(2)])  # softmax over all tokens j, per head
+            vi, xi = v[batch, i], x[batch, i]
+            delta = mh - (mh @ vi) / (vi @ vi) * vi
+            cos = lambda a, b: float(a @ b / (a.norm() * b.norm()))
+            for key, value in (("phi", (vi - 3 * mh).norm() / vi.norm()), ("delta", delta.norm() / mh.norm()),
+                               ("wdelta", (w_o @ delta).norm() / (w_o @ mh).norm()), ("cos_delta", cos(w_o @ delta, xi)),
+                               ("cos_mh", cos(w_o @ mh, xi)), ("cos_update", cos(y[batch, i], xi))):
+                sums[key] += float(value) / 10
+    stats = layer_statistics({**layer.probes, "token": x}, gamma=3.0, w_o=output_projection(layer))
+    assert stats == pytest.approx({"phi_ratio": sums["phi"], "delta_ratio": sums["delta"], "wdelta_ratio": sums["wdelta"],
+                                   "cos_delta_wo": sums["cos_delta"], "cos_mh_wo": sums["cos_mh"],
+                                   "cos_update": sums["cos_update"]}, rel=1e-9)
+    assert stats["wdelta_ratio"] != pytest.approx(stats["delta_ratio"], rel=1e-3)  # W^o changes the ratio
 
 
 def test_probe_token_is_the_residual_stream_and_tied_models_are_refused(tmp_path, capsys):

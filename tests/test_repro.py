@@ -5,11 +5,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from scipy import stats
+
+from attention import AttentionConfig, TokenGraph, ViT
 from experiments.cli import main
 from experiments.common import UsageError
-from experiments.config import load_config
-from experiments.repro_report import claim_sentences, first_step, paired_differences, significance, threshold_table
+from experiments.config import load_config, load_plan, toml_value
+from experiments.repro_report import (comparison_tests, first_step, holm, paired_test, summary_lines, threshold_table,
+                                      verdict, verdict_lines)
 from experiments.runs import Run, group_runs
 from experiments.train import train
 
@@ -38,8 +43,11 @@ def test_each_repro_config_runs_and_reports_at_a_tiny_size(name, tmp_path, capsy
     assert f"<!-- begin repro-{name} " in section and f"## {sweep['report']['title']}" in section
     for link in [line[line.index("](") + 2:-1] for line in section.splitlines() if line.startswith("![")]:
         assert (results.parent / link).is_file()
-    if sweep["report"].get("claims"):
-        assert "Verdict on the source's claims" in report
+    if sweep["report"].get("claims"):  # one seed: never a verdict
+        assert "Verdicts: per claim and condition" in report and "**inconclusive (p = —, n = 1)" in report
+        summary = section.split("<!-- begin repro-summary -->")[1].split("<!-- end repro-summary -->")[0]
+        assert "## What reproduces at laptop scale" in summary and "| inconclusive (p = —, n = 1)" in summary
+        assert section.index("repro-summary") < section.index(f"<!-- begin repro-{name} ")
 
 
 def test_sweep_table_variants_are_crossed_with_the_grid_and_set_sits_between_them(tmp_path):
@@ -105,27 +113,101 @@ def test_convex_kind_errors(tmp_path, capsys, setting, message):
     assert message in capsys.readouterr().err
 
 
-def fake_run(tmp_path, residual, seed, val_acc, accs=None):
-    config = {"model": {"residual": residual}, "train": {"seed": seed}}
+def test_every_repro_variant_gets_the_same_budget_and_no_early_stop():
+    """Budgets: "final" is the value at one step budget shared by every variant of a sweep."""
+    for path in REPRO.glob("*.toml"):
+        plan = load_plan(path)["sweep"]
+        budgets = {load_config(path, [f"{k}={toml_value(v)}" for k, v in variant.items()]).train.max_iters
+                   for variant in plan.get("variants", [{}])}
+        assert len(budgets) == 1, path.name
+        assert load_config(path).train.stop_metric == "", path.name
+
+
+def fake_run(tmp_path, residual, seed, val_acc, accs=None, block=64, steps=30, max_iters=30):
+    config = {"model": {"residual": residual}, "train": {"seed": seed, "block_size": block, "max_iters": max_iters}}
     metrics = [{"step": step, "val_acc": acc} for step, acc in zip((10, 20, 30), accs or (0.1, 0.5, val_acc))]
-    return Run(tmp_path / f"{residual}{seed}", config, metrics, {"status": "finished", "final": {"val_acc": val_acc}},
-               None)
+    return Run(tmp_path / f"{residual}{seed}b{block}", config, metrics,
+               {"status": "finished", "steps": steps, "final": {"val_acc": val_acc}}, None)
 
 
-def test_paired_differences_pair_by_seed_and_verdicts_follow_the_sign_and_the_noise(tmp_path):
-    base = [fake_run(tmp_path, "standard", s, acc) for s, acc in enumerate((0.90, 0.80, 0.85))]
-    better = [fake_run(tmp_path, "x", s, acc) for s, acc in enumerate((0.92, 0.83, 0.86))]
-    noisy = [fake_run(tmp_path, "y", s, acc) for s, acc in enumerate((0.95, 0.75, 0.85))]
-    runs, keys = base + better + noisy, ["model.residual"]
-    diffs = paired_differences(better, runs, {"model.residual": "standard"}, "val_acc", keys)
-    np.testing.assert_allclose(diffs, [0.02, 0.03, 0.01])  # seed by seed, not mean - mean of unpaired runs
-    mean, std, n, real = significance(diffs)
-    assert (round(mean, 10), round(std, 10), n, real) == (0.02, 0.01, 3, True)
-    claims = [{"variant": {"model.residual": name}, "than": {"model.residual": "standard"}, "metric": "val_acc"}
-              for name in ("x", "y")]
-    claims.append({"variant": {"model.residual": "standard"}, "than": {"model.residual": "x"}, "metric": "val_acc"})
-    agree, noise, disagree = claim_sentences(claims, runs, keys)
-    assert "**agrees" in agree and "within seed noise" in noise and "**disagrees" in disagree
+VARIANT = [0.91, 0.84, 0.88, 0.95, 0.80, 0.86]
+BASE = [0.90, 0.80, 0.85, 0.93, 0.81, 0.82]
+
+
+def test_paired_test_is_scipys_ttest_rel_with_its_t_interval():
+    test = paired_test(VARIANT, BASE)
+    reference = stats.ttest_rel(VARIANT, BASE)
+    d = np.subtract(VARIANT, BASE)
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    assert test["p"] == pytest.approx(reference.pvalue, rel=1e-12) and test["n"] == 6
+    assert (test["mean"], test["low"], test["high"]) == pytest.approx((d.mean(), d.mean() - half, d.mean() + half))
+    assert 0.01 < test["p"] < 0.05  # the fixture sits where a z-rule and a t-test could disagree
+
+
+def test_holm_against_a_hand_computation():
+    # sorted 0.01, 0.03, 0.04, 0.2 (m = 4): 4 x 0.01, 3 x 0.03, max(0.09, 2 x 0.04), max(0.09, 0.2)
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.2]), [0.04, 0.09, 0.09, 0.2])
+    np.testing.assert_allclose(holm([0.5, np.nan, 0.01]), [0.5, np.nan, 0.02])  # NaN is not counted in m
+
+
+def test_verdict_needs_five_pairs_and_a_holm_p_below_005():
+    test = paired_test(VARIANT, BASE)
+    assert verdict(test, test["p"], favours=True) == "agrees"
+    assert verdict(test, test["p"], favours=False) == "disagrees"
+    assert verdict(test, holm([test["p"], 0.02, 0.03])[0], True).startswith("inconclusive (p = 0.0")
+    few = paired_test(VARIANT[:4], BASE[:4])
+    assert few["p"] < 0.05 and verdict(few, few["p"], True) == f"inconclusive (p = {few['p']:.2g}, n = 4)"
+
+
+def test_claims_are_tested_per_condition_never_pooled(tmp_path):
+    """Block 64: the variant wins in every seed; block 1024: it loses. Pooled, that would be noise."""
+    runs = []
+    for s, (v, b) in enumerate(zip(VARIANT[:5], BASE[:5])):
+        runs += [fake_run(tmp_path, "x", s, v + 0.05), fake_run(tmp_path, "standard", s, b),
+                 fake_run(tmp_path, "x", s, b - 0.05 - 0.01 * s, block=1024), fake_run(tmp_path, "standard", s, v, block=1024)]
+    claim = {"variant": {"model.residual": "x"}, "than": {"model.residual": "standard"}, "metric": "val_acc"}
+    tests = comparison_tests(claim, runs, ["model.residual", "train.block_size"])
+    assert [(t.condition, t.test["n"], t.favours) for t in tests] == [("block_size=64", 5, True),
+                                                                        ("block_size=1024", 5, False)]
+    table = "\n".join(verdict_lines({"claims": [claim], "label_keys": ["model.residual", "train.block_size"]}, runs))
+    assert "| block_size=64 |" in table and "**agrees**" in table and "**disagrees**" in table
+    rows = json.loads(table.split("<!-- claims ")[1].split(" -->")[0])
+    assert [row["verdict"] for row in rows] == ["agrees", "disagrees"] and rows[0]["n"] == 5
+
+
+def test_early_stopped_runs_are_left_out_and_thresholds_count_censored_runs_at_the_budget(tmp_path):
+    runs = []
+    for s in range(5):
+        runs += [fake_run(tmp_path, "x", s, 0.9, accs=(0.2, 0.995, 0.999)),
+                 fake_run(tmp_path, "standard", s, 0.5, accs=(0.1, 0.2, 0.5))]
+    runs[0].summary["steps"] = 20  # stopped early: its final is not at the budget
+    claim = {"variant": {"model.residual": "x"}, "than": {"model.residual": "standard"}, "metric": "val_acc",
+             "threshold": 0.99}
+    test, = comparison_tests(claim, runs, ["model.residual"])
+    assert test.test["n"] == 4 and test.test["mean"] == pytest.approx(20 - 30)  # reached at 20, never: budget 30
+    assert test.notes == ["1 pair(s) left out: not the same full step budget",
+                          "4 run(s) never reached the threshold, counted at the budget"]
+
+
+def test_verdicts_on_short_runs_say_early_training(tmp_path):
+    runs = [fake_run(tmp_path, name, s, acc + 0.01 * s * (name == "x"), max_iters=30)
+            for s in range(5) for name, acc in (("x", 0.9), ("standard", 0.8))]
+    claim = {"variant": {"model.residual": "x"}, "than": {"model.residual": "standard"}, "metric": "val_acc",
+             "full_steps": 2000}
+    assert "**agrees (early training: 30 of the 2,000 steps of the source's regime)**" in "\n".join(
+        verdict_lines({"claims": [claim]}, runs))
+
+
+def test_summary_table_collects_every_sections_verdicts(tmp_path):
+    results = tmp_path / "RESULTS.md"
+    rows = [{"claim": "a beats b", "condition": "", "result": "final val_acc: +0.01 [+0.002, +0.02]",
+             "verdict": "agrees", "p": "0.01", "n": 5}]
+    results.write_text("# Results\n\n<!-- begin repro-one {\"steps\": 10} -->\n## One\n\ntext\n\n"
+                       f"<!-- claims {json.dumps(rows)} -->\n<!-- end repro-one -->\n\n<!-- begin repro-two -->\n"
+                       "## Two\n\nno claims\n<!-- end repro-two -->\n")
+    lines = summary_lines(results)
+    assert lines[-1] == "| One | a beats b | — | final val_acc: +0.01 [+0.002, +0.02] | agrees | 0.01 | 5 |"
+    assert sum(line.startswith("| One") or line.startswith("| Two") for line in lines) == 1
 
 
 def test_steps_to_a_threshold_and_the_delay_between_two(tmp_path):
@@ -136,3 +218,22 @@ def test_steps_to_a_threshold_and_the_delay_between_two(tmp_path):
         run.metrics = [{**row, "train_acc": 1.0} for row in run.metrics]
     table = threshold_table(group_runs([fast, slow], ["model.residual"]), {"train_acc": 0.99, "val_acc": 0.9})
     assert table[-1] == "| residual=x | 10 ± 0 | 20 (1/2 reached) | 10 (1/2 reached) |"
+
+
+def test_vit_without_self_loops_attends_to_every_token_but_itself():
+    """AttentionX's ViT setting (MATH.md 5): the diagonal is dropped; the default stays full attention."""
+    graph = TokenGraph.full(5).without_self_loops()
+    assert torch.equal(graph.mask(), ~torch.eye(5, dtype=torch.bool))
+    torch.manual_seed(0)
+    full = ViT(AttentionConfig(d_model=16, n_head=2), n_layer=2)
+    no_diagonal = ViT(AttentionConfig(d_model=16, n_head=2, self_loops=False), n_layer=2)
+    no_diagonal.load_state_dict(full.state_dict())
+    images = torch.rand(3, 1, 8, 8)
+    assert full.graph is None and not torch.allclose(full(images)[0], no_diagonal(images)[0])
+    x = no_diagonal.patch_embed(images).flatten(2).transpose(1, 2)
+    x = torch.cat([no_diagonal.cls_token.expand(3, -1, -1), x], 1) + no_diagonal.pos_embed
+    for block in no_diagonal.blocks:
+        x = block(x, TokenGraph.from_edges(17, *np.nonzero(~np.eye(17, dtype=bool))))
+    torch.testing.assert_close(no_diagonal(images)[0], no_diagonal.head(no_diagonal.ln_f(x[:, 0])))
+    with pytest.raises(ValueError, match="attend to no token"):
+        TokenGraph.causal(4).without_self_loops()

@@ -2,7 +2,9 @@
 
 model.kind = "transformer" trains attention.GPT and reads its prediction after "="; model.kind =
 "convex" trains attention.ConvexTokenClassifier (MATH.md 6) over fixed random embeddings of the four
-tokens, with model.gates gates and the group-lasso weight model.group_lasso added to the training loss.
+tokens (the convexity check); model.kind = "convex_blocks" trains attention.ConvexTransformer, model.n_layer
+blocks of convex attention + FCN over trained embeddings (the source's grokking model). Both convex kinds
+take model.gates gates and add the group-lasso weight model.group_lasso times the penalty to the training loss.
 """
 from dataclasses import dataclass
 
@@ -61,6 +63,9 @@ class Modular(Task):
         if model.kind == "convex":
             return attention.ConvexTokenClassifier(vocab, 4, model.d_model, self.options.p, model.gates,
                                                    seed=self.config.train.seed)
+        if model.kind == "convex_blocks":
+            return attention.ConvexTransformer(vocab, 4, model.d_model, self.options.p, model.n_layer, model.gates,
+                                               seed=self.config.train.seed)
         return attention.GPT(attention_config(model), vocab, 4, model.n_layer)
 
     def train_batch(self, generator):
@@ -70,7 +75,7 @@ class Modular(Task):
 
     def loss(self, model, batch):
         inputs, targets = batch
-        if self.config.model.kind == "convex":
+        if self.config.model.kind != "transformer":
             logits = model(inputs)
             loss = F.cross_entropy(logits, targets)
             if model.training and self.config.model.group_lasso > 0:

@@ -1,0 +1,113 @@
+"""Cost of each simulated-network effect (pdmm.Network) per PDMM iteration, relative to a plain step.
+
+Plain PDMM (theta = 1) on distributed averaging, consensus constraints, one instance, float64,
+on a 4-regular graph with E directed edges: the circulant graph C_n(1, 2) with its nodes
+relabelled by a random permutation (built from arrays in a second, where networkx's random
+regular graph takes minutes at this size; its edge lookups are as scattered). For each effect,
+one iteration is `channel.draw()` (the iteration's random events) plus `PDMM.step` over the
+channel; *plain* is the bare step without a channel (what pdmm.solve runs without a network).
+Each repetition times every row in turn (K iterations each); the table reports medians over
+--repeats after one warm-up, and the ratio to plain. The allocator is tuned as pdmm-bridge does.
+
+    python benchmarks/bench_network.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu]
+"""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from experiments.common import tune_allocator
+from machine import cpu_model
+from pdmm.compiled import CompiledGraph
+from pdmm.constraints import Consensus
+from pdmm.local import Quadratic
+from pdmm.methods import PDMM
+from pdmm.network import Channel, Network
+
+EFFECTS = {
+    "plain (no channel)": None,
+    "ideal channel": Network(),
+    "drop = 0.1": Network(drop=0.1),
+    "wake = 0.9": Network(wake=0.9),
+    "edge_up = 0.9": Network(edge_up=0.9),
+    "drop, wake, edge_up together": Network(drop=0.1, wake=0.9, edge_up=0.9),
+    "bits = 8, given range": Network(bits=8, limit=10.0),
+    "bits = 8, adaptive range": Network(bits=8),
+    "bits = 8, subtractive dither": Network(bits=8, dither=True),
+    "bits = 8, stochastic rounding": Network(bits=8, dither="stochastic"),
+}
+
+
+def scattered_regular(n, seed=0):
+    """C_n(1, 2) with randomly permuted node labels, compiled: 4 n directed edges."""
+    label = np.random.default_rng(seed).permutation(n)
+    ring = np.arange(n)
+    pairs = np.concatenate([np.stack([label[ring], label[(ring + s) % n]], 1) for s in (1, 2)])
+    src, dst = np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]])
+    order = np.lexsort((dst, src))
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    m = len(pairs)
+    partner = np.concatenate([np.arange(m, 2 * m), np.arange(m)])
+    return CompiledGraph.build(list(range(n)), src[order], dst[order], position[partner[order]])
+
+
+def timed(fn, k, device):
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(k):
+        fn()
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+    return (time.perf_counter() - start) / k
+
+
+def runner(graph, d, network, device):
+    """A zero-argument function doing one iteration (draw + step) over `network` (None: the bare step)."""
+    a = torch.randn(graph.n, 1, d, dtype=torch.float64, device=device)
+    local = Quadratic(torch.ones(graph.n, 1, dtype=torch.float64, device=device), a, y=a)
+    channel = None if network is None else Channel(network, graph, 1, d, torch.float64)
+    algorithm = PDMM(graph, local, Consensus(graph), 1.0, channel=channel)
+    state = {"s": algorithm.init(torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device))}
+
+    def iteration():
+        if channel is not None:
+            channel.draw()
+        state["s"] = algorithm.step(state["s"])
+    return iteration
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--edges", type=int, default=10**6, help="directed edges E (a multiple of 4)")
+    parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    tune_allocator()
+    graph = scattered_regular(args.edges // 4).to(device, torch.float64)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}, device {device}, "
+          f"{graph.num_edges:,} directed edges, n = {graph.n:,}, float64, B = 1, median of {args.repeats}, "
+          f"load average {os.getloadavg()[0]:.2f} at start\n")
+    print("| effect | d | ms/iteration | ratio to plain |")
+    print("|---|---:|---:|---:|")
+    for d in args.dims:
+        k = max(3, 10**7 // (graph.num_edges * d))
+        runs = {name: runner(graph, d, network, device) for name, network in EFFECTS.items()}
+        samples = {name: [] for name in runs}
+        for _ in range(args.repeats + 1):
+            for name, run in runs.items():
+                samples[name].append(timed(run, k, device))
+        ms = {name: 1e3 * statistics.median(values[1:]) for name, values in samples.items()}
+        plain = ms["plain (no channel)"]
+        for name, value in ms.items():
+            print(f"| {name} | {d} | {value:.2f} | {value / plain:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""Simulated networks: lost messages, sleeping nodes, changing edges, quantised messages, private starts.
+
+`Network` describes the effects; `Channel` applies them to one run at the `exchange` seam of
+pdmm.methods (MATH.md 2). At iteration k, independently per instance b:
+
+    awake_i          ~ Bernoulli(wake)                       a sleeping node keeps x_i and sends nothing
+    up_ij            ~ Bernoulli(edge_up), both directions   or a given schedule of edge subsets
+    kept_{i->j}      ~ Bernoulli(1 - drop)                   each directed transmission on its own
+    delivered_{i->j} = awake_i and up_ij and kept_{i->j}
+    z_{j|i}^{k+1}    = (1 - theta) z_{j|i}^k + theta Q(y_{i|j})   where delivered, else z_{j|i}^k
+
+Q is the identity, or b-bit uniform quantisation on [-R, R] (2^b levels, step 2R / (2^b - 1)),
+R given (`limit`) or, adaptive, the largest magnitude among the sender's messages of that
+iteration (sent with them as one 64-bit number), with nearest rounding, subtractive dither
+(Q(y + u) - u, u uniform on one step and known to both ends through the shared seed) or
+stochastic rounding (up with probability equal to the distance from the level below, in steps).
+Privacy (subspace perturbation, Li, Heusdens and Christensen) adds N(0, privacy^2) to every z^0.
+Randomness comes from one torch.Generator on the state's device, seeded by `seed`.
+"""
+import math
+import numbers
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .compiled import select
+
+ROUNDINGS = {False: "nearest", True: "subtractive", "nearest": "nearest", "subtractive": "subtractive",
+             "stochastic": "stochastic"}
+HEADER_BITS = 64  # an adaptive range travels with the message as one float64
+
+
+def _probability(name, value):
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value <= 1):
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Network:
+    """What the network does to PDMM's messages (module docstring); every effect is off by default.
+
+    drop: probability that a directed transmission is lost. wake: probability that a node is awake
+    in an iteration. bits: None (exact numbers) or b >= 1 bits per number. dither: False (nearest
+    rounding), True or "subtractive", or "stochastic". limit: the quantiser's range R, or None to
+    adapt it. edge_up: probability that an edge is up in an iteration, or a schedule: a sequence
+    of edge collections, iteration k using entry k mod its length. privacy: the standard deviation
+    of the initial z (subspace perturbation; 0 records the privacy measures without it), or None.
+    seed: of every random draw.
+    """
+    drop: float = 0.0
+    wake: float = 1.0
+    bits: int | None = None
+    dither: bool | str = False
+    edge_up: float | tuple = 1.0
+    privacy: float | None = None
+    seed: int = 0
+    limit: float | None = None
+
+    def __post_init__(self):
+        _probability("drop", self.drop)
+        _probability("wake", self.wake)
+        if self.bits is not None and not (isinstance(self.bits, numbers.Integral) and not isinstance(self.bits, bool)
+                                          and 1 <= self.bits <= 52):
+            raise ValueError(f"bits must be None or an integer from 1 to 52, got {self.bits!r}")
+        if not (isinstance(self.dither, (bool, str)) and self.dither in ROUNDINGS):
+            raise ValueError(f"dither must be False, True, 'subtractive' or 'stochastic', got {self.dither!r}")
+        if self.bits is None and (self.rounding != "nearest" or self.limit is not None):
+            raise ValueError("dither and limit shape the quantiser; they need bits")
+        if self.limit is not None and not (isinstance(self.limit, numbers.Real) and math.isfinite(self.limit)
+                                           and self.limit > 0):
+            raise ValueError(f"limit must be None or a finite number > 0, got {self.limit!r}")
+        if isinstance(self.edge_up, numbers.Real):
+            _probability("edge_up", self.edge_up)
+        elif isinstance(self.edge_up, Iterable) and not isinstance(self.edge_up, str):
+            schedule = tuple(tuple(map(tuple, edges)) for edges in self.edge_up)
+            if not schedule:
+                raise ValueError("an edge_up schedule needs at least one entry")
+            object.__setattr__(self, "edge_up", schedule)
+        else:
+            raise ValueError(f"edge_up must be a probability or a schedule of edge collections, got {self.edge_up!r}")
+        if self.privacy is not None and not (isinstance(self.privacy, numbers.Real) and math.isfinite(self.privacy)
+                                             and self.privacy >= 0):
+            raise ValueError(f"privacy must be None or a finite standard deviation >= 0, got {self.privacy!r}")
+        if not (isinstance(self.seed, numbers.Integral) and not isinstance(self.seed, bool)):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def rounding(self):
+        """"nearest", "subtractive" or "stochastic"."""
+        return ROUNDINGS[self.dither]
+
+    @property
+    def scheduled(self):
+        return isinstance(self.edge_up, tuple)
+
+
+class Channel:
+    """One run's network: draw() the iteration's events, then the methods call keep_asleep and exchange.
+
+    Counts per instance: `messages` delivered and `bits` sent (a lost message is sent, a sleeping
+    node or a down edge sends nothing), cumulative, (B,).
+    """
+
+    def __init__(self, network, graph, batch, width, dtype):
+        self.network, self.graph, self.dtype = network, graph, dtype
+        device = graph.src.device
+        self.generator = torch.Generator(device=device).manual_seed(network.seed)
+        self.schedule = _schedule(network.edge_up, graph) if network.scheduled else None
+        random_edges = not network.scheduled and network.edge_up < 1
+        self.pair = _pairs(graph) if random_edges else None  # the undirected edge of each directed edge
+        number = torch.finfo(dtype).bits if network.bits is None else network.bits
+        header = HEADER_BITS if network.bits is not None and network.limit is None else 0
+        self.message_bits = width * number + header
+        self.messages = torch.zeros(batch, dtype=torch.float64, device=device)
+        self.bits = torch.zeros(batch, dtype=torch.float64, device=device)
+        self.batch, self.iteration = batch, 0
+        self.awake = self.sending = self.delivered = self.sent = None
+
+    def _uniform(self, *shape):
+        return torch.rand(shape, generator=self.generator, dtype=self.dtype, device=self.graph.src.device)
+
+    def _bernoulli(self, p, *shape):
+        """True with probability p (to 2^-31), from 31 random bits per entry: 3x cheaper than a float draw."""
+        bits = torch.empty(shape, dtype=torch.int32, device=self.graph.src.device).random_(generator=self.generator)
+        return bits <= round(p * 2 ** 31) - 1  # bits in [0, 2^31 - 1]; the bound fits in int32 also at p = 1
+
+    def draw(self):
+        """This iteration's awake nodes (n, B), sending edges and delivered edges (E, B), indexed by the
+        receiving edge j->i (its sender is i = dst); None where everything happens."""
+        net, g, B = self.network, self.graph, self.batch
+        self.awake = self._bernoulli(net.wake, g.n, B) if net.wake < 1 else None
+        sending = None if self.awake is None else select(self.awake, g.dst)
+        if self.schedule is not None:
+            up = self.schedule[self.iteration % len(self.schedule)].unsqueeze(1).expand(-1, B)
+            sending = up if sending is None else sending & up
+        elif self.pair is not None:
+            up = select(self._bernoulli(net.edge_up, len(g.forward), B), self.pair)
+            sending = up if sending is None else sending & up
+        delivered = sending
+        if net.drop > 0:
+            kept = ~self._bernoulli(net.drop, g.num_edges, B)
+            delivered = kept if delivered is None else delivered & kept
+        self.sending, self.delivered = sending, delivered
+        E = g.num_edges
+        self.messages += E if delivered is None else torch.count_nonzero(delivered, 0)
+        self.bits += self.message_bits * (E if sending is None else torch.count_nonzero(sending, 0))
+        self.iteration += 1
+
+    def keep_asleep(self, new, old):
+        """new where the node is awake, old where it sleeps: node tensors (n, B, ...)."""
+        return new if self.awake is None else torch.where(_expand(self.awake, new), new, old)
+
+    def keep_asleep_edges(self, new, old):
+        """new on the edges of awake nodes, old on those of sleeping ones: edge tensors (E, B, ...), by src."""
+        if self.awake is None:
+            return new
+        return torch.where(_expand(select(self.awake, self.graph.src), new), new, old)
+
+    def exchange(self, y, held):
+        """What edge i->j receives: Q(y) of its reverse edge where delivered, else what it `held`."""
+        if self.network.privacy is not None:
+            self.sent = y  # for the privacy measures
+        received = self.graph.exchange(y if self.network.bits is None else self.quantise(y))
+        return received if self.delivered is None else torch.where(_expand(self.delivered, y), received, held)
+
+    def quantise(self, y):
+        """b-bit uniform quantisation of the messages y (E, B, m), as the receiver reconstructs them."""
+        net, levels = self.network, 2.0 ** self.network.bits - 1
+        if net.limit is None:  # the sender's largest magnitude this iteration
+            node = self.graph.aggregate_max(y.abs().amax(-1, keepdim=True))
+            R = self.graph.gather(node).clamp(min=torch.finfo(y.dtype).tiny)
+        else:
+            R = torch.as_tensor(net.limit, dtype=y.dtype, device=y.device)
+        step = 2 * R / levels
+        if net.rounding == "subtractive":
+            u = (self._uniform(*y.shape) - 0.5) * step
+            return torch.round((y + u + R) / step).clamp(0, levels) * step - R - u
+        if net.rounding == "stochastic":
+            return torch.floor((y + R) / step + self._uniform(*y.shape)).clamp(0, levels) * step - R
+        return torch.round((y + R) / step).clamp(0, levels) * step - R
+
+    def perturb(self, z):
+        """z^0 + N(0, privacy^2) per entry (subspace perturbation); z unchanged without privacy."""
+        if not self.network.privacy:
+            return z
+        return z + self.network.privacy * torch.randn(z.shape, generator=self.generator, dtype=z.dtype,
+                                                      device=z.device)
+
+
+def _expand(mask, like):
+    return mask.reshape(*mask.shape, *[1] * (like.dim() - mask.dim()))
+
+
+def _pairs(graph):
+    """(E,) the undirected edge (position in graph.forward) of every directed edge."""
+    pair = torch.empty(graph.num_edges, dtype=torch.int64, device=graph.src.device)
+    ids = torch.arange(len(graph.forward), device=graph.src.device)
+    pair[graph.forward] = ids
+    pair[graph.rev[graph.forward]] = ids
+    return pair
+
+
+def _schedule(schedule, graph):
+    """(S, E) bool: entry s marks both directions of its edges; an edge not in the graph is an error."""
+    index = {v: k for k, v in enumerate(graph.nodes)}
+    position = {(s, d): e for e, (s, d) in enumerate(zip(graph.src.tolist(), graph.dst.tolist()))}
+    masks = torch.zeros(len(schedule), graph.num_edges, dtype=torch.bool)
+    for s, edges in enumerate(schedule):
+        for edge in edges:
+            if len(edge) != 2 or edge[0] not in index or edge[1] not in index \
+                    or (index[edge[0]], index[edge[1]]) not in position:
+                raise ValueError(f"edge_up schedule entry {s} names {edge!r}, which is not an edge of the graph")
+            e = position[(index[edge[0]], index[edge[1]])]
+            masks[s, e] = masks[s, int(graph.rev[e])] = True
+    return masks.to(graph.src.device)
+
+
+def private_point(local, like):
+    """argmin f_i per node, shaped like x (n, B, d): the private value the privacy measures compare with
+    (a_i for averaging)."""
+    zero = torch.zeros_like(like)
+    try:
+        return local.prox(zero.new_zeros(len(zero), 1))(zero)
+    except ValueError as err:
+        raise ValueError(f"the privacy measures compare x_i with argmin f_i, which is not unique here: {err}") from None
+
+
+def privacy_gaps(x, sent, private, edges, rho):
+    """(x gap, message gap), each (B,): RMS_i ||x_i - p_i|| and RMS_{i->j} ||x~_{i|j} - p_i|| over RMS_i ||p_i||,
+    p = private_point, x~_{i|j} the x_i that message y_{i|j} carries if z_{i|j} were 0 (what an
+    eavesdropper who assumes no perturbation reads off it)."""
+    scale = _rms(private).clamp(min=torch.finfo(x.dtype).tiny)
+    carried = edges.carried(sent, rho)
+    return _rms(x - private) / scale, _rms(carried - edges.graph.gather(private)) / scale
+
+
+def _rms(v):
+    return torch.sqrt((v * v).sum(-1).mean(0))

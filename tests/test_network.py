@@ -1,0 +1,293 @@
+"""Simulated networks (pdmm.Network): the ideal network unchanged, each effect against plain loops,
+cvxpy and its own definition, the communication counts, privacy, and bad input."""
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+import pdmm
+from bridge import UnrolledPDMM
+from experiments.cli import main
+from pdmm.methods import PDMM
+from pdmm.network import Channel, Network
+from pdmm.synthetic import make_data, make_problem
+
+METHODS = [("pdmm", {}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return pdmm.topology("random_geometric", n=30, seed=1)
+
+
+@pytest.fixture(scope="module")
+def problems(graph):
+    """averaging and least squares, two instances each, with their cvxpy solutions."""
+    out = {}
+    for kind in ("averaging", "least_squares"):
+        problem = make_problem(kind, graph, make_data(kind, 30, dim=3, batch=2, seed=0))
+        out[kind] = problem, pdmm.reference(problem)
+    return out
+
+
+def general_problem(graph, seed=0):
+    """Strongly convex quadratics with random edge matrices A_ij, A_ji and b_ij != 0."""
+    rng = np.random.default_rng(seed)
+    n, d = graph.number_of_nodes(), 2
+    M = rng.normal(size=(n, d, d))
+    edges = {(i, j): (rng.normal(size=(d, d)), rng.normal(size=(d, d)), rng.normal(size=d)) for i, j in graph.edges}
+    return pdmm.quadratic(graph, M @ M.transpose(0, 2, 1) + 0.5 * np.eye(d), rng.normal(size=(n, d)), edges), edges
+
+
+@pytest.mark.parametrize("method, params", METHODS)
+def test_an_ideal_network_leaves_iterates_bit_for_bit(problems, method, params):
+    for problem, _ in problems.values():
+        plain = pdmm.solve(problem, method=method, max_iter=40, tol=0, **params)
+        ideal = pdmm.solve(problem, method=method, max_iter=40, tol=0, network=Network(seed=7), **params)
+        assert np.array_equal(plain.x, ideal.x)
+        for key, values in plain.history.items():
+            assert np.array_equal(values, ideal.history[key]), key
+
+
+def test_an_ideal_network_leaves_general_constraints_bit_for_bit(graph):
+    problem, _ = general_problem(graph)
+    for theta in (1.0, 0.5):
+        plain = pdmm.solve(problem, max_iter=40, tol=0, theta=theta)
+        ideal = pdmm.solve(problem, max_iter=40, tol=0, theta=theta, network=Network())
+        assert np.array_equal(plain.x, ideal.x)
+
+
+def loop_pdmm_scheduled(G, P, q, edges, rho, theta, schedule, iterations):
+    """PDMM z-form node by node (MATH.md 2); at iteration k only the edges of schedule[k % len] carry messages."""
+    A, b = {}, {}
+    for (i, j), (A_ij, A_ji, b_ij) in edges.items():
+        A[(i, j)], A[(j, i)], b[(i, j)], b[(j, i)] = A_ij, A_ji, b_ij, b_ij
+    z = {e: -rho * b[e] / 2 for e in A}
+    out = []
+    for k in range(iterations):
+        x = {}
+        for i in G:
+            lhs, rhs = P[i].copy(), q[i].copy()
+            for j in G[i]:
+                lhs += rho * A[(i, j)].T @ A[(i, j)]
+                rhs += -A[(i, j)].T @ z[(i, j)] + rho * A[(i, j)].T @ b[(i, j)] / 2
+            x[i] = np.linalg.solve(lhs, rhs)
+        up = {frozenset(e) for e in schedule[k % len(schedule)]}
+        y = {(i, j): z[(i, j)] + 2 * rho * (A[(i, j)] @ x[i] - b[(i, j)] / 2) for (i, j) in A}
+        z = {(j, i): (1 - theta) * z[(j, i)] + theta * y[(i, j)] if frozenset((i, j)) in up else z[(j, i)]
+             for (i, j) in A}
+        out.append(np.stack([x[i] for i in G]))
+    return out
+
+
+@pytest.mark.parametrize("theta", [1.0, 0.5])
+def test_an_edge_schedule_matches_a_plain_loop(theta):
+    G = pdmm.topology("small_world", n=8, seed=0, k=2, p=0.5)
+    problem, edges = general_problem(G)
+    listed = list(G.edges)
+    schedule = [listed[::2], listed[1::3], [], listed]
+    P, q = problem.local.P[:, 0].numpy(), problem.local.q[:, 0].numpy()
+    expected = loop_pdmm_scheduled(G, P, q, edges, 0.7, theta, schedule, 9)
+    for k in (1, 4, 9):
+        result = pdmm.solve(problem, rho=0.7, theta=theta, max_iter=k, tol=0, network=Network(edge_up=schedule))
+        np.testing.assert_allclose(result.x, expected[k - 1], rtol=1e-10, atol=1e-10)
+
+
+def channel_step(problem, network, method=PDMM):
+    """One drawn step of `method` over `network`: (state before, state after, channel)."""
+    graph, local, edges = problem.compile("cpu", torch.float64)
+    channel = Channel(network, graph, problem.batch, problem.dim, torch.float64)
+    algorithm = method(graph, local, edges, 1.0, channel=channel)
+    before = algorithm.step(algorithm.init(torch.zeros(problem.n, problem.batch, problem.dim, dtype=torch.float64)))
+    channel.draw()
+    return before, algorithm.step(before), channel
+
+
+def test_lost_messages_leave_z_and_sleeping_nodes_leave_x_unchanged(problems):
+    problem = problems["averaging"][0]
+    before, after, channel = channel_step(problem, Network(drop=1.0))
+    assert torch.equal(after["z"], before["z"]) and not torch.equal(after["x"], before["x"])
+    assert channel.messages.tolist() == [0, 0] and channel.bits.min() > 0  # sent, then lost
+    before, after, channel = channel_step(problem, Network(wake=0.0))
+    assert torch.equal(after["z"], before["z"]) and torch.equal(after["x"], before["x"])
+    assert channel.bits.tolist() == [0, 0]  # a sleeping node sends nothing
+    before, after, channel = channel_step(problem, Network(wake=0.5, seed=3))
+    same = (after["x"] == before["x"]).all(-1)  # (n, B): exactly the sleeping nodes kept x
+    assert torch.equal(same, ~channel.awake) and 0 < same.float().mean() < 1
+
+
+def test_event_rates_follow_their_probabilities_and_edges_go_down_both_ways(problems):
+    problem = problems["averaging"][0]
+    E = problem.compiled.num_edges
+    for network, rate in ((Network(drop=0.3), 0.7), (Network(wake=0.6), 0.6), (Network(edge_up=0.4), 0.4),
+                          (Network(drop=0.5, wake=0.5, edge_up=0.5), 0.125)):
+        history = pdmm.solve(problem, max_iter=200, tol=0, network=network).history
+        assert history["messages"][-1] / (200 * E) == pytest.approx(np.full(2, rate), abs=0.02)
+    _, _, channel = channel_step(problem, Network(edge_up=0.5, seed=1))
+    rev = problem.compiled.rev
+    assert torch.equal(channel.delivered, channel.delivered[rev]) and 0 < channel.delivered.float().mean() < 1
+
+
+def test_runs_are_seeded_and_instances_draw_independently(graph):
+    a = np.random.default_rng(0).normal(size=(30, 3))
+    problem = pdmm.averaging(graph, np.stack([a, a]))
+    network = Network(drop=0.3, wake=0.8, bits=6, dither=True, seed=4)
+    first, again = (pdmm.solve(problem, max_iter=30, tol=0, network=network) for _ in range(2))
+    assert np.array_equal(first.x, again.x)
+    other = pdmm.solve(problem, max_iter=30, tol=0, network=Network(drop=0.3, wake=0.8, bits=6, dither=True, seed=5))
+    assert not np.array_equal(first.x, other.x)
+    assert not np.array_equal(first.x[0], first.x[1])  # the same data, different draws per instance
+
+
+EFFECTS = {"drop": Network(drop=0.3, seed=1), "wake": Network(wake=0.5, seed=2),
+           "edge_up": Network(edge_up=0.5, seed=3),
+           "all": Network(drop=0.2, wake=0.7, edge_up=0.7, seed=4)}
+
+
+@pytest.mark.parametrize("kind", ["averaging", "least_squares"])
+@pytest.mark.parametrize("effect", list(EFFECTS))
+def test_averaged_pdmm_reaches_the_cvxpy_optimum_over_a_lossy_network(problems, kind, effect):
+    """Guaranteed: theta < 1 makes PDMM's z-update averaged, and random coordinate updates of an
+    averaged operator converge (randomised Krasnosel'skii-Mann)."""
+    problem, x_star = problems[kind]
+    result = pdmm.solve(problem, theta=0.5, max_iter=5000, tol=1e-12, reference=x_star, network=EFFECTS[effect])
+    assert result.converged and result.history["error"][-1].max() < 1e-8
+
+
+@pytest.mark.parametrize("method", ["pdmm", "qa-pdmm", "admm"])
+@pytest.mark.parametrize("effect", list(EFFECTS))
+def test_plain_pdmm_qa_pdmm_and_admm_also_converge_here(problems, method, effect):
+    """Observed, not guaranteed: theta = 1 PDMM, QA-PDMM and ADMM with stale values converge on these
+    strongly convex problems."""
+    problem, x_star = problems["least_squares"]
+    result = pdmm.solve(problem, method=method, max_iter=5000, tol=1e-12, reference=x_star, network=EFFECTS[effect])
+    assert result.converged and result.history["error"][-1].max() < 1e-8
+
+
+@pytest.mark.parametrize("theta", [1.0, 0.5])
+def test_with_subtractive_dither_the_error_floor_falls_as_bits_rise(problems, theta):
+    problem, x_star = problems["averaging"]
+    floors = []
+    for bits in (6, 10, 14, 18):
+        result = pdmm.solve(problem, theta=theta, max_iter=300, tol=0, reference=x_star,
+                            network=Network(bits=bits, dither=True))
+        floors.append(np.median(result.history["error"][-100:]))
+    ratios = np.array(floors[:-1]) / np.array(floors[1:])
+    assert (ratios > 4).all() and floors[-1] < 1e-4, floors  # 4 more bits: a 16x finer step
+
+
+def quantised(network, y, graph):
+    channel = Channel(network, graph, y.shape[1], y.shape[2], torch.float64)
+    return channel.quantise(y)
+
+
+def test_the_quantiser_levels_dither_and_stochastic_rounding(problems):
+    graph = problems["averaging"][0].compiled
+    y = torch.randn(graph.num_edges, 2, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    step = 2 * 3.0 / 15
+    nearest = quantised(Network(bits=4, limit=3.0), y, graph)
+    assert torch.allclose((nearest + 3) / step, torch.round((nearest + 3) / step), atol=1e-12)  # on the grid
+    inside = y.abs() <= 3
+    assert (nearest - y)[inside].abs().max() <= step / 2 + 1e-12
+    assert quantised(Network(bits=1, limit=2.0), y, graph).abs().eq(2).all()  # one bit: +-R
+    error = (quantised(Network(bits=4, limit=3.0, dither=True), y, graph) - y)[inside]
+    assert error.abs().max() <= step / 2 + 1e-12
+    constant = torch.full_like(y, 0.13)  # nearest rounding errs by the same 0.07 on every entry
+    assert torch.allclose(quantised(Network(bits=4, limit=3.0), constant, graph) - constant,
+                          torch.tensor(0.2 - 0.13, dtype=torch.float64))
+    error = quantised(Network(bits=4, limit=3.0, dither=True), constant, graph) - constant
+    assert abs(error.mean()) < 0.03 * step  # unbiased where nearest rounding is not
+    assert error.var() == pytest.approx(step ** 2 / 12, rel=0.1)  # uniform over one step
+    draws = torch.stack([quantised(Network(bits=4, limit=3.0, dither="stochastic", seed=s), y[:50], graph)
+                         for s in range(400)])
+    assert (draws.mean(0) - y[:50])[y[:50].abs() < 3].abs().max() < 0.25 * step  # unbiased
+    adaptive = quantised(Network(bits=8), y, graph)
+    scale = graph.gather(graph.aggregate_max(y.abs().amax(-1, keepdim=True)))
+    assert ((adaptive - y).abs() <= scale / 255 + 1e-12).all()
+
+
+def test_history_counts_messages_and_bits(problems):
+    problem = problems["averaging"][0]
+    E = problem.compiled.num_edges
+    k = np.arange(1, 11)[:, None]
+    for network, per_number, header in ((None, 64, 0), (Network(bits=8, limit=5.0), 8, 0), (Network(bits=8), 8, 64)):
+        history = pdmm.solve(problem, max_iter=10, tol=0, network=network).history
+        assert np.array_equal(history["messages"], np.broadcast_to(k * E, (10, 2)))
+        assert np.array_equal(history["bits"], np.broadcast_to(k * E * (3 * per_number + header), (10, 2)))
+    history = pdmm.solve(problem, method="admm", max_iter=10, tol=0, dtype=torch.float32).history
+    assert np.array_equal(history["bits"], np.broadcast_to(k * E * 3 * 32, (10, 2)))
+
+
+def test_subspace_perturbation_hides_a_i_early_and_reaches_the_same_optimum(problems):
+    problem, x_star = problems["averaging"]
+    a = problem.local.q.numpy().transpose(1, 0, 2)
+    open_run = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=0))
+    private = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=1e3))
+    assert private.converged and private.history["error"][-1].max() < 1e-8
+    gap = np.sqrt(((open_run.x - a) ** 2).sum(-1).mean(-1)) / np.sqrt((a ** 2).sum(-1).mean(-1))
+    assert np.allclose(open_run.history["privacy_x"][-1], gap)  # relative to a_i = argmin f_i
+    assert (private.history["privacy_x"][:5] > 50 * open_run.history["privacy_x"][:5]).all()
+    assert (private.history["privacy_messages"] > 100).all()  # the perturbation never leaves the messages
+    assert np.allclose(private.history["privacy_x"][-1], open_run.history["privacy_x"][-1], rtol=1e-6)
+    with pytest.raises(ValueError, match="not implemented for admm"):
+        pdmm.solve(problem, method="admm", network=Network(privacy=1.0))
+
+
+def test_unrolled_pdmm_runs_the_same_network_draws_as_solve(problems):
+    problem = problems["least_squares"][0]
+    network = Network(drop=0.2, wake=0.8, edge_up=0.9, bits=10, dither=True, privacy=1.0, seed=2)
+    iterates = UnrolledPDMM(layers=12, rho=1.0, network=network)(problem).detach().numpy()
+    for k in (3, 12):
+        result = pdmm.solve(problem, max_iter=k, tol=0, network=network)
+        np.testing.assert_allclose(result.x, iterates[k - 1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("options, culprit", [
+    ({"drop": -0.1}, "drop must be a probability"), ({"drop": 1.5}, "drop must be a probability"),
+    ({"wake": 2}, "wake must be a probability"), ({"wake": True}, "wake must be a probability"),
+    ({"edge_up": -1.0}, "edge_up must be a probability"), ({"bits": 0}, "bits must be"),
+    ({"bits": 2.5}, "bits must be"), ({"dither": "yes", "bits": 4}, "dither must be"), ({"dither": True}, "need bits"),
+    ({"limit": 1.0}, "need bits"), ({"bits": 4, "limit": -1.0}, "limit must be"),
+    ({"privacy": -1.0}, "privacy must be"), ({"edge_up": []}, "schedule"),
+])
+def test_bad_network_settings_are_named(options, culprit):
+    with pytest.raises(ValueError, match=culprit):
+        Network(**options)
+
+
+def test_a_schedule_edge_outside_the_graph_and_a_wrong_network_are_refused(problems):
+    problem = problems["averaging"][0]
+    with pytest.raises(ValueError, match=r"names \(0, 0\), which is not an edge"):
+        pdmm.solve(problem, network=Network(edge_up=[[(0, 0)]]))
+    with pytest.raises(TypeError, match="pdmm.Network"):
+        pdmm.solve(problem, network={"drop": 0.1})
+    with pytest.raises(TypeError, match="network=pdmm.Network"):
+        pdmm.solve(problem, channel=None)
+
+
+def test_solve_command_runs_every_method_over_the_same_network_and_plots_bits(tmp_path):
+    lossy, ideal = tmp_path / "lossy", tmp_path / "ideal"
+    assert main(["solve", "--no-progress", "--nodes", "20", "--iters", "50", "--compare", "pdmm,pdmm:theta=0.5,admm",
+                 "--drop", "0.2", "--wake", "0.9", "--edge-up", "0.9", "--bits", "10", "--dither",
+                 "--out", str(lossy)]) == 0
+    with open(lossy / "history.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert list(rows[0]) == ["method", "iteration", "residual", "objective", "error", "messages", "bits"]
+    first = {row["method"]: float(row["bits"]) for row in rows if row["iteration"] == "1"}
+    assert first["pdmm"] == first["pdmm:theta=0.5"] == first["admm"]  # the same draws: the same senders
+    assert main(["solve", "--no-progress", "--nodes", "20", "--iters", "50", "--out", str(ideal)]) == 0
+    assert main(["plot", str(lossy), str(ideal), "--x", "bits", "--metric", "error", "--out",
+                 str(tmp_path / "bits.png")]) == 0
+    assert (tmp_path / "bits.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("flags, culprit", [(["--drop", "-0.5"], "--drop: drop must be a probability"),
+                                            (["--wake", "1.5"], "--wake"), (["--bits", "0"], "--bits"),
+                                            (["--dither"], "need bits"),
+                                            (["--privacy", "1", "--compare", "pdmm,admm"], "not implemented for admm")])
+def test_solve_command_names_a_bad_network_flag(tmp_path, capsys, flags, culprit):
+    with pytest.raises(SystemExit) as exit:
+        main(["solve", "--no-progress", "--nodes", "10", *flags, "--out", str(tmp_path / "run")])
+    assert exit.value.code == 2 and culprit in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -14,13 +14,12 @@ Each repetition times every row in turn (K iterations each); the table reports m
 import argparse
 import os
 import statistics
-import time
 
 import numpy as np
 import torch
 
 from experiments.common import tune_allocator
-from machine import cpu_model
+from machine import cpu_model, timed
 from pdmm.compiled import CompiledGraph
 from pdmm.constraints import Consensus
 from pdmm.local import Quadratic
@@ -53,17 +52,6 @@ def scattered_regular(n, seed=0):
     m = len(pairs)
     partner = np.concatenate([np.arange(m, 2 * m), np.arange(m)])
     return CompiledGraph.build(list(range(n)), src[order], dst[order], position[partner[order]])
-
-
-def timed(fn, k, device):
-    if device.type != "cpu":
-        torch.accelerator.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(k):
-        fn()
-    if device.type != "cpu":
-        torch.accelerator.synchronize(device)
-    return (time.perf_counter() - start) / k
 
 
 def runner(graph, d, network, device):

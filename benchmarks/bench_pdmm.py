@@ -22,26 +22,13 @@ torch.compile (pdmm.solve(..., compile=True)).
 import argparse
 import os
 import statistics
-import time
 
 import numpy as np
 import torch
 
 import pdmm
 from experiments.common import tune_allocator
-from machine import cpu_model
-
-
-def timed(fn, k, device):
-    """Seconds per call of fn, over k calls, with the device synchronised before both clock reads."""
-    if device.type != "cpu":
-        torch.accelerator.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(k):
-        fn()
-    if device.type != "cpu":
-        torch.accelerator.synchronize(device)
-    return (time.perf_counter() - start) / k
+from machine import cpu_model, timed
 
 
 def bench(G, d, device, repeats, compiled=False):

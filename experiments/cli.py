@@ -5,12 +5,12 @@ To add a command, write experiments/<name>_command.py and list it in COMMANDS.
 import argparse
 import sys
 
-from . import (compare_command, configs_command, learn_pdmm_command, plot_command, probe_command, report_command,
-               solve_command, sweep_command, train_command)
+from . import (compare_command, configs_command, learn_pdmm_command, network_command, plot_command, probe_command,
+               report_command, solve_command, sweep_command, train_command)
 from .common import UsageError, package_version, tune_allocator
 
 COMMANDS = [solve_command, train_command, sweep_command, configs_command, plot_command, report_command,
-            learn_pdmm_command, compare_command, probe_command]
+            learn_pdmm_command, compare_command, probe_command, network_command]
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,7 +1,9 @@
 """Pieces every pdmm-bridge command shares: the usage error, argument types, graphs, the version."""
 import argparse
+import contextlib
 import ctypes
 import math
+import os
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -12,6 +14,47 @@ import pdmm
 
 class UsageError(Exception):
     """Bad input from the command line; the CLI prints it as one `error:` line and exits with code 2."""
+
+
+class WriteError(UsageError):
+    """A file could not be written (disk full, read-only directory, file size limit); what it replaced is intact."""
+
+
+def write_atomic(path, data, keep=None):
+    """Write `data` (str or bytes) to `path` via a fsynced temporary file and a rename: never half a file.
+
+    With `keep`, the file `path` held before is renamed to `keep` first (so one good copy always exists).
+    An OSError is a WriteError naming `path`; the temporary file is removed.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as file:
+            file.write(data.encode() if isinstance(data, str) else data)
+            file.flush()
+            os.fsync(file.fileno())
+        if keep is not None and path.exists():
+            os.replace(path, keep)
+        os.replace(tmp, path)
+        sync_directory(path.parent)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise WriteError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def sync_directory(path):
+    """fsync directory `path`, so the renames inside it survive a power loss."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_leftover(path):
+    """A temporary file a killed write leaves behind (NAME.tmp, .write-test): never part of the results."""
+    return path.name.endswith(".tmp") or path.name == ".write-test"
 
 
 OWNER_FILE = ".pdmm-bridge-output"  # names the command that made an output directory

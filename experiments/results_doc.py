@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from .common import UsageError
+from .common import UsageError, write_atomic
 
 
 def _begin_pattern(name):
@@ -60,4 +60,4 @@ def replace_section(path, name, markdown, scale=None, force=False):
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_atomic(path, text)

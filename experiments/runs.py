@@ -12,6 +12,7 @@ directory (`pdmm-bridge solve`) holds config.json and history.csv, one curve per
 import csv
 import json
 import tomllib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,10 @@ ONLY_WHEN = {"model.gamma": ("model.residual", "attentionx"), "model.beta": ("mo
              "model.gates": ("model.kind", "convex"), "model.group_lasso": ("model.kind", "convex")}
 TRANSFORMER_KEYS = ("model.n_layer", "model.n_head", "model.dropout", "model.bias", "model.residual", "model.gamma",
                     "model.beta", "model.kernel", "model.symmetric")  # unused by model.kind = "convex"
+
+
+class TornLine(UserWarning):
+    """The last line of a metrics.jsonl is cut short (a run killed mid-write); readers skip it."""
 
 
 @dataclass
@@ -80,13 +85,17 @@ def load_run(path):
         config = tomllib.loads((path / "config.toml").read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise UsageError(f"cannot read the config of run {path}: {err}") from None
-    return Run(path, config, _read_metrics(path / "metrics.jsonl"),
+    return Run(path, config, read_metrics(path / "metrics.jsonl"),
                _read_json(path / "summary.json"), _read_json(path / "meta.json"))
 
 
-def _read_metrics(file):
-    """The rows of metrics.jsonl; a last line cut short by a killed run is dropped, a bad earlier one is an error."""
-    lines = file.read_text().splitlines()
+def read_metrics(file):
+    """The rows of metrics.jsonl; a last line cut short by a killed run is dropped with a TornLine warning,
+    a bad earlier one is a UsageError."""
+    try:
+        lines = file.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"cannot read {file}: {err}") from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -97,6 +106,8 @@ def _read_metrics(file):
                 raise ValueError("expected an object with an integer 'step'")
         except ValueError as err:
             if number == len(lines):
+                warnings.warn(f"{file}, line {number} is cut short (a run killed while writing it); skipped",
+                              TornLine, stacklevel=2)
                 break
             raise UsageError(f"{file}, line {number}: {err}") from None
         rows.append(row)

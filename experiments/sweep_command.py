@@ -21,9 +21,9 @@ Without --grid and --seeds the config's own [sweep] table says what to run:
 config file, a variant's values, --set, the grid point, the seed. The config's [report] table is
 copied into sweep.json for `pdmm-bridge report`.
 Each run goes to OUT/<key=value,...,seed=S>/ (a run directory as `train` writes it); OUT/sweep.json
-lists the runs and their status. Finished runs are skipped, runs with a checkpoint resume, and a
-failing run is recorded and the sweep goes on (exit status 1 at the end if any failed). OUT is
-refused when it is not empty and holds no sweep, unless --force.
+lists the runs and their status (written atomically after each run). Finished runs are skipped,
+runs with a checkpoint resume, and a failing run is recorded and the sweep goes on (exit status 1
+at the end if any failed); a failure stays on record until its run is retried. OUT is refused when it is not empty and holds no sweep, unless --force.
 
 Before the first run every grid value and variant is checked on its own: the config it gives
 loads (known keys, types, ranges), the task and its options exist, and model.residual and
@@ -34,7 +34,6 @@ that resumes the sweep (the same one) and exits with status 130.
 import dataclasses
 import itertools
 import json
-import os
 import shlex
 import sys
 import traceback
@@ -43,11 +42,12 @@ from urllib.parse import quote
 
 import attention
 
-from .common import UsageError, claim_output_dir
+from .common import UsageError, claim_output_dir, write_atomic
 from .config import TABLES, apply_override, load_config, load_plan, toml_value
 from .tasks import TASKS
 from .tasks.base import parse_options
-from .train import CHECKPOINT, Interrupted, train
+from .runs import read_sweep
+from .train import Interrupted, has_checkpoint, train
 from .train_command import with_data
 
 
@@ -191,9 +191,8 @@ def plan(args, spec):
 
 
 def write_sweep(record, out):
-    tmp = out / "sweep.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, out / "sweep.json")
+    """sweep.json, written atomically: a sweep killed at any moment leaves the previous record whole."""
+    write_atomic(out / "sweep.json", json.dumps(record, indent=2) + "\n")
 
 
 def run(args):
@@ -205,8 +204,8 @@ def run(args):
               "seeds": run_seeds, "report": load_plan(args.config)["report"],
               "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
                         "error": None} for r in runs]}
-    if (out / "sweep.json").is_file():
-        previous = json.loads((out / "sweep.json").read_text())
+    previous = read_sweep(out)
+    if previous is not None:
         same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get("set") == with_data(args)
         if not same:
             raise UsageError(f"{out} holds a different sweep; choose another --out")
@@ -227,7 +226,7 @@ def run(args):
 
 
 def run_all(args, runs, record, out):
-    """Train every planned run in turn, recording each in sweep.json; returns how many failed."""
+    """Train every planned run in turn, recording each in sweep.json (skipped ones too); returns how many failed."""
     failed = 0
     for plan_entry, entry in zip(runs, record["runs"]):
         run_dir = out / plan_entry["name"]
@@ -238,21 +237,26 @@ def run_all(args, runs, record, out):
         if (run_dir / "summary.json").is_file():
             entry["status"], entry["error"] = "finished", None
             print(f"{run_dir}: finished earlier, skipped")
-            continue
-        try:
-            resume = (run_dir / CHECKPOINT).is_file()
-            summary = train(config, run_dir, resume=resume, force=not resume, progress=not args.no_progress)
-            entry["status"], entry["error"] = "finished", None
-            final = ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items())
-            print(f"{run_dir}: {final}")
-        except Exception as err:  # one failing run must not stop the sweep
-            failed += 1
-            entry["status"], entry["error"] = "failed", f"{type(err).__name__}: {err}"
-            print(f"{run_dir}: failed: {entry['error']}", file=sys.stderr)
-            if not isinstance(err, UsageError):
-                traceback.print_exc(file=sys.stderr)
+        else:
+            failed += not train_entry(args, config, run_dir, entry)
         write_sweep(record, out)
     return failed
+
+
+def train_entry(args, config, run_dir, entry):
+    """Train (or resume) one run of the sweep, noting its status in `entry`; returns whether it finished."""
+    try:
+        resume = has_checkpoint(run_dir)
+        summary = train(config, run_dir, resume=resume, force=not resume, progress=not args.no_progress)
+    except Exception as err:  # one failing run must not stop the sweep
+        entry["status"], entry["error"] = "failed", f"{type(err).__name__}: {err}"
+        print(f"{run_dir}: failed: {entry['error']}", file=sys.stderr)
+        if not isinstance(err, UsageError):
+            traceback.print_exc(file=sys.stderr)
+        return False
+    entry["status"], entry["error"] = "finished", None
+    print(f"{run_dir}: " + ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items()))
+    return True
 
 
 def resume_command(args):

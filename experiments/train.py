@@ -3,14 +3,17 @@
     summary = train(load_config("experiments/configs/modular97.toml"), "runs/mod97")
 
 A run directory holds config.toml (resolved), meta.json (package version, git commit, torch,
-device, command line), metrics.jsonl (one row per logged step), ckpt.pt (every
-checkpoint_interval steps and at the end, written atomically), summary.json and curves.png at
-the end, and sample.txt for language models. Batches are drawn from a generator seeded by
+device, command line, extensions), metrics.jsonl (one row per logged step), ckpt.pt (every
+checkpoint_interval steps and at the end) with the one before it in ckpt.prev.pt, summary.json and
+curves.png at the end, and sample.txt for language models. Every file but metrics.jsonl is written
+to a temporary file, fsynced and renamed; metrics.jsonl is fsynced before each checkpoint, and a
+resume truncates it to the checkpoint's position, so a torn last row is dropped and recomputed. Batches are drawn from a generator seeded by
 (seed, step), and the checkpoint holds the model, optimiser and torch RNG states, so a resumed
 run continues exactly as if it had never stopped. A checkpoint holds only tensors, numbers, strings,
 lists and dicts and is read with torch.load(weights_only=True) (load_checkpoint), so opening a run
 directory from someone else never unpickles code.
 """
+import io
 import json
 import math
 import os
@@ -30,17 +33,23 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .common import UsageError, package_version
+from .common import UsageError, WriteError, is_leftover, package_version, write_atomic
 from .config import from_tables, to_tables, to_toml
 from .plots import plot_training
+from .runs import read_metrics
 from .tasks import build_task
 
-CHECKPOINT = "ckpt.pt"
-RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT)  # what marks a directory as a run
+CHECKPOINT, PREVIOUS = "ckpt.pt", "ckpt.prev.pt"  # the newest checkpoint, and the one before it
+EXTENDABLE = ("max_iters", "warmup_iters", "lr", "min_lr")  # [train] keys --extend may change: the schedule
+RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT, PREVIOUS)  # what marks a directory as a run
 
 
 class TrainingDiverged(RuntimeError):
     """The training loss became NaN or infinite."""
+
+
+class UnsafeCheckpoint(UsageError):
+    """A checkpoint that needs pickle: crafted or from another program, never a crash's leftover; not skipped."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -103,13 +112,13 @@ def prepare_directory(out, resume, force):
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file, not a run directory")
     if resume:
-        if not (out / CHECKPOINT).is_file():
+        if not has_checkpoint(out):
             started = (out / "metrics.jsonl").is_file()
             raise UsageError(f"cannot resume: {out} has no {CHECKPOINT}"
                              + (" (the run stopped before its first checkpoint; start it again with --force)"
                                 if started else ""))
         return out
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and not all(is_leftover(p) for p in out.iterdir()):
         if not force:
             raise UsageError(f"{out} already holds a run; pass --resume to continue it or --force to overwrite it")
         if not any((out / name).exists() for name in RUN_FILES):
@@ -125,6 +134,11 @@ def prepare_directory(out, resume, force):
     return out
 
 
+def has_checkpoint(out):
+    """Whether run directory `out` holds a checkpoint to resume from (ckpt.pt or ckpt.prev.pt)."""
+    return any((Path(out) / name).is_file() for name in (CHECKPOINT, PREVIOUS))
+
+
 def git_commit():
     """The commit of the checkout the package runs from, or None."""
     try:
@@ -135,11 +149,11 @@ def git_commit():
         return None
 
 
-def save_atomic(obj, path):
-    """torch.save to a temporary file, then rename: a crash never leaves half a checkpoint."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+def save_atomic(obj, path, keep=None):
+    """torch.save through write_atomic: a crash never leaves half a checkpoint; `keep` receives the one before."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomic(path, buffer.getbuffer(), keep)
 
 
 def load_checkpoint(path, keys=("model",)):
@@ -152,7 +166,7 @@ def load_checkpoint(path, keys=("model",)):
             warnings.filterwarnings("ignore", message="Detected pickle protocol")  # noise before the refusal
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise UsageError(f"refusing to load {path}: it holds objects only pickle can rebuild, and unpickling can run "
+        raise UnsafeCheckpoint(f"refusing to load {path}: it holds objects only pickle can rebuild, and unpickling can run "
                          "code; pdmm-bridge checkpoints hold only tensors, numbers, strings, lists and dicts, so this "
                          "file is corrupt, from another program or crafted") from None
     except OSError as err:
@@ -175,24 +189,124 @@ def load_weights(model, path):
 
 
 def write_json(obj, path):
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2) + "\n")
 
 
-def train(config, out, resume=False, force=False, progress=True):
+def write_row(file, row):
+    """Append `row` to the open metrics.jsonl as one line; an OSError is a WriteError naming the file."""
+    try:
+        file.write(json.dumps(row) + "\n")
+        file.flush()
+    except OSError as err:
+        raise WriteError(f"cannot write {file.name}: {err.strerror or err}") from None
+
+
+def sync_rows(file):
+    """fsync metrics.jsonl: the rows a checkpoint counts are on disk before the checkpoint is."""
+    try:
+        os.fsync(file.fileno())
+    except OSError as err:
+        raise WriteError(f"cannot write {file.name}: {err.strerror or err}") from None
+
+
+def usable_checkpoint(out):
+    """The newest checkpoint of `out` that loads and fits metrics.jsonl, reporting one skipped in one line.
+
+    A checkpoint that needs pickle is an UnsafeCheckpoint error, not skipped: no crash leaves one."""
+    problems = []
+    for name in (CHECKPOINT, PREVIOUS):
+        if not (out / name).is_file():
+            continue
+        try:
+            checkpoint = load_checkpoint(out / name, ("model", "optimizer", "rng", "state"))
+            logged = (out / "metrics.jsonl").stat().st_size if (out / "metrics.jsonl").is_file() else 0
+            if logged < checkpoint["state"]["metrics_bytes"]:
+                raise UsageError(f"{out / name} counts more metrics rows than {out / 'metrics.jsonl'} holds")
+        except UnsafeCheckpoint:
+            raise
+        except UsageError as err:
+            problems.append(str(err))
+            continue
+        if problems:
+            print(f"pdmm-bridge train: warning: {problems[-1]}; resuming from {out / name} "
+                  f"(step {checkpoint['state']['step']}), which replaces it", file=sys.stderr)
+        if name == PREVIOUS:  # so the next checkpoint keeps this good one as ckpt.prev.pt, not a bad ckpt.pt
+            rename(out / PREVIOUS, out / CHECKPOINT)
+        return checkpoint
+    raise UsageError(f"cannot resume {out}: no checkpoint can be used ({'; '.join(problems)}); "
+                     "start it again with --force")
+
+
+def rename(src, dst):
+    """os.replace; an OSError is a WriteError naming `dst`."""
+    try:
+        os.replace(src, dst)
+    except OSError as err:
+        raise WriteError(f"cannot write {dst}: {err.strerror or err}") from None
+
+
+def extension(stored, config, out):
+    """{key: (old, new)} of the [train] schedule keys `config` changes; UsageError if anything else differs."""
+    old, new = to_tables(stored), to_tables(config)
+    changed = {key: (old["train"][key], new["train"][key]) for key in EXTENDABLE
+               if old["train"][key] != new["train"][key]}
+    for key in changed:
+        old["train"][key] = new["train"][key]
+    if old != new:
+        raise UsageError(f"--extend changes only train.{', train.'.join(EXTENDABLE)}; the config differs from "
+                         f"{out / 'config.toml'} in more")
+    if changed and config.train.max_iters <= stored.train.max_iters:
+        raise UsageError(f"--extend needs a train.max_iters above the run's {stored.train.max_iters}, "
+                         f"got {config.train.max_iters}")
+    return changed
+
+
+def record_extension(out, changed, state, config):
+    """Reopen a run for --extend: drop summary.json, note the change in meta.json, then store the new config."""
+    if state.get("stopped"):
+        raise UsageError(f"cannot extend {out}: it stopped early at step {state['step']} when train.stop_metric "
+                         "was reached, and would stop there again")
+    (out / "summary.json").unlink(missing_ok=True)
+    meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").is_file() else {}
+    meta.setdefault("extended", []).append({
+        "at_step": state["step"], "argv": sys.argv, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **{f"train.{key}": {"from": old, "to": new} for key, (old, new) in changed.items()}})
+    write_json(meta, out / "meta.json")
+    write_atomic(out / "config.toml", to_toml(config))
+
+
+def train(config, out, resume=False, force=False, progress=True, extend=False):
     """Train config's task and model into run directory `out`; returns the summary dict.
 
-    With resume=True the run continues from out/ckpt.pt under the config stored in out/config.toml
-    (a different config is an error). Raises TrainingDiverged when the loss stops being finite, and
-    Interrupted after checkpointing the last whole step when Ctrl-C (SIGINT) arrives during the steps.
+    With resume=True the run continues from out/ckpt.pt (out/ckpt.prev.pt when that cannot be read)
+    under the config stored in out/config.toml (a different config is an error); with extend=True too,
+    `config` may raise train.max_iters (and change the other EXTENDABLE keys), recorded in meta.json.
+    Raises TrainingDiverged when the loss stops being finite, Interrupted after checkpointing the last
+    whole step when Ctrl-C (SIGINT) arrives during the steps, and a UsageError naming the file when a
+    write fails (the last good checkpoint intact).
     """
     out = prepare_directory(out, resume, force)
+    try:
+        return run_steps(config, out, resume, progress, extend)
+    except WriteError as err:
+        kept = ("the last good checkpoint is intact; resume with --resume once the problem is fixed"
+                if has_checkpoint(out) else "no checkpoint was written yet")
+        raise UsageError(f"{err} ({kept})") from None
+
+
+def run_steps(config, out, resume, progress, extend):
+    """train() after prepare_directory."""
+    changed = {}
     if resume:
+        for name in ("config.toml", "metrics.jsonl"):
+            if not (out / name).is_file():
+                raise UsageError(f"cannot resume: {out} has no {name}")
         stored = from_tables(tomllib.loads((out / "config.toml").read_text()), source=str(out / "config.toml"))
-        if to_tables(stored) != to_tables(config):
+        if extend:
+            changed = extension(stored, config, out)
+        elif to_tables(stored) != to_tables(config):
             raise UsageError(f"the config differs from the one {out} was started with ({out / 'config.toml'}); "
-                             "resume with that file")
+                             "resume with that file, or pass --extend to raise train.max_iters")
     train_cfg = config.train
     device = torch.device(train_cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -208,24 +322,23 @@ def train(config, out, resume=False, force=False, progress=True):
     state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0,
              "stopped": False}
     if resume:
-        checkpoint = load_checkpoint(out / CHECKPOINT, ("model", "optimizer", "rng", "state"))  # RNG states stay on CPU
+        checkpoint = usable_checkpoint(out)  # RNG states stay on CPU
         try:
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
         except (RuntimeError, TypeError, ValueError, KeyError, AttributeError) as err:
-            raise UsageError(f"cannot resume from {out / CHECKPOINT}: its model or optimizer state does not fit "
+            raise UsageError(f"cannot resume from the checkpoint in {out}: its model or optimizer state does not fit "
                              "this config") from err
         torch.set_rng_state(checkpoint["rng"])
         if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
-        for name in RUN_FILES:
-            if not (out / name).is_file():
-                raise UsageError(f"cannot resume: {out} has no {name}")
         state = checkpoint["state"]
         with open(out / "metrics.jsonl", "r+b") as f:
-            f.truncate(state["metrics_bytes"])  # rows logged after the checkpoint are recomputed
+            f.truncate(state["metrics_bytes"])  # rows after the checkpoint (a torn one too) are recomputed
+        if changed:
+            record_extension(out, changed, state, config)
     else:
-        (out / "config.toml").write_text(to_toml(config))
+        write_atomic(out / "config.toml", to_toml(config))
         write_json({"version": package_version(), "git_commit": git_commit(), "torch": torch.__version__,
                     "device": str(device), "argv": sys.argv, "python": sys.version.split()[0],
                     "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, out / "meta.json")
@@ -235,7 +348,7 @@ def train(config, out, resume=False, force=False, progress=True):
     def checkpoint(step):
         save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
                      "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                     "state": {**state, "step": step}, "config": to_tables(config)}, out / CHECKPOINT)
+                     "state": {**state, "step": step}, "config": to_tables(config)}, out / CHECKPOINT, out / PREVIOUS)
 
     start_time = time.perf_counter() - state["elapsed"]
     first_step = state["step"] + 1
@@ -277,14 +390,14 @@ def train(config, out, resume=False, force=False, progress=True):
                     bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.startswith("val_")}, refresh=False)
                 row["time"] = time.perf_counter() - start_time
                 if step % train_cfg.log_interval == 0 or "val_loss" in row:
-                    metrics_file.write(json.dumps(row) + "\n")
-                    metrics_file.flush()
+                    write_row(metrics_file, row)
                 bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
                 bar.update()
                 state["stopped"] = reached(row, train_cfg)
                 if (step % train_cfg.checkpoint_interval == 0 or step == train_cfg.max_iters or state["stopped"]
                         or interrupt["set"]):
                     state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
+                    sync_rows(metrics_file)
                     checkpoint(step)
                 if interrupt["set"]:
                     raise Interrupted(out, step)
@@ -309,7 +422,7 @@ def finish(task, model, config, out, state, params):
 
     seconds_per_step: forward, backward and update time per step, batch building included, over
     the steps after the first of each process (warm-up and compilation left out)."""
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(out / "metrics.jsonl")
     evals = [row for row in rows if "val_loss" in row]
     steps = rows[-1]["step"] if rows else 0  # max_iters, or fewer when early stopping ended the run
     seconds_per_step = (state["train_seconds"] / state["timed_steps"] if state["timed_steps"]

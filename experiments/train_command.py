@@ -2,9 +2,12 @@
 
     pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --set model.residual=belief --out runs/belief
     pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --out runs/belief --resume
+    pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --out runs/belief --extend --set train.max_iters=4000
 
 --out (runs/<config name> when not given) receives config.toml, meta.json, metrics.jsonl, ckpt.pt,
-summary.json, curves.png (and sample.txt for char_lm); see experiments/train.py. Ctrl-C stops
+summary.json, curves.png (and sample.txt for char_lm); see experiments/train.py. --extend resumes
+a run, finished or not, with a larger train.max_iters (the cosine schedule is stretched to it from
+the step reached; meta.json records the change). Ctrl-C stops
 after the current step, writes a checkpoint, prints the command that resumes the run and exits
 with status 130.
 """
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .config import load_config, toml_value
-from .train import CHECKPOINT, Interrupted, TrainingDiverged, train
+from .train import Interrupted, TrainingDiverged, has_checkpoint, train
 
 
 def add_parser(subparsers):
@@ -26,6 +29,8 @@ def add_parser(subparsers):
     parser.add_argument("--data", help="the text file for char_lm (same as --set task.data=FILE)")
     parser.add_argument("--out", help="run directory; runs/<config name> when not given")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    parser.add_argument("--extend", action="store_true",
+                        help="resume with a larger train.max_iters (and train.warmup_iters, lr, min_lr), finished or not")
     parser.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -40,7 +45,8 @@ def run(args):
     config = load_config(args.config, with_data(args))
     out = Path(args.out or Path("runs") / Path(args.config).stem)
     try:
-        summary = train(config, out, resume=args.resume, force=args.force, progress=not args.no_progress)
+        summary = train(config, out, resume=args.resume or args.extend, force=args.force,
+                        progress=not args.no_progress, extend=args.extend)
     except TrainingDiverged as err:
         print(f"pdmm-bridge train: diverged: {err} (metrics so far in {out})", file=sys.stderr)
         return 1
@@ -57,7 +63,7 @@ def interrupted_line(err, args, out):
     """What Ctrl-C left and the command that carries on: --resume from a checkpoint, else --force."""
     if isinstance(err, Interrupted):
         return f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: {command(args, out, '--resume')}"
-    if (out / CHECKPOINT).is_file():  # a second Ctrl-C, or one outside the steps
+    if has_checkpoint(out):  # a second Ctrl-C, or one outside the steps
         return f"interrupted (Ctrl-C); resume from the last checkpoint with: {command(args, out, '--resume')}"
     return f"interrupted (Ctrl-C) before the first checkpoint; start again with: {command(args, out, '--force')}"
 

@@ -1,11 +1,13 @@
-"""Edge constraints A_ij x_i + A_ji x_j = b_ij (MATH.md section 1) as operators on directed edges.
+"""Edge constraints A_ij x_i + A_ji x_j = b_ij, or <= b_ij (MATH.md section 1), as operators on directed edges.
 
 Directed edge e = i->j carries A_e = A_ij (the matrix node i applies) and b_e = b_ij. PDMM's
 z-form (MATH.md section 2) keeps one dual vector z_{i|j} per directed edge; with penalty c = rho:
 
     gather:    u_i = sum_{j in N_i} A_ij^T (z_{i|j} - c b_ij / 2)      (node i's linear term)
     curvature: C_i = c sum_{j in N_i} A_ij^T A_ij                       (node i's quadratic term)
-    messages:  y_{i|j} = z_{i|j} + 2c (A_ij x_i - b_ij / 2)             (then z_{j|i} <- y_{i|j})
+    messages:  y_{i|j} = z_{i|j} + 2c (A_ij x_i - b_ij / 2)
+    reflect:   z_{i|j} <- y_{j|i}                   on an equality edge
+               z_{i|j} <- max(y_{j|i}, -y_{i|j})    on an inequality edge, per row (docs/pdmm_inequality.md)
 """
 import torch
 
@@ -19,6 +21,8 @@ class Consensus:
     u_i = sum_e w_e and, since s_{j|i} = -s_{i|j}, the message becomes -2c x_i - w_e
     (scaling the n node rows, not the E edge rows).
     """
+
+    inequality = None
 
     def __init__(self, graph):
         self.graph = graph
@@ -37,6 +41,10 @@ class Consensus:
     def messages(self, w, x, rho):
         return self.graph.gather_sub((-2 * rho) * x, w)
 
+    def reflect(self, y, received):
+        """The new edge state from the messages received (every edge an equality): received itself."""
+        return received
+
     def carried(self, y, rho):
         """The x_i a message carries if its state were 0: y = -2c x_i (signed state)."""
         return y / (-2 * rho)
@@ -47,13 +55,16 @@ class Consensus:
 
 
 class EdgeMatrices:
-    """General per-edge matrices: A (E, m, d) with A[e] = A_ij for e = i->j, b (E, m) with b[e] = b_ij."""
+    """General per-edge matrices: A (E, m, d) with A[e] = A_ij for e = i->j, b (E, m) with b[e] = b_ij;
+    inequality: None (all equalities) or (E,) bool, True where edge e's constraint is A_ij x_i + A_ji x_j <= b_ij."""
 
-    def __init__(self, graph, A, b):
+    def __init__(self, graph, A, b, inequality=None):
         self.graph, self.A, self.b = graph, A, b
+        self.inequality = None if inequality is None else inequality.reshape(-1, 1, 1)  # (E, 1, 1) for (E, B, m)
         forward = graph.forward  # one directed edge i->j per undirected edge, for residuals
         self.ends = graph.src[forward], graph.dst[forward]
         self.forward_terms = A[forward], A[graph.rev[forward]], b[forward].unsqueeze(1)
+        self.forward_inequality = None if inequality is None else self.inequality[forward]
         self.pseudo_inverse = None  # A_ij^+, for what a message carries (pdmm.network privacy measures)
 
     def state_shape(self, batch, dim):
@@ -71,6 +82,13 @@ class EdgeMatrices:
         Ax = torch.einsum("emd,ebd->ebm", self.A, self.graph.gather(x))
         return z + (2 * rho) * (Ax - self.b.unsqueeze(1) / 2)
 
+    def reflect(self, y, received):
+        """z_{i|j} <- 2 P(y)_{i|j} - y_{i|j}, P the projection onto {lambda_{i|j} = lambda_{j|i}, >= 0 on an
+        inequality}: received = y_{j|i} on equalities, max(y_{j|i}, -y_{i|j}) on inequalities (docs/pdmm_inequality.md)."""
+        if self.inequality is None:
+            return received
+        return torch.where(self.inequality, torch.maximum(received, -y), received)
+
     def carried(self, y, rho):
         """The x_i a message carries if z_{i|j} were 0: A_ij^+ (y / 2c + b_ij / 2) (least norm when m < d)."""
         if self.pseudo_inverse is None:
@@ -78,7 +96,8 @@ class EdgeMatrices:
         return torch.einsum("edm,ebm->ebd", self.pseudo_inverse, y / (2 * rho) + self.b.unsqueeze(1) / 2)
 
     def residual(self, x):
-        """A_ij x_i + A_ji x_j - b_ij, one row per undirected edge {i, j}: (E/2, B, m)."""
+        """A_ij x_i + A_ji x_j - b_ij (its positive part on inequalities), one row per undirected edge: (E/2, B, m)."""
         A_ij, A_ji, b = self.forward_terms
-        return (torch.einsum("emd,ebd->ebm", A_ij, select(x, self.ends[0]))
-                + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1])) - b)
+        r = (torch.einsum("emd,ebd->ebm", A_ij, select(x, self.ends[0]))
+             + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1])) - b)
+        return r if self.forward_inequality is None else torch.where(self.forward_inequality, r.clamp(min=0), r)

@@ -58,8 +58,12 @@ class PDMM:
         return new if self.channel is None else self.channel.keep_asleep(new, old)
 
     def update_edges(self, z, y):
-        """z_{j|i} <- (1 - theta) z_{j|i} + theta y_{i|j}: exchange the messages, then average."""
-        received = self.graph.exchange(y) if self.channel is None else self.channel.exchange(y, z)
+        """z_{j|i} <- (1 - theta) z_{j|i} + theta y_{i|j}: exchange the messages, reflect (the edge operator:
+        unchanged on equalities, max(y_{j|i}, -y_{i|j}) on inequalities), then average."""
+        if self.channel is None:
+            received = self.edges.reflect(y, self.graph.exchange(y))
+        else:
+            received = self.channel.exchange(y, z, self.edges.reflect)
         if not torch.is_tensor(self.theta) and self.theta == 1:
             return received
         return torch.lerp(z, received, self.theta)
@@ -135,6 +139,9 @@ class ADMM:
     """
 
     def __init__(self, graph, local, edges, rho, *, channel=None):
+        if edges.inequality is not None:
+            raise ValueError("admm does not take inequality constraints (A_ij x_i + A_ji x_j <= b_ij); "
+                             "use method='pdmm' or 'qa-pdmm'")
         if not isinstance(edges, Consensus):
             raise ValueError("admm is the edge-based consensus baseline; it supports constraints='consensus' only")
         self.graph, self.rho, self.channel = graph, rho, channel

@@ -8,6 +8,7 @@ pdmm.methods (MATH.md 2). At iteration k, independently per instance b:
     kept_{i->j}      ~ Bernoulli(1 - drop)                   each directed transmission on its own
     delivered_{i->j} = awake_i and up_ij and kept_{i->j}
     z_{j|i}^{k+1}    = (1 - theta) z_{j|i}^k + theta Q(y_{i|j})   where delivered, else z_{j|i}^k
+                       (on an inequality edge max(Q(y_{i|j}), -y_{j|i}) in place of Q(y_{i|j}), pdmm.constraints)
 
 Q is the identity, or b-bit uniform quantisation on [-R, R] (2^b levels, step 2R / (2^b - 1)),
 R given (`limit`) or, adaptive, the largest magnitude among the sender's messages of that
@@ -158,11 +159,14 @@ class Channel:
             return new
         return torch.where(_expand(select(self.awake, self.graph.src), new), new, old)
 
-    def exchange(self, y, held):
-        """What edge i->j receives: Q(y) of its reverse edge where delivered, else what it `held`."""
+    def exchange(self, y, held, reflect=None):
+        """What edge i->j receives: Q(y) of its reverse edge where delivered, else what it `held`;
+        reflect(y, received), when given, turns the received messages into the new state first."""
         if self.network.privacy is not None:
             self.sent = y  # for the privacy measures
         received = self.graph.exchange(y if self.network.bits is None else self.quantise(y))
+        if reflect is not None:
+            received = reflect(y, received)
         return received if self.delivered is None else torch.where(_expand(self.delivered, y), received, held)
 
     def quantise(self, y):

@@ -16,10 +16,12 @@ from .local import Lasso, LocalFunction, Logistic, Quadratic
 
 
 class Problem:
-    """minimise sum_i f_i(x_i) s.t. A_ij x_i + A_ji x_j = b_ij on every edge {i, j} of `graph`.
+    """minimise sum_i f_i(x_i) s.t. A_ij x_i + A_ji x_j = b_ij (or <= b_ij) on every edge {i, j} of `graph`.
 
     constraints: "consensus" (x_i = x_j on every edge) or a dict {(i, j): (A_ij, A_ji, b_ij)}
-    with one entry per undirected edge, A of shape (m, d) and b of shape (m,). batched: whether
+    with one entry per undirected edge, A of shape (m, d) and b of shape (m,); an entry
+    (A_ij, A_ji, b_ij, "<=") makes that edge's m rows inequalities (pdmm and qa-pdmm; equalities
+    and inequalities may be mixed over the edges). batched: whether
     results keep the batch axis (default: when there is more than one instance). Self-loops of
     `graph` are ignored with a warning.
     """
@@ -41,9 +43,10 @@ class Problem:
         if isinstance(constraints, str):
             if constraints != "consensus":
                 raise ValueError(f"constraints must be 'consensus' or a dict of edge matrices, got {constraints!r}")
-            self.edge_matrices = None
+            self.edge_matrices = self.inequality = None
         else:
-            self.edge_matrices = _edge_matrices(self.compiled, constraints, self.dim)
+            A, b, self.inequality = _edge_matrices(self.compiled, constraints, self.dim)
+            self.edge_matrices = A, b
 
     @property
     def is_consensus(self):
@@ -56,16 +59,20 @@ class Problem:
         if self.is_consensus:
             return graph, local, Consensus(graph)
         A, b = (t.to(device, dtype) for t in self.edge_matrices)
-        return graph, local, EdgeMatrices(graph, A, b)
+        inequality = None if self.inequality is None else self.inequality.to(device)
+        return graph, local, EdgeMatrices(graph, A, b, inequality)
 
     def __repr__(self):
         kind = "consensus" if self.is_consensus else "edge matrices"
+        if self.inequality is not None:
+            kind += f", {int(self.inequality.sum()) // 2} inequality edges"
         return (f"Problem({type(self.local).__name__}, n={self.n}, d={self.dim}, batch={self.batch}, "
                 f"edges={self.compiled.num_edges // 2}, constraints={kind})")
 
 
 def _edge_matrices(graph, constraints, dim):
-    """Stack {(i, j): (A_ij, A_ji, b_ij)} into A (E, m, d) and b (E, m) in directed-edge order."""
+    """Stack {(i, j): (A_ij, A_ji, b_ij[, "<="])} into A (E, m, d), b (E, m) and the inequality mask (E,)
+    (None when every edge is an equality) in directed-edge order."""
     nodes = graph.nodes
     undirected = {frozenset((nodes[i], nodes[j])) for i, j in zip(graph.src.tolist(), graph.dst.tolist())}
     extra = [key for key in constraints if frozenset(key) not in undirected]
@@ -76,15 +83,16 @@ def _edge_matrices(graph, constraints, dim):
         i, j = twice[0]
         raise ValueError(f"constraints given for both ({i!r}, {j!r}) and ({j!r}, {i!r}); give one entry "
                          "(A_ij, A_ji, b_ij) per undirected edge")
-    A, b = [], []
+    A, b, inequality = [], [], []
     for i, j in zip(graph.src.tolist(), graph.dst.tolist()):
         u, v = nodes[i], nodes[j]
         if (u, v) in constraints:
-            A_uv, _, b_uv = constraints[(u, v)]
+            A_uv, _, b_uv, below = _entry((u, v), constraints[(u, v)])
         elif (v, u) in constraints:
-            _, A_uv, b_uv = constraints[(v, u)]
+            _, A_uv, b_uv, below = _entry((v, u), constraints[(v, u)])
         else:
             raise ValueError(f"no constraint given for edge ({u!r}, {v!r})")
+        inequality.append(below)
         A.append(_finite(f"A for edge ({u!r}, {v!r})", np.atleast_2d(np.asarray(A_uv, dtype=np.float64))))
         b.append(_finite(f"b for edge ({u!r}, {v!r})", np.atleast_1d(np.asarray(b_uv, dtype=np.float64))))
     shapes = {a.shape for a in A}
@@ -93,7 +101,21 @@ def _edge_matrices(graph, constraints, dim):
     m = A[0].shape[0]
     if any(v.shape != (m,) for v in b):
         raise ValueError(f"every b_ij must have shape ({m},), matching A_ij's {m} rows")
-    return torch.from_numpy(np.stack(A)), torch.from_numpy(np.stack(b))
+    mask = torch.tensor(inequality) if any(inequality) else None
+    return torch.from_numpy(np.stack(A)), torch.from_numpy(np.stack(b)), mask
+
+
+def _entry(key, entry):
+    """(A_ij, A_ji, b_ij, is_inequality) from (A_ij, A_ji, b_ij), (..., "==") or (..., "<=")."""
+    size = len(entry) if isinstance(entry, (tuple, list)) else None
+    if size == 3:
+        return (*entry, False)
+    if size == 4 and isinstance(entry[3], str) and entry[3] in ("==", "<="):
+        return (*entry[:3], entry[3] == "<=")
+    got = f"relation {entry[3]!r}" if size == 4 else f"{size}-tuple" if size else type(entry).__name__
+    hint = " (write >= as (-A_ij, -A_ji, -b_ij, '<='))" if size == 4 and entry[3] == ">=" else ""
+    raise ValueError(f"the constraint of edge {key!r} must be (A_ij, A_ji, b_ij) or (A_ij, A_ji, b_ij, '<='), "
+                     f"got a {got}{hint}")
 
 
 def _finite(name, array):

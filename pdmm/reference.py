@@ -6,7 +6,7 @@ def reference(problem, solver="CLARABEL", **solver_options):
     """argmin sum_i f_i(x_i) s.t. the edge constraints, solved centrally: (n, d), or (B, n, d) if batched.
 
     Consensus problems use one shared variable x (x_i = x for every node); general edge
-    constraints use X in R^{n x d} with A_ij x_i + A_ji x_j = b_ij for every edge.
+    constraints use X in R^{n x d} with A_ij x_i + A_ji x_j = b_ij (or <= b_ij) for every edge.
     """
     import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
@@ -23,8 +23,10 @@ def reference(problem, solver="CLARABEL", **solver_options):
             xs = [X[i] for i in range(n)]
             A, rhs = (t.numpy() for t in problem.edge_matrices)
             src, dst, rev = (t.tolist() for t in (graph.src, graph.dst, graph.rev))
-            constraints = [A[e] @ xs[src[e]] + A[rev[e]] @ xs[dst[e]] == rhs[e]
-                           for e in range(len(src)) if src[e] < dst[e]]
+            below = [False] * len(src) if problem.inequality is None else problem.inequality.tolist()
+            lhs = [(A[e] @ xs[src[e]] + A[rev[e]] @ xs[dst[e]], rhs[e], below[e])
+                   for e in range(len(src)) if src[e] < dst[e]]
+            constraints = [left <= right if inequality else left == right for left, right, inequality in lhs]
         task = cp.Problem(cp.Minimize(problem.local.cvxpy_value(xs, b)), constraints)
         task.solve(solver=solver, **options)
         if task.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):

@@ -51,7 +51,8 @@ class DivergenceError(RuntimeError):
 
 
 def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
-          dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, **method_params):
+          dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
+          **method_params):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
@@ -68,6 +69,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     network, 64 bits per float64 number); with network privacy, "privacy_x" and
     "privacy_messages" are the relative distances of x_i and of what the messages carry from
     argmin f_i (pdmm.network.privacy_gaps).
+    target: also stop (converged) once every instance's reference error is <= target (needs reference).
     Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations
     completed so far, with result.interrupted = True, instead of raising.
     """
@@ -82,6 +84,9 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     tol = DEFAULT_TOL[dtype] if tol is None else tol
     if not (_is_real(tol) and tol >= 0):
         raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    if target is not None and not (_is_real(target) and target > 0 and reference is not None):
+        raise ValueError(f"target must be a number > 0 and needs a reference, got target={target!r}, "
+                         f"reference={'None' if reference is None else 'given'}")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
     if network is not None and not isinstance(network, Network):
@@ -132,7 +137,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
                 bar.update()
                 if k % 20 == 0:
                     bar.set_postfix(residual=f"{row['residual'].max():.2e}")
-                if bool((row["residual"] <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()):
+                if bool((row["residual"] <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()) \
+                        or (target is not None and bool((row["error"] <= target).all())):
                     converged = True
                     break
         except KeyboardInterrupt:

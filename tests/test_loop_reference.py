@@ -60,15 +60,16 @@ def loop_pdmm_lambda(G, P, q, edges, rho, x0, iterations):
     return out
 
 
-def loop_pdmm_z(G, P, q, edges, rho, theta, iterations):
+def loop_pdmm_z(G, P, q, edges, rho, theta, iterations, schedule=None):
     """PDMM, z-form with averaging theta, one node at a time, from x^0 = 0 and lambda^0 = 0.
 
     z_{i|j} = -lambda_{j|i} + rho A_ji x_j - rho b_ij / 2 (MATH.md 2) makes z^0 = -rho b / 2, not 0, when b != 0.
+    With a schedule, iteration k exchanges only on the edges of schedule[k % len(schedule)]; the others keep z.
     """
     A, b = edge_terms(edges)
     z = {e: -rho * b[e] / 2 for e in A}  # z[(i, j)] = z_{i|j}, held by node i
     out = []
-    for _ in range(iterations):
+    for k in range(iterations):
         x = {}
         for i in G:
             lhs, rhs = P[i].copy(), q[i].copy()
@@ -76,8 +77,10 @@ def loop_pdmm_z(G, P, q, edges, rho, theta, iterations):
                 lhs += rho * A[(i, j)].T @ A[(i, j)]
                 rhs += -A[(i, j)].T @ z[(i, j)] + rho * A[(i, j)].T @ b[(i, j)] / 2
             x[i] = np.linalg.solve(lhs, rhs)
+        up = None if schedule is None else {frozenset(e) for e in schedule[k % len(schedule)]}
         y = {(i, j): z[(i, j)] + 2 * rho * (A[(i, j)] @ x[i] - b[(i, j)] / 2) for (i, j) in A}
-        z = {(j, i): (1 - theta) * z[(j, i)] + theta * y[(i, j)] for (i, j) in A}
+        z = {(j, i): (1 - theta) * z[(j, i)] + theta * y[(i, j)] if up is None or frozenset((i, j)) in up
+             else z[(j, i)] for (i, j) in A}
         out.append(np.stack([x[i] for i in G]))
     return out
 

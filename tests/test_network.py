@@ -11,6 +11,8 @@ from bridge import UnrolledPDMM
 from experiments.cli import main
 from pdmm.methods import PDMM
 from pdmm.network import Channel, Network
+from pdmm.sweep import network_sweep, paired_interval
+from test_loop_reference import loop_pdmm_z
 from pdmm.synthetic import make_data, make_problem
 
 METHODS = [("pdmm", {}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]
@@ -58,29 +60,6 @@ def test_an_ideal_network_leaves_general_constraints_bit_for_bit(graph):
         assert np.array_equal(plain.x, ideal.x)
 
 
-def loop_pdmm_scheduled(G, P, q, edges, rho, theta, schedule, iterations):
-    """PDMM z-form node by node (MATH.md 2); at iteration k only the edges of schedule[k % len] carry messages."""
-    A, b = {}, {}
-    for (i, j), (A_ij, A_ji, b_ij) in edges.items():
-        A[(i, j)], A[(j, i)], b[(i, j)], b[(j, i)] = A_ij, A_ji, b_ij, b_ij
-    z = {e: -rho * b[e] / 2 for e in A}
-    out = []
-    for k in range(iterations):
-        x = {}
-        for i in G:
-            lhs, rhs = P[i].copy(), q[i].copy()
-            for j in G[i]:
-                lhs += rho * A[(i, j)].T @ A[(i, j)]
-                rhs += -A[(i, j)].T @ z[(i, j)] + rho * A[(i, j)].T @ b[(i, j)] / 2
-            x[i] = np.linalg.solve(lhs, rhs)
-        up = {frozenset(e) for e in schedule[k % len(schedule)]}
-        y = {(i, j): z[(i, j)] + 2 * rho * (A[(i, j)] @ x[i] - b[(i, j)] / 2) for (i, j) in A}
-        z = {(j, i): (1 - theta) * z[(j, i)] + theta * y[(i, j)] if frozenset((i, j)) in up else z[(j, i)]
-             for (i, j) in A}
-        out.append(np.stack([x[i] for i in G]))
-    return out
-
-
 @pytest.mark.parametrize("theta", [1.0, 0.5])
 def test_an_edge_schedule_matches_a_plain_loop(theta):
     G = pdmm.topology("small_world", n=8, seed=0, k=2, p=0.5)
@@ -88,7 +67,7 @@ def test_an_edge_schedule_matches_a_plain_loop(theta):
     listed = list(G.edges)
     schedule = [listed[::2], listed[1::3], [], listed]
     P, q = problem.local.P[:, 0].numpy(), problem.local.q[:, 0].numpy()
-    expected = loop_pdmm_scheduled(G, P, q, edges, 0.7, theta, schedule, 9)
+    expected = loop_pdmm_z(G, P, q, edges, 0.7, theta, 9, schedule)
     for k in (1, 4, 9):
         result = pdmm.solve(problem, rho=0.7, theta=theta, max_iter=k, tol=0, network=Network(edge_up=schedule))
         np.testing.assert_allclose(result.x, expected[k - 1], rtol=1e-10, atol=1e-10)
@@ -291,3 +270,40 @@ def test_solve_command_names_a_bad_network_flag(tmp_path, capsys, flags, culprit
         main(["solve", "--no-progress", "--nodes", "10", *flags, "--out", str(tmp_path / "run")])
     assert exit.value.code == 2 and culprit in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_solve_stops_at_a_target_error_and_needs_a_reference(problems):
+    problem, x_star = problems["averaging"]
+    result = pdmm.solve(problem, reference=x_star, target=1e-4, tol=0)
+    assert result.converged and result.history["error"][-1].max() <= 1e-4 < result.history["error"][-2].max()
+    with pytest.raises(ValueError, match="needs a reference"):
+        pdmm.solve(problem, target=1e-4)
+
+
+def test_paired_interval_is_the_t_interval_of_the_differences():
+    mean, low, high = paired_interval([10, 12, 17], [9, 9, 9])  # differences 1, 3, 8: sd sqrt(13)
+    assert mean == pytest.approx(4) and high - mean == pytest.approx(4.302653 * np.sqrt(13 / 3), rel=1e-6)
+    assert paired_interval([1, None, 3], [1, 2, 3]) is None
+
+
+def test_network_sweep_counts_iterations_to_the_target_per_seed():
+    rows = network_sweep(axes={"drop": (0.3,), "bits": (4,)}, seeds=(0, 1), n=15, dim=1, max_iter=400)
+    by = {(row["axis"], row["method"]): row["iterations"] for row in rows}
+    assert [row["axis"] for row in rows] == [None] * 3 + ["drop"] * 3 + ["bits"] * 3
+    assert by[("bits", "pdmm")] == [None, None]  # 4 bits: an error floor far above 1e-6
+    a = np.random.default_rng(1).normal(size=(15, 1))
+    problem = pdmm.averaging(pdmm.topology("random_geometric", n=15, seed=1), a)
+    errors = pdmm.solve(problem, reference=np.tile(a.mean(0), (15, 1)), tol=0, max_iter=400,
+                        network=Network(drop=0.3, seed=1)).history["error"]
+    assert by[("drop", "pdmm")][1] == int(np.argmax(errors <= 1e-6)) + 1  # the first iteration at the target
+
+
+def test_network_sweep_command_writes_its_section_and_figure(tmp_path):
+    results = tmp_path / "RESULTS.md"
+    assert main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "300", "--results", str(results)]) == 0
+    text = results.read_text()
+    assert "<!-- begin network-sweep" in text and "pdmm-bridge network-sweep" in text and "| 0.5 |" in text
+    assert (tmp_path / "figures" / "network_sweep.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit) as exit:  # a smaller run does not replace a larger one without --force
+        main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "100", "--results", str(results)])
+    assert exit.value.code == 2

@@ -14,6 +14,7 @@ import torch
 
 import pdmm
 
+from .consensus import GraphFamily
 from .fitting import adam_keep_best
 from .unrolled import UnrolledPDMM
 
@@ -29,10 +30,8 @@ class Family:
 
     def sample(self, rng):
         """(problem, x*) with x* the consensus solution, (B, n, d)."""
-        n = int(rng.integers(self.n_min, self.n_max + 1))
-        if self.topology in ("grid", "torus"):  # k x k: a prime n would make a 1 x n path
-            n = int(np.clip(round(np.sqrt(n)), np.ceil(np.sqrt(self.n_min)), np.floor(np.sqrt(self.n_max)))) ** 2
-        G = pdmm.topology(self.topology, n=n, seed=int(rng.integers(2**31)))
+        G = GraphFamily(self.topology, self.n_min, self.n_max).sample(rng)
+        n = G.number_of_nodes()
         a = 1.0 + rng.normal(size=(self.batch, n, self.dim))
         problem = pdmm.averaging(G, a)
         problem.batched = True  # keep the batch axis even for batch = 1

@@ -1,5 +1,5 @@
 """pdmm-bridge network-sweep: iterations to a target error against loss, wake probability and bits, written
-as section "network-sweep" of a Markdown file with its figure (the science is pdmm.sweep).
+as section "network-sweep" of a Markdown file with its figure (the computation is experiments/network_sweep.py).
 
     pdmm-bridge network-sweep                  # n = 100, 3 seeds: docs/RESULTS.md, docs/figures/network_sweep.png
 """
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pdmm.sweep import AXES, METHODS, network_sweep, paired_interval
+from .network_sweep import AXES, METHODS, network_sweep, paired_interval
 
 from .common import UsageError, positive
 from .results_doc import check_section, replace_section

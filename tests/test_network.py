@@ -9,11 +9,11 @@ import torch
 import pdmm
 from bridge import UnrolledPDMM
 from experiments.cli import main
+from experiments.network_sweep import network_sweep, paired_interval
 from pdmm.methods import PDMM
 from pdmm.network import Channel, Network
-from pdmm.sweep import network_sweep, paired_interval
-from test_loop_reference import loop_pdmm_z
 from pdmm.synthetic import make_data, make_problem
+from test_loop_reference import loop_pdmm_z
 
 METHODS = [("pdmm", {}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]
 

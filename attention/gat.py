@@ -10,8 +10,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kernels import edge_softmax
+from .kernels import sparse_setup
 from .mha import MultiHeadAttention
+from .sparse import edge_aggregate, edge_softmax
 
 NEGATIVE_SLOPE = 0.2
 
@@ -40,8 +41,8 @@ class GraphAttention(MultiHeadAttention):
         w = self.weights(q, k, graph)
         w = F.dropout(w, self.config.dropout, training=self.training and self.config.dropout > 0)
         if graph.kind == "graph" and graph.layout == "sparse":
-            edges = graph.edge_list(v.device, v.dtype)
-            return edges.aggregate(w.unsqueeze(-1) * edges.gather_neighbour(v.permute(2, 0, 1, 3))).permute(1, 2, 0, 3)
+            edges, block = sparse_setup(v, graph)
+            return edge_aggregate(w, v.permute(2, 0, 1, 3), edges, block).permute(1, 2, 0, 3)
         return w @ v
 
     def weights(self, q, k, graph):
@@ -49,9 +50,10 @@ class GraphAttention(MultiHeadAttention):
         e_dst = (q * self.att_dst.unsqueeze(1)).sum(-1)  # (B, nh, T): c_dst . W h_i
         e_src = (k * self.att_src.unsqueeze(1)).sum(-1)  # (B, nh, T): c_src . W h_j
         if graph.kind == "graph" and graph.layout == "sparse":
-            edges = graph.edge_list(q.device, q.dtype)
+            edges, block = sparse_setup(q, graph)
             e_dst, e_src = e_dst.permute(2, 0, 1), e_src.permute(2, 0, 1)  # token-major (T, B, nh)
-            return edge_softmax(F.leaky_relu(edges.gather(e_dst) + edges.gather_neighbour(e_src), NEGATIVE_SLOPE), edges)
+            scores = F.leaky_relu(edges.gather(e_dst) + edges.gather_neighbour(e_src), NEGATIVE_SLOPE)  # (E, B, nh)
+            return edge_softmax(scores, edges, block)
         scores = F.leaky_relu(e_dst.unsqueeze(-1) + e_src.unsqueeze(-2), NEGATIVE_SLOPE)  # (B, nh, T, T)
         if graph.kind == "causal":
             scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))

@@ -3,7 +3,8 @@
 Token i attends to token j iff (i, j) is an edge. Full attention is the complete graph, causal
 attention the graph with j <= i, and any other graph is held as an edge list. A graph runs in one
 of two layouts: "dense", a (T, T) boolean mask for scaled_dot_product_attention, or "sparse",
-gather / aggregate over the edge list with pdmm's `EdgeList` (memory grows with edges, not T^2).
+gather / aggregate over the edge list with pdmm's `EdgeList` in blocks of edges (attention.sparse;
+memory grows with edges, not T^2).
 """
 import networkx as nx
 import numpy as np
@@ -17,9 +18,10 @@ SPARSE_DENSITY = 1 / 8  # "auto" layout: sparse when at most this fraction of th
 class TokenGraph:
     """Who attends to whom among n tokens; build it with full / causal / window / from_networkx / from_edges."""
 
-    def __init__(self, n, kind, src=None, dst=None, layout="dense"):
+    def __init__(self, n, kind, src=None, dst=None, layout="dense", block=None):
         self.n, self.kind, self.layout = n, kind, layout
         self.src, self.dst = src, dst  # numpy int64 edge arrays sorted by (src, dst); None for full / causal
+        self.block = block  # sparse layout: edges per block, None automatic, 0 unblocked (attention.sparse)
         self._cache = {}
 
     @classmethod
@@ -113,9 +115,17 @@ class TokenGraph:
         """The same graph as a boolean mask (layout "dense")."""
         return TokenGraph(self.n, "graph", *self.edges(), layout="dense")
 
-    def sparse(self):
-        """The same graph as an edge list (layout "sparse")."""
-        return TokenGraph(self.n, "graph", *self.edges(), layout="sparse")
+    def sparse(self, block=None):
+        """The same graph as an edge list (layout "sparse"), run `block` edges at a time.
+
+        block=None picks the size (attention.sparse.block_size: about E / head size edges, so a
+        block's temporaries cost what the per-edge weights do); 0 runs the unblocked plain-autograd
+        path, which keeps (E, B, nh, hs) tensors for backward (about 6 kB per edge at d_model 256).
+        """
+        if block is not None and not (isinstance(block, (int, np.integer)) and not isinstance(block, bool) and block >= 0):
+            raise ValueError(f"block must be None (automatic) or an integer >= 0 (edges per block, 0 unblocked), "
+                             f"got {block!r}")
+        return TokenGraph(self.n, "graph", *self.edges(), layout="sparse", block=None if block is None else int(block))
 
     def mask(self, device="cpu"):
         """(T, T) bool, True where token i may attend to token j; cached per device."""
@@ -142,7 +152,8 @@ class TokenGraph:
         return self
 
     def __repr__(self):
-        return f"TokenGraph(n={self.n}, kind={self.kind!r}, edges={self.num_edges}, layout={self.layout!r})"
+        block = "" if self.block is None else f", block={self.block}"
+        return f"TokenGraph(n={self.n}, kind={self.kind!r}, edges={self.num_edges}, layout={self.layout!r}{block})"
 
 
 def _count(n):

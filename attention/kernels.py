@@ -3,12 +3,15 @@
 Each kernel turns scores into weights over the neighbours of every token and sums their values:
 head_i = sum_{j in N(i)} w_ij v_j. Softmax on full, causal and dense-mask graphs goes through
 scaled_dot_product_attention, linear attention through prefix sums (causal), one product (full) or
-the masked weights (dense); on sparse graphs both run as gather / aggregate over the edge list.
+the masked weights (dense); on sparse graphs both run as scores / softmax / aggregate over the
+edge list in blocks of edges (attention.sparse), holding O(T d + E nh) memory, not O(E d).
 """
 import math
 
 import torch
 import torch.nn.functional as F
+
+from .sparse import block_size, edge_aggregate, edge_scores, edge_softmax
 
 
 def softmax_attention(q, k, v, graph, dropout_p=0.0, scale=None):
@@ -20,18 +23,19 @@ def softmax_attention(q, k, v, graph, dropout_p=0.0, scale=None):
     if graph.layout == "dense":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=graph.mask(q.device), dropout_p=dropout_p,
                                               scale=scale)
-    edges = graph.edge_list(q.device, q.dtype)
+    edges, block = sparse_setup(q, graph)
     q, k, v = (t.permute(2, 0, 1, 3) for t in (q, k, v))  # token-major (T, B, nh, hs), as the edge list wants
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (edges.gather(q) * edges.gather_neighbour(k)).sum(-1) * scale  # (E, B, nh)
-    w = F.dropout(edge_softmax(scores, edges), dropout_p, training=dropout_p > 0)
-    return edges.aggregate(w.unsqueeze(-1) * edges.gather_neighbour(v)).permute(1, 2, 0, 3)
+    w = edge_softmax(edge_scores(q, k, edges, scale, block), edges, block)  # (E, B, nh)
+    w = F.dropout(w, dropout_p, training=dropout_p > 0)
+    return edge_aggregate(w, v, edges, block).permute(1, 2, 0, 3)
 
 
-def edge_softmax(scores, edges):
-    """Softmax of per-edge scores (E, ...) over the edges of each attending token."""
-    w = (scores - edges.gather(edges.aggregate_max(scores.detach()))).exp()
-    return w / edges.gather(edges.aggregate(w))
+def sparse_setup(q, graph):
+    """The graph's EdgeList for q's device and dtype, and the edges per block for q's (B, nh, T, hs) shape."""
+    edges = graph.edge_list(q.device, q.dtype)
+    B, nh, _, hs = q.shape
+    return edges, block_size(graph.block, edges, (B, nh, hs))
 
 
 def feature_map(x):
@@ -59,10 +63,10 @@ def linear_attention(q, k, v, graph, chunk=64):
     if graph.layout == "dense":
         w = (q @ k.transpose(-2, -1)) * graph.mask(q.device)  # (B, nh, T, T)
         return (w @ v) / positive(w.sum(-1, keepdim=True))
-    edges = graph.edge_list(q.device, q.dtype)
+    edges, block = sparse_setup(q, graph)
     q, k, v = (t.permute(2, 0, 1, 3) for t in (q, k, v))
-    w = (edges.gather(q) * edges.gather_neighbour(k)).sum(-1)  # (E, B, nh)
-    heads = edges.aggregate(w.unsqueeze(-1) * edges.gather_neighbour(v)) / positive(edges.aggregate(w).unsqueeze(-1))
+    w = edge_scores(q, k, edges, 1.0, block)  # (E, B, nh)
+    heads = edge_aggregate(w, v, edges, block) / positive(edges.aggregate(w).unsqueeze(-1))
     return heads.permute(1, 2, 0, 3)
 
 
@@ -85,9 +89,9 @@ def softmax_entropy(q, k, graph, scale=None):
     """Mean entropy (nats) of each head's softmax rows, (nh,): a probe statistic, computed explicitly."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     if graph.kind == "graph" and graph.layout == "sparse":
-        edges = graph.edge_list(q.device, q.dtype)
+        edges, block = sparse_setup(q, graph)
         q, k = (t.permute(2, 0, 1, 3) for t in (q, k))
-        w = edge_softmax((edges.gather(q) * edges.gather_neighbour(k)).sum(-1) * scale, edges)  # (E, B, nh)
+        w = edge_softmax(edge_scores(q, k, edges, scale, block), edges, block)  # (E, B, nh)
         return -edges.aggregate(w * w.clamp_min(1e-30).log()).mean((0, 1))
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
     if graph.kind != "full":

@@ -20,11 +20,27 @@ effects touch every row alike; --warmup untimed repeats come first. Targets (iss
 4-10 % on GPU).
 
 A second table runs standard softmax attention on a sparse token graph (a random 8-regular graph
-with self loops over --sparse-tokens tokens, batch 1) in both layouts: the dense (T, T) mask
-through scaled_dot_product_attention and the edge list through gather / aggregate.
+with self loops over --sparse-tokens tokens, batch 1) along --sparse-paths: "dense", the (T, T)
+mask through scaled_dot_product_attention; "unblocked", the edge list with plain autograd
+(graph.sparse(block=0), which keeps (E, B, nh, hs) tensors for backward); "blocked", the edge list
+in blocks of edges (graph.sparse(), automatic block size; attention.sparse). Each repeat runs every
+path twice in a row, paths in a rotated order, and times the second call, as a training loop
+repeats one path (in one kernel-only run the blocked path took 1.12x the unblocked one's time
+when run right after it, 0.98x when run after itself).
+
+    ms         median of one layer forward + backward (as above)
+    ratio      median over repeats of (this path's time / the unblocked path's in the same repeat)
+    layer      peak of the layer's forward + backward (as above), MB and per edge
+    kernel     peak of attention.kernels.softmax_attention alone, forward + backward, on q, k, v
+               leaves laid out as the layer's heads, per edge; "beyond" subtracts what any path must
+               hold, its output and the gradients of q, k and v (4 T d_model numbers)
+    saved      bytes of the distinct storages autograd keeps for backward during the kernel's forward
+               (torch.autograd.graph.saved_tensors_hooks), less q, k, v and the graph's index
+               tensors, per edge: deterministic, unlike the peaks
 
     python benchmarks/bench_attention.py [--device cpu] [--graph causal] [--batch 8] [--tokens 256]
         [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3] [--sparse-tokens 1024,4096]
+        [--sparse-paths dense,unblocked,blocked] [--no-variants]
 """
 import argparse
 import itertools
@@ -37,6 +53,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import attention
+from attention.kernels import softmax_attention
+from attention.sparse import block_size
 from experiments.common import tune_allocator
 from machine import cpu_model
 
@@ -97,11 +115,22 @@ def main():
     parser.add_argument("--allocator", choices=("tuned", "default"), default="tuned",
                         help="tuned: glibc keeps freed memory, as `pdmm-bridge` commands run (BENCHMARKS.md)")
     parser.add_argument("--sparse-tokens", default="1024,4096", help="token counts of the sparse-graph table")
+    parser.add_argument("--sparse-paths", default="dense,unblocked,blocked",
+                        help="rows of the sparse-graph table: any of dense, unblocked, blocked")
+    parser.add_argument("--no-variants", action="store_true", help="skip the residual / kernel table")
     args = parser.parse_args()
     tuned = args.allocator == "tuned" and tune_allocator()
     device = torch.device(args.device)
     load = os.getloadavg()[0]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
+          + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
+    if not args.no_variants:
+        variants_table(args, device, tuned, load)
+    sparse_table(args, device, tuned)
 
+
+def variants_table(args, device, tuned, load):
+    """Every residual and kernel on the causal or full token graph, against standard softmax."""
     B, T, C = args.batch, args.tokens, args.d_model
     graph = attention.TokenGraph.causal(T) if args.graph == "causal" else attention.TokenGraph.full(T)
     generator = torch.Generator().manual_seed(0)
@@ -132,8 +161,6 @@ def main():
         clear(layer)  # so that no call frees gradients left by an earlier one
     peaks = peak_bytes([lambda layer=layer: step(layer) for layer in layers], device)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
-          + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
     print(f"device {device}, float32, {args.graph} graph, B = {B}, T = {T}, d_model = {C}, {args.heads} heads, "
           f"median of {args.repeats} repeats after {args.warmup} warm-up, {'tuned' if tuned else 'default'} allocator, "
           f"load average {load:.2f} at start\n")
@@ -145,33 +172,80 @@ def main():
         met = "—" if target is None else ("yes" if ratio <= target else "no")
         print(f"| {residual} | {kernel} | {'yes' if symmetric else 'no'} | {1e3 * statistics.median(samples):.2f} "
               f"| {ratio:.3f} | {peak / 2**20:.1f} | {'—' if target is None else f'{target:.2f}'} | {met} |")
-    sparse_table(args, device)
 
 
-def sparse_table(args, device):
-    """Dense-mask vs edge-list layout of one sparse token graph, same layer and input."""
-    print("\n| tokens | edges | layout | ms (forward + backward) | peak MB |")
-    print("|---:|---:|---|---:|---:|")
+def sparse_table(args, device, tuned):
+    """Dense mask, unblocked and blocked edge list on one sparse token graph, same layer and input."""
+    paths = [p for p in args.sparse_paths.split(",") if p]
+    if not paths or set(paths) - {"dense", "unblocked", "blocked"}:
+        raise SystemExit(f"--sparse-paths takes dense, unblocked, blocked; got {args.sparse_paths!r}")
+    print(f"\nsparse graphs: device {device}, float32, B = 1, d_model = {args.d_model}, {args.heads} heads, "
+          f"median of {max(3, args.repeats // 3)} repeats after {args.warmup} warm-up, "
+          f"{'tuned' if tuned else 'default'} allocator, load average {os.getloadavg()[0]:.2f} at start\n")
+    print("| tokens | edges | path | block | ms (forward + backward) | ratio to unblocked | layer peak MB "
+          "| layer kB/edge | kernel kB/edge | kernel kB/edge beyond output and input grads | saved kB/edge |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    C, nh = args.d_model, args.heads
     for T in (int(t) for t in args.sparse_tokens.split(",") if t):
-        graph = attention.TokenGraph.from_networkx(nx.random_regular_graph(8, T, seed=0), layout="sparse")
+        regular = attention.TokenGraph.from_networkx(nx.random_regular_graph(8, T, seed=0), layout="sparse")
+        graphs = {"dense": regular.dense(), "unblocked": regular.sparse(block=0), "blocked": regular.sparse()}
         generator = torch.Generator().manual_seed(0)
-        x = torch.randn(1, T, args.d_model, generator=generator).to(device).requires_grad_()
-        g = torch.randn(1, T, args.d_model, generator=generator).to(device)
+        x = torch.randn(1, T, C, generator=generator).to(device).requires_grad_()
+        g = torch.randn(1, T, C, generator=generator).to(device)
+        q, k, v = (torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2).requires_grad_()
+                   for _ in range(3))  # leaves laid out as the layer's heads
+        g_heads = torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2)
         torch.manual_seed(0)
-        layer = attention.MultiHeadAttention(attention.AttentionConfig(args.d_model, args.heads)).to(device)
+        layer = attention.MultiHeadAttention(attention.AttentionConfig(C, nh)).to(device)
 
-        def step(graph=graph):
+        def clear():
             layer.zero_grad(set_to_none=True)
-            x.grad = None
+            x.grad = q.grad = k.grad = v.grad = None
+
+        def step(graph):
+            clear()
             layer(x, graph).backward(g)
 
-        for layout_graph in (graph.dense(), graph):
-            run = lambda: step(layout_graph)
-            for _ in range(args.warmup):
-                run()
-            ms = 1e3 * statistics.median(timed(run, device) for _ in range(max(3, args.repeats // 3)))
-            peak = peak_bytes([run], device)[0]
-            print(f"| {T} | {graph.num_edges:,} | {layout_graph.layout} | {ms:.2f} | {peak / 2**20:.1f} |")
+        def kernel(graph):
+            softmax_attention(q, k, v, graph).backward(g_heads)
+
+        times = {p: [] for p in paths}
+        for r in range(args.warmup + max(3, args.repeats // 3)):
+            for p in paths[r % len(paths):] + paths[:r % len(paths)]:
+                step(graphs[p])  # time the second of two calls: not right after another path's memory traffic
+                seconds = timed(lambda: step(graphs[p]), device)
+                if r >= args.warmup:
+                    times[p].append(seconds)
+        for p in paths:
+            graph = graphs[p]
+            clear()  # so that no measured call frees gradients left by an earlier one
+            layer_peak, kernel_peak = peak_bytes([lambda: layer(x, graph).backward(g), lambda: kernel(graph)], device)
+            kernel_saved = saved_bytes(lambda: softmax_attention(q, k, v, graph), [q, k, v], graph, device)
+            E, node = graph.num_edges, 4 * T * C * q.element_size()
+            ratio = (statistics.median(t / t0 for t, t0 in zip(times[p], times["unblocked"]))
+                     if "unblocked" in times else float("nan"))
+            block = "—" if p == "dense" else block_size(graph.block, graph.edge_list(device), (1, nh, C // nh))
+            print(f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
+                  f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
+                  f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |")
+
+
+def saved_bytes(fn, inputs, graph, device):
+    """Bytes of the distinct storages autograd saves for backward during fn(), less the inputs' and
+    the graph's index tensors' storages."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    owned = {t.untyped_storage().data_ptr() for t in inputs}
+    if graph.layout == "sparse":
+        edges = graph.edge_list(device)
+        owned |= {t.untyped_storage().data_ptr() for t in (edges.src, edges.dst)}
+    return sum(size for ptr, size in storages.items() if ptr not in owned)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ relabelled by a random permutation (built from arrays in a second, where network
 regular graph takes minutes at this size; its edge lookups are as scattered). For each effect,
 one iteration is `channel.draw()` (the iteration's random events) plus `PDMM.step` over the
 channel; *plain* is the bare step without a channel (what pdmm.solve runs without a network).
+Per-edge and per-node rows draw their probabilities once (seed 0) for the graph.
 Each repetition times every row in turn (K iterations each); the table reports medians over
 --repeats after one warm-up, and the ratio to plain. The allocator is tuned as pdmm-bridge does.
 
@@ -33,6 +34,11 @@ EFFECTS = {
     "wake = 0.9": Network(wake=0.9),
     "edge_up = 0.9": Network(edge_up=0.9),
     "drop, wake, edge_up together": Network(drop=0.1, wake=0.9, edge_up=0.9),
+    "drop per edge (uniform on [0, 0.2])":
+        lambda g: Network(drop=np.random.default_rng(0).uniform(0, 0.2, g.num_edges)),
+    "burst = (0.01, 0.1), drop = 0.01": Network(drop=0.01, burst=(0.01, 0.1)),
+    "wake per node (uniform on [0.8, 1])": lambda g: Network(wake=np.random.default_rng(0).uniform(0.8, 1, g.n)),
+    "wake = one": Network(wake="one"),
     "bits = 8, given range": Network(bits=8, limit=10.0),
     "bits = 8, adaptive range": Network(bits=8),
     "bits = 8, subtractive dither": Network(bits=8, dither=True),
@@ -58,6 +64,7 @@ def runner(graph, d, network, device):
     """A zero-argument function doing one iteration (draw + step) over `network` (None: the bare step)."""
     a = torch.randn(graph.n, 1, d, dtype=torch.float64, device=device)
     local = Quadratic(torch.ones(graph.n, 1, dtype=torch.float64, device=device), a, y=a)
+    network = network(graph) if callable(network) else network
     channel = None if network is None else Channel(network, graph, 1, d, torch.float64)
     algorithm = PDMM(graph, local, Consensus(graph), 1.0, channel=channel)
     state = {"s": algorithm.init(torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device))}

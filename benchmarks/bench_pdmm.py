@@ -1,25 +1,39 @@
-"""Cost of one PDMM iteration on 4-regular random graphs, against the cost of copying its state.
+"""What one pdmm.solve iteration costs against its bare step, a naive torch loop and the memory it must move.
 
-For E directed edges (n = E / 4 nodes, pdmm.topology("random_regular", degree=4)) and x_i in R^d,
-plain PDMM (theta = 1) on pdmm.averaging(G, a) with consensus constraints, one instance (B = 1):
+Plain PDMM (theta = 1) on pdmm.averaging(G, a), consensus constraints, float64, one instance
+(B = 1), for E directed edges on two graph families: random 4-regular graphs (n = E / 4,
+pdmm.topology("random_regular", degree=4)) and random geometric graphs (radius chosen for an
+average degree of 2 ln n, pdmm.topology("random_geometric", radius=...); E is then near the
+size asked for). Per graph and dimension d, milliseconds per iteration of:
 
-    step    ms per bare `PDMM.step` (the three phases: aggregate, fuse, exchange)
-    solve   ms per iteration of `pdmm.solve(problem, max_iter=K, tol=0)` (adds residual, objective, checks),
-            from Result.seconds, which excludes compiling the problem and initialising the state
-    copy    ms to copy E*d + 2*n*d values (edge state z, node state x, node data a: the least an
-            iteration must read and write) into a preallocated tensor
-    ratio   copy / step: 1 would mean an iteration runs at copy speed (target: >= 0.3 at 10^6 edges)
+    naive   the four-line loop below (MATH.md 2, worked case): the baseline every row is divided by
+    step    a bare `PDMM.step` (pdmm.methods: aggregate, fuse, exchange)
+    solve   `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults (history of residual,
+            objective, messages, bits every iteration; stopping test every 10), from Result.seconds
+    lean    the same with history=(): the stopping test and the divergence test only
+    copy    `copy_` of E d + 2 n d float64 values (edge state, node state, node data)
 
-Each repetition times K steps, K copies and one K-iteration solve in turn, so all three see the same
-machine state; the table reports the median over --repeats after one warm-up repetition. Graph
-building is not timed. Every size is run twice in the same process: first with glibc's default
-allocator settings (what a plain `import pdmm` gets), then after experiments.common.tune_allocator()
-(what the pdmm-bridge command line uses), and, at the largest size, with the step under
-torch.compile (pdmm.solve(..., compile=True)).
+and the step's ns per directed edge (= ms per 10^6 edges), the bytes an iteration must move per
+directed edge at least (16 d + 8: z read and written once, one int64 reverse-edge index; node
+terms left out) and the bandwidth that means at the step's speed.
 
-    python benchmarks/bench_pdmm.py [--device cuda] [--sizes 10000 100000 1000000] [--dims 1 16] [--repeats 7]
+    for _ in range(K):                                           # z: (E, B, d), unsigned z_{i|j}
+        u = torch.zeros_like(x).index_add_(0, src, s * z)        # sum_j s_ij z_{i|j}
+        x = (a - u) / (1 + rho * degree)                         # x_i^{k+1}
+        z = (z + 2 * rho * s * x[src])[rev]                      # z_{j|i}^{k+1} = y_{i|j}
+
+Each repetition times K iterations of every variant in turn, so all see the same machine state;
+the table reports the median over --repeats after one warm-up repetition. Graph building is not
+timed. First, at the largest size and dimension, the step runs with glibc's default allocator and
+then after pdmm.tune_allocator() (which pdmm.solve applies on such runs), beside a step that
+writes into preallocated buffers (`out=`), to show whether buffers would make the setting moot.
+--compile adds the step under torch.compile at the largest size.
+
+    python benchmarks/bench_pdmm.py [--device cuda] [--sizes 10000 100000 1000000] [--dims 1 16]
+                                    [--graphs random_regular random_geometric] [--repeats 5] [--quick]
 """
 import argparse
+import math
 import os
 import statistics
 
@@ -27,70 +41,176 @@ import numpy as np
 import torch
 
 import pdmm
-from experiments.common import tune_allocator
 from machine import cpu_model, timed
+
+GRAPHS = ("random_regular", "random_geometric")
+
+
+def build(kind, E, seed=0):
+    """A connected graph of `kind` with about E directed edges."""
+    if kind == "random_regular":
+        if E % 4:
+            raise ValueError(f"a 4-regular graph has E = 4 n directed edges; {E} is not a multiple of 4")
+        return pdmm.topology("random_regular", n=E // 4, seed=seed, degree=4)
+    n = 16
+    while n * 2 * math.log(n) < E:  # average degree 2 ln n (connected with high probability)
+        n = int(n * 1.05) + 1
+    radius = math.sqrt(2 * math.log(n) / (math.pi * n))
+    return pdmm.topology("random_geometric", n=n, seed=seed, radius=radius)
+
+
+class Naive:
+    """The four-line PDMM loop of the module docstring, on index tensors and nothing else."""
+
+    def __init__(self, graph, a, rho=1.0):
+        self.src, self.rev, self.rho = graph.src, graph.rev, rho
+        self.s = graph.sign.view(-1, 1, 1)
+        self.a, self.denominator = a, (1 + rho * graph.degree.to(a.dtype)).view(-1, 1, 1)
+        self.x, self.z = torch.zeros_like(a), a.new_zeros(len(graph.src), *a.shape[1:])
+
+    def step(self):
+        u = torch.zeros_like(self.x).index_add_(0, self.src, self.s * self.z)
+        self.x = (self.a - u) / self.denominator
+        self.z = (self.z + 2 * self.rho * self.s * self.x[self.src])[self.rev]
+
+
+class Buffered:
+    """PDMM.step on a regular graph for averaging, written into buffers allocated once (no autograd)."""
+
+    def __init__(self, graph, local, rho=1.0):
+        n, degree = graph.n, int(graph.degree[0])
+        B, d = local.shape[1:]
+        self.rev, self.rho, self.shape = graph.rev, rho, (n, degree, B, d)
+        self.q, self.denominator = local.q, (local.P + rho * degree).unsqueeze(-1)
+        self.w, self.y = (torch.zeros(n * degree, B, d, dtype=local.q.dtype, device=local.q.device) for _ in "wy")
+        self.u, self.x = torch.empty_like(self.q), torch.empty_like(self.q)
+
+    def step(self):
+        torch.sum(self.w.view(self.shape), 1, out=self.u)                       # aggregate
+        torch.div(torch.sub(self.q, self.u, out=self.x), self.denominator, out=self.x)  # fuse
+        torch.sub((-2 * self.rho * self.x).unsqueeze(1), self.w.view(self.shape), out=self.y.view(self.shape))
+        flat = self.y.view(-1) if self.y[0].numel() == 1 else self.y                # exchange
+        torch.index_select(flat, 0, self.rev, out=self.w.view(flat.shape))
+
+
+def setup(G, d, device):
+    n = G.number_of_nodes()
+    problem = pdmm.averaging(G, np.random.default_rng(0).standard_normal((n, d)))
+    graph, local, edges = problem.compile(device, torch.float64)
+    return problem, graph, local, edges
+
+
+def iterations(E, d):
+    """Iterations per sample: a multiple of 10 (solve's test interval), >= 20, about 2 10^7 edge-values."""
+    return 10 * max(2, 2 * 10**6 // (E * d))
 
 
 def bench(G, d, device, repeats, compiled=False):
-    """(ms per step, ms per solve iteration, ms per copy) medians for one graph and dimension."""
-    n, E = G.number_of_nodes(), 2 * G.number_of_edges()
-    a = np.random.default_rng(0).standard_normal((n, d))
-    problem = pdmm.averaging(G, a)
-    graph, local, edges = problem.compile(device, torch.float64)
+    """Medians (ms per iteration) of naive, step, solve, lean solve and copy for one graph and dimension."""
+    problem, graph, local, edges = setup(G, d, device)
     algo = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
     algo_step = torch.compile(algo.step) if compiled else algo.step
-    state = {"s": algo.init(torch.zeros(n, 1, d, dtype=torch.float64, device=device))}
+    state = {"s": algo.init(torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device))}
+    naive = Naive(graph, local.q)
+    n, E = graph.n, graph.num_edges
     source = torch.randn(E * d + 2 * n * d, dtype=torch.float64, device=device)
     target = torch.empty_like(source)
-    k = max(5, 2 * 10**7 // (E * d))  # iterations per sample: 10^4 edges x d=1 -> 2000, 10^6 x 16 -> 5
+    k = iterations(E, d)
+
+    for _ in range(3):  # the naive loop computes the same iterates as the step
+        state["s"] = algo.step(state["s"])
+        naive.step()
+    assert torch.allclose(state["s"]["x"], naive.x, rtol=1e-9, atol=1e-12), "the naive loop is not PDMM"
 
     def step():
         state["s"] = algo_step(state["s"])
 
-    def solve():
-        if compiled:  # the solve loop adds the same eager residual / objective work either way
+    def solve(**options):
+        if compiled:  # the solve loop adds the same eager bookkeeping either way
             return float("nan")
-        result = pdmm.solve(problem, max_iter=k, tol=0, device=device)
+        result = pdmm.solve(problem, max_iter=k, tol=0, device=device, compile=False, **options)
         assert result.iterations == k, f"solve stopped after {result.iterations} of {k} iterations"
         return result.seconds / k
 
     samples = []
     for _ in range(repeats + 1):  # the first repetition is the warm-up
-        samples.append((timed(step, k, device), solve(), timed(lambda: target.copy_(source), k, device)))
+        samples.append((timed(naive.step, k, device), timed(step, k, device), solve(), solve(history=()),
+                        timed(lambda: target.copy_(source), k, device)))
     return [1e3 * statistics.median(column) for column in zip(*samples[1:])]
 
 
+def allocator_rows(G, d, device, repeats):
+    """Step and buffered step with glibc's default allocator, then after pdmm.tune_allocator()."""
+    problem, graph, local, edges = setup(G, d, device)
+    if bool((graph.degree != graph.degree[0]).any()):
+        raise ValueError("the allocator comparison needs a regular graph")
+    algo = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
+    buffered = Buffered(graph, local)
+    state = {"s": algo.init(torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device))}
+    for _ in range(3):
+        state["s"] = algo.step(state["s"])
+        buffered.step()
+    assert torch.allclose(state["s"]["x"], buffered.x, rtol=1e-9, atol=1e-12), "the buffered step is not PDMM"
+    k = iterations(graph.num_edges, d)
+
+    def step():
+        state["s"] = algo.step(state["s"])
+
+    rows = []
+    for allocator in ("default", "tuned"):
+        if allocator == "tuned" and not pdmm.tune_allocator():
+            print("(no glibc: the tuned rows use the default allocator)")
+        samples = [(timed(step, k, device), timed(buffered.step, k, device)) for _ in range(repeats + 1)]
+        rows.append((allocator, *[1e3 * statistics.median(column) for column in zip(*samples[1:])]))
+    return rows
+
+
+@torch.no_grad()  # as in pdmm.solve
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6], help="directed edges E")
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=GRAPHS)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile", action="store_true", help="add compiled-step rows at the largest size")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 10^4 and 4 10^4 edges, 1 repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.repeats = [10**4, 4 * 10**4], 1
     device = torch.device(args.device)
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
           + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
     print(f"device {device}, float64, B = 1, median of {args.repeats} repetitions, "
           f"load average {os.getloadavg()[0]:.2f} at start\n")
-    print("| allocator | step | directed edges | n | d | ms/iteration (step) | ms/iteration (solve loop) "
-          "| ms per 10^6 edges (step) | copy ms | copy/iteration ratio |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    graphs = {}
-    for E in args.sizes:
-        if E % 4:
-            raise ValueError(f"a 4-regular graph has E = 4 n directed edges; {E} is not a multiple of 4")
-        graphs[E] = pdmm.topology("random_regular", n=E // 4, seed=0, degree=4)
-    runs = [("default", False, args.sizes), ("tuned", False, args.sizes), ("tuned", True, args.sizes[-1:])]
-    for allocator, compiled, sizes in runs:
-        if allocator == "tuned" and not tune_allocator():
-            print("(no glibc: the tuned rows use the default allocator)")
-        for E in sizes:
+    graphs = {(kind, E): build(kind, E) for kind in args.graphs for E in args.sizes}
+
+    if device.type == "cpu" and "random_regular" in args.graphs:
+        E, d = max(args.sizes), max(args.dims)
+        print(f"Allocator, random_regular, {E:,} directed edges, d = {d} (ms per iteration):\n")
+        print("| allocator | step | step into preallocated buffers |\n|---|---:|---:|")
+        for allocator, step_ms, buffered_ms in allocator_rows(graphs["random_regular", E], d, device, args.repeats):
+            print(f"| {allocator} | {step_ms:.3f} | {buffered_ms:.3f} |", flush=True)
+        print()
+
+    print("| graph | step | directed edges | n | d | naive ms | step ms | solve ms | lean solve ms | step/naive "
+          "| solve/naive | solve/step | lean/step | step ns/edge | bytes/edge (bound) | GB/s at bound | copy ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    runs = [(False, args.sizes)] + ([(True, args.sizes[-1:])] if args.compile else [])
+    for compiled, sizes in runs:
+        for (kind, E), G in graphs.items():
+            if E not in sizes:
+                continue
             for d in args.dims:
-                step_ms, solve_ms, copy_ms = bench(graphs[E], d, device, args.repeats, compiled)
-                print(f"| {allocator} | {'compiled' if compiled else 'eager'} | {E:,} | {E // 4:,} | {d} "
-                      f"| {step_ms:.3f} | {solve_ms:.3f} | {step_ms / (E / 1e6):.2f} | {copy_ms:.3f} "
-                      f"| {copy_ms / step_ms:.3f} |", flush=True)
+                naive_ms, step_ms, solve_ms, lean_ms, copy_ms = bench(G, d, device, args.repeats, compiled)
+                edges, n = 2 * G.number_of_edges(), G.number_of_nodes()
+                bound = 16 * d + 8
+                print(f"| {kind} | {'compiled' if compiled else 'eager'} | {edges:,} | {n:,} | {d} | {naive_ms:.3f} "
+                      f"| {step_ms:.3f} | {solve_ms:.3f} | {lean_ms:.3f} | {step_ms / naive_ms:.2f} "
+                      f"| {solve_ms / naive_ms:.2f} | {solve_ms / step_ms:.2f} | {lean_ms / step_ms:.2f} "
+                      f"| {1e6 * step_ms / edges:.2f} | {bound} | {bound * edges / step_ms / 1e6:.2f} "
+                      f"| {copy_ms:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """Pieces every pdmm-bridge command shares: the usage error, argument types, graphs, the version."""
 import argparse
 import contextlib
-import ctypes
 import math
 import os
 from importlib.metadata import PackageNotFoundError, version
@@ -91,20 +90,7 @@ def check_new_file(path, force=False):
     return path
 
 
-def tune_allocator():
-    """Make glibc keep freed memory for reuse instead of returning it to the OS.
-
-    Large graphs allocate edge tensors of many MB every iteration; by default glibc maps each
-    one fresh and pays a page fault per 4 kB (2-3x slower iterations at 10^6 edges, d = 16,
-    BENCHMARKS.md). Sets M_MMAP_MAX = 0 and M_TRIM_THRESHOLD = 2 GB for this process.
-    Returns False where there is no glibc.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
+tune_allocator = pdmm.tune_allocator  # moved to pdmm (pdmm.solve applies it on large runs); kept importable here
 
 
 def package_version():

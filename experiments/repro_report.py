@@ -201,6 +201,7 @@ class ClaimTest:
     favours: bool   # whether the mean points the claim's way
     notes: list = field(default_factory=list)
     early: str = ""  # early_training's note
+    outcome: str = ""  # replaces the verdict when no test can decide (no run reached the threshold)
 
 
 def lower_better(metric):
@@ -282,9 +283,11 @@ def comparison_tests(claim, runs, keys):
         notes = ([f"{unequal} pair(s) left out: not the same full step budget"] if unequal else []) + (
             [f"{censored} run(s) never reached the threshold, counted at the budget"] if censored else [])
         quantity = f"{_quantity(claim)}, {label(claim['variant'])} − {label(claim['than'])}"
+        never = bool(values) and censored == 2 * len(values)
+        outcome = f"neither reached {claim['metric']} {claim['threshold']:g} within the budget" if never else ""
         tests.append(ClaimTest(claim_text(claim), condition, quantity, test,
                                bool(test["mean"] < 0 if lower else test["mean"] > 0), notes,
-                               early_training(claim, members)))
+                               early_training(claim, members), outcome))
     return tests
 
 
@@ -335,15 +338,16 @@ def verdict_lines(spec, runs):
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows, notes = [], []
     for test, p in zip(tests, adjusted):
-        text = verdict(test.test, p, test.favours) if test.test["n"] else "no paired runs"
+        text = test.outcome or (verdict(test.test, p, test.favours) if test.test["n"] else "no paired runs")
         if test.early:
             text += f" ({test.early})"
-        cells = [test.claim, test.condition or "—", test.quantity, format_interval(test.test),
+        difference = "—" if test.outcome else format_interval(test.test)
+        cells = [test.claim, test.condition or "—", test.quantity, difference,
                  format_p(test.test["p"]), format_p(p), str(test.test["n"]), f"**{text}**"]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         notes += [f"- {test.claim}{f' ({test.condition})' if test.condition else ''}: {note}." for note in test.notes]
         rows.append({"claim": test.claim, "condition": test.condition, "result": f"{test.quantity}: "
-                     f"{format_interval(test.test)}", "verdict": text, "p": format_p(p), "n": test.test["n"]})
+                     f"{difference}", "verdict": text, "p": format_p(p), "n": test.test["n"]})
     return lines + (["", *notes] if notes else []) + ["", f"<!-- claims {json.dumps(rows)} -->"]
 
 
@@ -361,6 +365,19 @@ def budget_line(runs):
         "shown, are read off the evaluations)."
 
 
+def wall_lines(runs):
+    """One sentence on the section's training time (summed wall_seconds of its finished runs, and the longest
+    run), and a comment the summary section reads to total all reproductions."""
+    timed = [run for run in runs if run.finished and run.summary.get("wall_seconds") is not None]
+    if not timed:
+        return []
+    total = sum(run.summary["wall_seconds"] for run in timed)
+    longest = max(timed, key=lambda run: run.summary["wall_seconds"])
+    return ["", f"Wall time: {total / 60:.0f} min of training summed over {len(timed)} runs (one thread each; "
+            f"evaluation included); the longest run took {longest.summary['wall_seconds'] / 60:.1f} min "
+            f"({longest.path.name}).", f"<!-- wall {json.dumps({'minutes': round(total / 60, 1), 'runs': len(timed)})} -->"]
+
+
 def summary_lines(results):
     """The "what reproduces at laptop scale" table from the claims comments of every repro section in `results`."""
     text = Path(results).read_text()
@@ -370,12 +387,22 @@ def summary_lines(results):
              "| section | claim | condition | our result | verdict | Holm p | seeds |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     pattern = re.compile(r"<!-- begin (repro-[\w.-]+)[^\n]*-->\n## ([^\n]*)\n(.*?)<!-- end \1 -->", re.S)
+    walls = {}
     for name, title, body in pattern.findall(text):
+        for found in re.findall(r"<!-- wall (\{.*?\}) -->", body):
+            walls[title] = json.loads(found)
         for found in re.findall(r"<!-- claims (\[.*?\]) -->", body):
             for row in json.loads(found):
                 cells = [title, row["claim"], row["condition"] or "—", row["result"], row["verdict"], row["p"],
                          str(row["n"])]
                 lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    if walls:
+        ranked = sorted(walls.items(), key=lambda item: -item[1]["minutes"])
+        total = sum(wall["minutes"] for wall in walls.values())
+        lines += ["", f"Training time of the {len(walls)} reproductions: {total:.0f} min ({total / 60:.1f} h) summed over "
+                  f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, {total / 120:.1f} h of wall "
+                  "time as two sweeps side by side on this 2-core machine; longest: "
+                  + "; ".join(f"{title} {wall['minutes']:.0f} min" for title, wall in ranked[:3]) + "."]
     return lines
 
 
@@ -588,7 +615,7 @@ def extra_sections(path, spec, groups, runs):
     """(Markdown lines, [figure file names]) for the [report] table's options, figures saved in `path`."""
     lines, figures = [], []
     baseline, metrics, keys = spec.get("baseline"), spec.get("metrics", []), variant_keys(spec, runs)
-    lines += ["", budget_line(runs)]
+    lines += ["", budget_line(runs), *wall_lines(runs)]
     if baseline:
         table = baseline_table(groups, runs, baseline, metrics, keys)
         if table:

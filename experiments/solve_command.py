@@ -4,6 +4,7 @@
     pdmm-bridge solve --compare pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe --out runs/four
 
     pdmm-bridge solve --compare pdmm,pdmm:theta=0.5,admm --drop 0.2 --wake 0.8 --bits 12 --dither --out runs/lossy
+    pdmm-bridge solve --method pdmm:theta=0.5 --burst 0.05,0.3 --wake one --out runs/bursty
 
 A method spec is METHOD[:KEY=VALUE...] with KEY rho or one of the method's parameters (theta,
 eta); each spec is one run, labelled by the spec as written, and --rho / --theta / --eta are
@@ -12,8 +13,9 @@ the values of the runs that do not set their own.
 --out (refused when it exists and is not empty, unless --force) receives config.json (resolved
 arguments, version, graph size, per-run summary), history.csv (method label, iteration,
 residual, objective, error), result.npz (x_<label>, and x_star with a reference) and
-convergence.png. --drop, --wake, --edge-up, --bits (with --dither, --limit) and --privacy run
-every method over the same simulated network (pdmm.Network, seeded by --seed); history.csv
+convergence.png. --drop, --burst, --wake, --edge-up, --bits (with --dither, --limit) and --privacy
+run every method over the same simulated network (pdmm.Network, seeded by --seed; per-edge loss
+and per-node wake probabilities are Python-only: pdmm.Network(drop=..., wake=...)); history.csv
 then also holds the cumulative messages delivered and bits sent (and, with --privacy, the
 privacy measures), and `pdmm-bridge plot --x bits` draws against them. For batched runs
 (--batch B) history.csv and the plot hold the mean over the B instances, while config.json and
@@ -98,6 +100,26 @@ def _eta(text):
         raise argparse.ArgumentTypeError(f"must be 'L', 'safe' or a number > 0, got {text!r}") from None
 
 
+def _wake(text):
+    """--wake: a number, or "one" (one node awake per iteration); the range is pdmm.Network's to check."""
+    if text.strip() == "one":
+        return "one"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a probability or 'one', got {text!r}") from None
+
+
+def _pair(text):
+    """--burst "0.05,0.3" -> (0.05, 0.3); the ranges are pdmm.Network's to check."""
+    try:
+        p_gb, p_bg = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected P_GB,P_BG, two probabilities separated by a comma, got "
+                                         f"{text!r}") from None
+    return p_gb, p_bg
+
+
 def add_parser(subparsers):
     p = subparsers.add_parser("solve", help="solve one problem with one or several methods",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,9 +165,14 @@ def add_parser(subparsers):
                         "iterates")
     solver.add_argument("--seed", type=int, default=0, help="seed for the graph, the synthetic data and the network")
     network = p.add_argument_group("simulated network (pdmm.Network; every run sees the same draws)")
-    network.add_argument("--drop", type=float, default=0.0, metavar="P", help="probability that a message is lost")
-    network.add_argument("--wake", type=float, default=1.0, metavar="Q", help="probability that a node is awake "
-                         "in an iteration (a sleeping node neither updates nor sends)")
+    network.add_argument("--drop", type=float, default=0.0, metavar="P", help="probability that a message is lost "
+                         "(in the good state with --burst; per-edge probabilities: Python only)")
+    network.add_argument("--burst", type=_pair, metavar="P_GB,P_BG", help="bursty loss: each directed link is a "
+                         "Gilbert-Elliott chain, good -> bad with probability P_GB and bad -> good with P_BG per "
+                         "iteration, losing every message while bad (mean burst 1/P_BG iterations)")
+    network.add_argument("--wake", type=_wake, default=1.0, metavar="Q", help="probability that a node is awake "
+                         "in an iteration (a sleeping node neither updates nor sends), or 'one': exactly one "
+                         "node, chosen uniformly, per iteration (per-node probabilities: Python only)")
     network.add_argument("--edge-up", type=float, default=1.0, metavar="R", help="probability that an edge is up "
                          "in an iteration (both directions)")
     network.add_argument("--bits", type=int, metavar="B", help="quantise every number sent to B bits")
@@ -240,8 +267,8 @@ def _method_params(args, specs):
 def _network(args):
     """The pdmm.Network of the network flags, or None when every one is at its default (the ideal network)."""
     given = dict(drop=args.drop, wake=args.wake, edge_up=args.edge_up, bits=args.bits, privacy=args.privacy,
-                 dither=args.dither or False, limit=args.limit)
-    if given == dict(drop=0.0, wake=1.0, edge_up=1.0, bits=None, privacy=None, dither=False, limit=None):
+                 dither=args.dither or False, limit=args.limit, burst=args.burst)
+    if given == dict(drop=0.0, wake=1.0, edge_up=1.0, bits=None, privacy=None, dither=False, limit=None, burst=None):
         return None
     try:
         return pdmm.Network(**given, seed=args.seed)

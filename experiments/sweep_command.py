@@ -47,7 +47,7 @@ from .config import TABLES, apply_override, load_config, load_plan, toml_value
 from .tasks import TASKS
 from .tasks.base import parse_options
 from .runs import read_sweep
-from .train import Interrupted, has_checkpoint, train
+from .train import Interrupted, World, has_checkpoint, train
 from .train_command import with_data
 
 
@@ -196,6 +196,7 @@ def write_sweep(record, out):
 
 
 def run(args):
+    World.current()  # a sweep runs as one process: refused under torchrun before anything is written
     grid, variants, run_seeds = spec = sweep_spec(args)
     check_values(args, spec)
     runs = plan(args, spec)

@@ -12,6 +12,15 @@ resume truncates it to the checkpoint's position, so a torn last row is dropped 
 run continues exactly as if it had never stopped. A checkpoint holds only tensors, numbers, strings,
 lists and dicts and is read with torch.load(weights_only=True) (load_checkpoint), so opening a run
 directory from someone else never unpickles code.
+
+Under torchrun (`torchrun --nproc-per-node P -m experiments train ...`; process_group() starts the
+torch.distributed group) the P processes train one model with DistributedDataParallel: every
+process draws the same global batch of train.batch_size examples from the (seed, step) generator
+and takes its contiguous 1/P share, so DDP's average of the P gradients is the global batch's mean
+gradient and P processes take the steps one process takes (up to float rounding; dropout masks
+differ). Rank 0 reads and writes every file; the others receive what it read (the checkpoint)
+over the process group. A checkpoint holds the unwrapped model, the optimiser and rank 0's RNG
+state, none of which depends on P, so a run resumes on any number of processes.
 """
 import io
 import json
@@ -27,10 +36,13 @@ import time
 import tomllib
 import warnings
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from .common import UsageError, WriteError, is_leftover, package_version, write_atomic
@@ -42,6 +54,7 @@ from .tasks import build_task
 CHECKPOINT, PREVIOUS = "ckpt.pt", "ckpt.prev.pt"  # the newest checkpoint, and the one before it
 EXTENDABLE = ("max_iters", "warmup_iters", "lr", "min_lr")  # [train] keys --extend may change: the schedule
 RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT, PREVIOUS)  # what marks a directory as a run
+DIST_TIMEOUT = 600  # seconds a collective waits for the other processes before failing (a dead or stuck rank)
 
 
 class TrainingDiverged(RuntimeError):
@@ -77,6 +90,129 @@ def sigint_flag():
         yield flag
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def torchrun_ranks():
+    """(rank, world size, local rank) from the environment torchrun sets, or None in a plain process."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        raise UsageError(f"RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them), got "
+                         f"{os.environ['RANK']!r}, {os.environ['WORLD_SIZE']!r}, "
+                         f"{os.environ.get('LOCAL_RANK')!r}") from None
+
+
+@contextmanager
+def process_group(device, backend=None, timeout=DIST_TIMEOUT):
+    """Under torchrun with more than one process, the torch.distributed group for the block; else nothing.
+
+    backend: gloo for a CPU `device`, nccl for CUDA (each process on cuda:LOCAL_RANK) unless given;
+    `timeout` seconds bound every collective, so a dead or stuck process ends the run with an error."""
+    ranks = torchrun_ranks()
+    if ranks is None or ranks[1] <= 1 or dist.is_initialized():
+        yield
+        return
+    rank, size, local_rank = ranks
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            raise UsageError(f"train.device is {device} but CUDA is not available on this machine")
+        torch.cuda.set_device(local_rank)
+    backend = backend or ("nccl" if cuda else "gloo")
+    try:
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    except (RuntimeError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"cannot start the {backend} process group as rank {rank} of {size}: {first}") from None
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class World:
+    """The processes that train together: this one's rank and their number (rank 0 of 1 without torchrun)."""
+    rank: int = 0
+    size: int = 1
+
+    @classmethod
+    def current(cls):
+        """The initialised torch.distributed group, else one process; torchrun without a group is a UsageError."""
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        ranks = torchrun_ranks()
+        if ranks is not None and ranks[1] > 1:
+            raise UsageError(f"launched by torchrun as rank {ranks[0]} of {ranks[1]}, but no torch.distributed process "
+                             "group is initialised: only `pdmm-bridge train` trains with several processes (a sweep "
+                             "runs as one process; start it without torchrun)")
+        return cls()
+
+    def first(self, fn, *args):
+        """fn(*args) on rank 0, its result on every rank; its error raised on every rank (none waits forever)."""
+        if self.size == 1:
+            return fn(*args)
+        box = [None]
+        if self.rank == 0:
+            try:
+                box[0] = (fn(*args), None)
+            except Exception as err:
+                box[0] = (None, err if isinstance(err, UsageError) else UsageError(f"rank 0 failed: {err!r}"))
+                dist.broadcast_object_list(box, src=0)
+                raise
+        dist.broadcast_object_list(box, src=0)
+        result, error = box[0]
+        if error is not None:
+            raise error
+        return result
+
+    def share(self, obj):
+        """Rank 0's `obj` on every rank."""
+        if self.size == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def shard(self, batch):
+        """This rank's contiguous 1/size share of every tensor in the global `batch` (non-tensors kept whole)."""
+        if self.size == 1:
+            return batch
+        sizes = {len(t) for t in batch if torch.is_tensor(t)}
+        if len(sizes) != 1:
+            raise UsageError(f"cannot split a batch over {self.size} processes: its tensors have leading sizes "
+                             f"{sorted(sizes)}, not one batch size")
+        total = sizes.pop()
+        if total % self.size:
+            raise UsageError(f"the global batch of {total} examples does not split evenly over {self.size} processes "
+                             "(each trains on an equal share, so that their mean gradient is the batch's); choose a "
+                             f"train.batch_size that is a multiple of {self.size}, or a number of processes that "
+                             f"divides {total}")
+        share = total // self.size
+        return tuple(t[self.rank * share:(self.rank + 1) * share] if torch.is_tensor(t) else t for t in batch)
+
+    def loss_and_flag(self, loss, flag):
+        """(the global batch's mean loss, whether `flag` is set on any rank), one all-reduce when size > 1."""
+        if self.size == 1:
+            return loss.item(), flag  # the step's one host sync
+        stats = torch.stack([loss.detach().float(), torch.tensor(float(flag), device=loss.device)])
+        dist.all_reduce(stats)  # the sum over ranks
+        total, flags = stats.tolist()
+        return total / self.size, flags > 0
+
+
+class DataParallel(DistributedDataParallel):
+    """DistributedDataParallel that lends the wrapped model's own attributes (model.group_lasso()) to the tasks."""
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "module":
+                raise
+            return getattr(self.module, name)
 
 
 def lower_is_better(metric):
@@ -284,45 +420,73 @@ def train(config, out, resume=False, force=False, progress=True, extend=False):
     Raises TrainingDiverged when the loss stops being finite, Interrupted after checkpointing the last
     whole step when Ctrl-C (SIGINT) arrives during the steps, and a UsageError naming the file when a
     write fails (the last good checkpoint intact).
+    In an initialised torch.distributed group (process_group()) every process calls train() and they
+    train together (module docstring); rank 0 writes the files and returns the summary, the others None.
     """
-    out = prepare_directory(out, resume, force)
+    world = World.current()
+    out = world.first(prepare_directory, out, resume, force)
     try:
-        return run_steps(config, out, resume, progress, extend)
+        return run_steps(config, out, resume, progress, extend, world)
     except WriteError as err:
         kept = ("the last good checkpoint is intact; resume with --resume once the problem is fixed"
                 if has_checkpoint(out) else "no checkpoint was written yet")
         raise UsageError(f"{err} ({kept})") from None
 
 
-def run_steps(config, out, resume, progress, extend):
+def resume_changes(config, out, extend):
+    """The EXTENDABLE keys `config` changes in run `out` (extension()); UsageError if it cannot be resumed with it."""
+    for name in ("config.toml", "metrics.jsonl"):
+        if not (out / name).is_file():
+            raise UsageError(f"cannot resume: {out} has no {name}")
+    stored = from_tables(tomllib.loads((out / "config.toml").read_text()), source=str(out / "config.toml"))
+    if extend:
+        return extension(stored, config, out)
+    if to_tables(stored) != to_tables(config):
+        raise UsageError(f"the config differs from the one {out} was started with ({out / 'config.toml'}); "
+                         "resume with that file, or pass --extend to raise train.max_iters")
+    return {}
+
+
+def reopen(out, state, changed, config):
+    """Truncate metrics.jsonl to the checkpoint's rows (a torn one too: they are recomputed); record --extend."""
+    with open(out / "metrics.jsonl", "r+b") as f:
+        f.truncate(state["metrics_bytes"])
+    if changed:
+        record_extension(out, changed, state, config)
+
+
+def start_run(out, config, device, world):
+    """config.toml and meta.json of a new run."""
+    write_atomic(out / "config.toml", to_toml(config))
+    processes = {"processes": world.size, "backend": dist.get_backend()} if world.size > 1 else {}
+    write_json({"version": package_version(), "git_commit": git_commit(), "torch": torch.__version__,
+                "device": str(device), **processes, "argv": sys.argv, "python": sys.version.split()[0],
+                "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, out / "meta.json")
+
+
+def run_steps(config, out, resume, progress, extend, world):
     """train() after prepare_directory."""
-    changed = {}
-    if resume:
-        for name in ("config.toml", "metrics.jsonl"):
-            if not (out / name).is_file():
-                raise UsageError(f"cannot resume: {out} has no {name}")
-        stored = from_tables(tomllib.loads((out / "config.toml").read_text()), source=str(out / "config.toml"))
-        if extend:
-            changed = extension(stored, config, out)
-        elif to_tables(stored) != to_tables(config):
-            raise UsageError(f"the config differs from the one {out} was started with ({out / 'config.toml'}); "
-                             "resume with that file, or pass --extend to raise train.max_iters")
+    changed = world.first(resume_changes, config, out, extend) if resume else {}
     train_cfg = config.train
     device = torch.device(train_cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"train.device is {train_cfg.device} but CUDA is not available on this machine")
+    if device.type == "cuda" and world.size > 1:
+        device = torch.device("cuda", torch.cuda.current_device())  # process_group() set it from LOCAL_RANK
     torch.manual_seed(train_cfg.seed)
     task = build_task(config)
     if train_cfg.stop_metric and train_cfg.stop_metric not in task.metrics:
         raise UsageError(f"train.stop_metric must be one of the metrics task {config.task.name} logs "
                          f"({', '.join(task.metrics)}), got {train_cfg.stop_metric!r}")
+    if world.size > 1:
+        world.shard(task.train_batch(step_generator(train_cfg.seed, 1, 0)))  # a global batch that splits, or an error
     model = task.build_model().to(device)
     optimizer = optimizer_for(model, train_cfg, device)
     params = sum(p.numel() for p in model.parameters())
     state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0,
              "stopped": False}
     if resume:
-        checkpoint = usable_checkpoint(out)  # RNG states stay on CPU
+        checkpoint = world.first(usable_checkpoint, out)  # RNG states stay on CPU; rank 0 reads, all receive
         try:
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
@@ -333,16 +497,15 @@ def run_steps(config, out, resume, progress, extend):
         if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
         state = checkpoint["state"]
-        with open(out / "metrics.jsonl", "r+b") as f:
-            f.truncate(state["metrics_bytes"])  # rows after the checkpoint (a torn one too) are recomputed
-        if changed:
-            record_extension(out, changed, state, config)
+        world.first(reopen, out, state, changed, config)
     else:
-        write_atomic(out / "config.toml", to_toml(config))
-        write_json({"version": package_version(), "git_commit": git_commit(), "torch": torch.__version__,
-                    "device": str(device), "argv": sys.argv, "python": sys.version.split()[0],
-                    "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, out / "meta.json")
-    forward = torch.compile(model) if train_cfg.compile else model
+        world.first(start_run, out, config, device, world)
+    if world.size > 1:  # gradients averaged over the processes in backward()
+        wrapped = DataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        forward = torch.compile(wrapped) if train_cfg.compile else wrapped
+        evaluated = torch.compile(model) if train_cfg.compile else model  # every rank evaluates; no collectives
+    else:
+        forward = evaluated = torch.compile(model) if train_cfg.compile else model
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     def checkpoint(step):
@@ -352,9 +515,9 @@ def run_steps(config, out, resume, progress, extend):
 
     start_time = time.perf_counter() - state["elapsed"]
     first_step = state["step"] + 1
-    metrics_file = open(out / "metrics.jsonl", "a")
-    bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress, desc=out.name,
-               dynamic_ncols=True)
+    metrics_file = open(out / "metrics.jsonl", "a") if world.rank == 0 else None  # rank 0 writes every file
+    bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress or world.rank != 0,
+               desc=out.name, dynamic_ncols=True)
     with sigint_flag() as interrupt:
         try:
             last = state["step"] if state.get("stopped") else train_cfg.max_iters
@@ -365,7 +528,7 @@ def run_steps(config, out, resume, progress, extend):
                     group["lr"] = lr
                 tick = time.perf_counter()
                 batch = tuple(t.to(device) if torch.is_tensor(t) else t  # e.g. a TokenGraph stays as it is
-                              for t in task.train_batch(step_generator(train_cfg.seed, step, 0)))
+                              for t in world.shard(task.train_batch(step_generator(train_cfg.seed, step, 0))))
                 with autocast:
                     loss, _ = task.loss(forward, batch)
                 optimizer.zero_grad(set_to_none=True)
@@ -373,7 +536,7 @@ def run_steps(config, out, resume, progress, extend):
                 if train_cfg.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
                 optimizer.step()
-                train_loss = loss.item()  # the step's one host sync
+                train_loss, interrupted = world.loss_and_flag(loss, interrupt["set"])  # the global batch's loss
                 if not math.isfinite(train_loss):
                     raise TrainingDiverged(f"the training loss became {train_loss} at step {step}; "
                                            "lower train.lr or raise train.warmup_iters")
@@ -386,27 +549,29 @@ def run_steps(config, out, resume, progress, extend):
                 if step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters:
                     model.eval()
                     with autocast:
-                        row.update(task.evaluate(forward, step_generator(train_cfg.seed, step, 1), device))
+                        metrics = task.evaluate(evaluated, step_generator(train_cfg.seed, step, 1), device)
+                    row.update(world.share(metrics))  # rank 0's numbers, so every rank stops alike
                     bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.startswith("val_")}, refresh=False)
                 row["time"] = time.perf_counter() - start_time
-                if step % train_cfg.log_interval == 0 or "val_loss" in row:
+                if metrics_file is not None and (step % train_cfg.log_interval == 0 or "val_loss" in row):
                     write_row(metrics_file, row)
                 bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
                 bar.update()
                 state["stopped"] = reached(row, train_cfg)
-                if (step % train_cfg.checkpoint_interval == 0 or step == train_cfg.max_iters or state["stopped"]
-                        or interrupt["set"]):
+                if metrics_file is not None and (step % train_cfg.checkpoint_interval == 0
+                                                 or step == train_cfg.max_iters or state["stopped"] or interrupted):
                     state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
                     sync_rows(metrics_file)
                     checkpoint(step)
-                if interrupt["set"]:
+                if interrupted:
                     raise Interrupted(out, step)
                 if state["stopped"]:
                     break
         finally:
             bar.close()
-            metrics_file.close()
-    return finish(task, model, config, out, state, params)
+            if metrics_file is not None:
+                metrics_file.close()
+    return finish(task, model, config, out, state, params, world) if world.rank == 0 else None
 
 
 def reached(row, train):
@@ -417,7 +582,7 @@ def reached(row, train):
     return value <= train.stop_value if lower_is_better(train.stop_metric) else value >= train.stop_value
 
 
-def finish(task, model, config, out, state, params):
+def finish(task, model, config, out, state, params, world):
     """curves.png, sample.txt (language models) and, last, summary.json from the finished run.
 
     seconds_per_step: forward, backward and update time per step, batch building included, over
@@ -432,7 +597,8 @@ def finish(task, model, config, out, state, params):
                "tokens_per_second": (config.train.batch_size * task.tokens_per_example / seconds_per_step
                                      if task.tokens_per_example else None),
                "final": {m: evals[-1][m] for m in task.metrics}, "best": best,
-               "wall_seconds": state["elapsed"], "stopped_early": steps < config.train.max_iters}
+               "wall_seconds": state["elapsed"], "stopped_early": steps < config.train.max_iters,
+               **({"processes": world.size} if world.size > 1 else {})}
     plot_training(rows, out / "curves.png", title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}")
     if hasattr(task, "sample") and task.options.sample_length > 0:
         model.eval()

@@ -10,13 +10,19 @@ a run, finished or not, with a larger train.max_iters (the cosine schedule is st
 the step reached; meta.json records the change). Ctrl-C stops
 after the current step, writes a checkpoint, prints the command that resumes the run and exits
 with status 130.
+
+Under torchrun the processes train one model together with DistributedDataParallel (README,
+"Training with DistributedDataParallel"); rank 0 writes the run directory and prints:
+
+    torchrun --standalone --nproc-per-node 2 -m experiments train modular97 --out runs/mod97
 """
 import shlex
 import sys
 from pathlib import Path
 
+from .common import positive
 from .config import load_config, toml_value
-from .train import Interrupted, TrainingDiverged, has_checkpoint, train
+from .train import DIST_TIMEOUT, Interrupted, TrainingDiverged, World, has_checkpoint, process_group, train
 
 
 def add_parser(subparsers):
@@ -33,6 +39,11 @@ def add_parser(subparsers):
                         help="resume with a larger train.max_iters (and train.warmup_iters, lr, min_lr), finished or not")
     parser.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--dist-backend", choices=("gloo", "nccl"),
+                        help="under torchrun: the torch.distributed backend (default: gloo on CPU, nccl on CUDA)")
+    parser.add_argument("--dist-timeout", type=positive(float), default=DIST_TIMEOUT, metavar="SECONDS",
+                        help="under torchrun: how long a process waits for the others in a collective before the "
+                             "run fails")
     return parser
 
 
@@ -44,32 +55,42 @@ def with_data(args):
 def run(args):
     config = load_config(args.config, with_data(args))
     out = Path(args.out or Path("runs") / Path(args.config).stem)
-    try:
-        summary = train(config, out, resume=args.resume or args.extend, force=args.force,
-                        progress=not args.no_progress, extend=args.extend)
-    except TrainingDiverged as err:
-        print(f"pdmm-bridge train: diverged: {err} (metrics so far in {out})", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as err:  # Interrupted: at the end of a step, after a checkpoint
-        print(f"pdmm-bridge train: {interrupted_line(err, args, out)}", file=sys.stderr)
-        return 130
+    with process_group(config.train.device, args.dist_backend, args.dist_timeout):
+        world = World.current()
+        try:
+            summary = train(config, out, resume=args.resume or args.extend, force=args.force,
+                            progress=not args.no_progress, extend=args.extend)
+        except TrainingDiverged as err:
+            if world.rank == 0:
+                print(f"pdmm-bridge train: diverged: {err} (metrics so far in {out})", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as err:  # Interrupted: at the end of a step, after a checkpoint
+            if world.rank == 0:
+                print(f"pdmm-bridge train: {interrupted_line(err, args, out, world)}", file=sys.stderr)
+            return 130
+    if summary is None:  # a process other than rank 0: rank 0 reports
+        return 0
     final = ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items())
     print(f"{out}: {summary['steps']} steps, {final}, {1e3 * summary['seconds_per_step']:.1f} ms/step, "
           f"{summary['params']:,} parameters")
     return 0
 
 
-def interrupted_line(err, args, out):
+def interrupted_line(err, args, out, world=World()):
     """What Ctrl-C left and the command that carries on: --resume from a checkpoint, else --force."""
+    how = " (under torchrun, with any number of processes)" if world.size > 1 else ""
     if isinstance(err, Interrupted):
-        return f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: {command(args, out, '--resume')}"
+        return (f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: "
+                f"{command(args, out, '--resume')}{how}")
     if has_checkpoint(out):  # a second Ctrl-C, or one outside the steps
-        return f"interrupted (Ctrl-C); resume from the last checkpoint with: {command(args, out, '--resume')}"
-    return f"interrupted (Ctrl-C) before the first checkpoint; start again with: {command(args, out, '--force')}"
+        return f"interrupted (Ctrl-C); resume from the last checkpoint with: {command(args, out, '--resume')}{how}"
+    return f"interrupted (Ctrl-C) before the first checkpoint; start again with: {command(args, out, '--force')}{how}"
 
 
 def command(args, out, flag):
     """The pdmm-bridge train command line of this run into `out`, with `flag` (--resume or --force)."""
     words = ["pdmm-bridge", "train", args.config, *(f"--set={s}" for s in args.overrides)]
     words += [*(["--data", args.data] if args.data else []), "--out", str(out), flag]
+    words += ["--dist-backend", args.dist_backend] if args.dist_backend else []
+    words += [f"--dist-timeout={args.dist_timeout:g}"] if args.dist_timeout != DIST_TIMEOUT else []
     return shlex.join(words + (["--no-progress"] if args.no_progress else []))

@@ -5,16 +5,18 @@
     lossy = pdmm.solve(pdmm.averaging(G, a), network=pdmm.Network(drop=0.1, bits=8, dither=True))
 """
 from .compiled import CompiledGraph
+from .graph import Graph
 from .graphs import TOPOLOGIES, load_graph, topology
 from .local import Lasso, LocalFunction, Logistic, Quadratic
 from .methods import METHODS
 from .network import Network
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
 from .reference import reference
-from .solve import DivergenceError, Result, solve
+from .solve import DivergenceError, Result, solve, tune_allocator
 
 __all__ = [
     "CompiledGraph", "TOPOLOGIES", "load_graph", "topology", "LocalFunction", "Quadratic", "Lasso", "Logistic",
     "METHODS", "Network", "Problem", "averaging", "lasso", "least_squares", "logistic", "quadratic", "reference",
-    "DivergenceError", "Result", "solve",
+    "DivergenceError", "Result", "solve", "tune_allocator",
+    "Graph",
 ]

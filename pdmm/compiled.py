@@ -9,16 +9,19 @@ contiguous. Edge tensors have shape (E, ...), node tensors (n, ...). Its primiti
     aggregate_max(v)     (n, ...)   max of v_e over the edges of each node
 
 `CompiledGraph` is an undirected graph as PDMM sees it: every edge {i, j} becomes i->j and j->i,
-and `exchange(v)` = v[rev] hands edge i->j what edge j->i sent. The sparse attention path in
+and `exchange(v)` = v[rev] hands edge i->j what edge j->i sent; `from_graph` compiles a pdmm.Graph
+(pdmm/graph.py) with array operations only. The sparse attention path in
 `attention` runs on the same `EdgeList` (src = the attending token, dst = the attended one).
 All primitives are differentiable.
 """
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import networkx as nx
 import numpy as np
 import torch
+
+from .graph import Graph, as_graph
 
 
 @dataclass(frozen=True)
@@ -87,32 +90,25 @@ class EdgeList:
 
 @dataclass(frozen=True)
 class CompiledGraph(EdgeList):
-    nodes: list            # node labels; node index k is nodes[k]
+    nodes: Sequence        # node labels; node index k is nodes[k] (range(n) for graphs built from arrays)
     rev: torch.Tensor      # (E,) int64, edge index of dst->src
     sign: torch.Tensor     # (E,) +1 where src < dst (in node order), else -1
     forward: torch.Tensor  # (E/2,) the edges with src < dst: one per undirected edge
 
     @classmethod
     def from_networkx(cls, G):
-        """Compile G (self loops are ignored); raise if it has no edges or is not connected."""
-        if G.is_directed():
-            raise ValueError("the graph must be undirected (pass G.to_undirected())")
-        nodes = list(G.nodes)
-        index = {v: k for k, v in enumerate(nodes)}
-        pairs = np.array([(index[u], index[v]) for u, v in G.edges if u != v], dtype=np.int64).reshape(-1, 2)
-        if len(pairs) == 0:
-            raise ValueError(f"the graph has {len(nodes)} nodes and no edges; PDMM needs a connected graph")
-        if not nx.is_connected(G):
-            k = nx.number_connected_components(G)
-            raise ValueError(f"the graph is disconnected: it has {k} connected components; consensus needs one")
-        src = np.concatenate([pairs[:, 0], pairs[:, 1]])
-        dst = np.concatenate([pairs[:, 1], pairs[:, 0]])
-        order = np.lexsort((dst, src))
-        position = np.empty_like(order)
-        position[order] = np.arange(len(order))
-        m = len(pairs)
-        partner = np.concatenate([np.arange(m, 2 * m), np.arange(m)])  # unsorted index of the reverse edge
-        return cls.build(nodes, src[order], dst[order], position[partner[order]])
+        """Compile an undirected networkx graph (self loops are dropped with a warning); node k is list(G.nodes)[k]."""
+        return cls.from_graph(Graph.from_networkx(G))
+
+    @classmethod
+    def from_graph(cls, graph):
+        """Compile a pdmm.Graph (or anything pdmm.graph.as_graph takes) with array operations only; raise if
+        it is not connected."""
+        graph = as_graph(graph)
+        if graph.components > 1:
+            raise ValueError(f"the graph is disconnected: it has {graph.components} connected components; "
+                             "consensus needs one")
+        return cls.build(graph.nodes, *directed_edges(graph))  # directed_edges' temporaries are freed by now
 
     @classmethod
     def build(cls, nodes, src, dst, rev, device="cpu", dtype=torch.float64):
@@ -135,6 +131,31 @@ class CompiledGraph(EdgeList):
     def exchange(self, v):
         """v[rev]: what edge j->i sent arrives at edge i->j."""
         return select(v, self.rev)
+
+
+def directed_edges(graph):
+    """(src, dst, rev) int64 arrays of a pdmm.Graph's 2m directed edges, sorted by (src, dst), rev[e] the reverse of e.
+
+    Node k's directed edges are contiguous from start[k]: first those to smaller nodes, then
+    those to larger ones, each part sorted. With the undirected edges (i, j), i < j, sorted,
+    edge e = (i, j) goes i->j to the upper part of i's block and j->i to the lower part of j's.
+    """
+    import scipy.sparse as sp
+
+    n, i, j = graph.n, graph.edges[:, 0], graph.edges[:, 1]
+    m, e = len(i), np.arange(len(i))
+    up, down = np.bincount(i, minlength=n), np.bincount(j, minlength=n)  # edges to larger / smaller nodes
+    start = np.cumsum(up + down) - (up + down)
+    first_up, first_down = np.cumsum(up) - up, np.cumsum(down) - down  # per node, in (i, j) / (j, i) order
+    upward = start[i] + down[i] + (e - first_up[i])  # position of i->j
+    # the edges in (j, i) order: CSR -> CSC is a counting sort that keeps i increasing (4x a stable argsort)
+    by_j = sp.csr_array((e, j, np.append(first_up, m)), shape=(n, n)).tocsc().data
+    downward = np.empty(m, dtype=np.int64)  # position of j->i
+    downward[by_j] = start[j[by_j]] + (e - first_down[j[by_j]])
+    src, dst, rev = (np.empty(2 * m, dtype=np.int64) for _ in range(3))
+    src[upward], dst[upward], rev[upward] = i, j, downward
+    src[downward], dst[downward], rev[downward] = j, i, upward
+    return src, dst, rev
 
 
 def select(v, index):

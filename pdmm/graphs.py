@@ -84,7 +84,8 @@ def topology(kind, n, seed=0, **params):
     Parameters beyond n and seed: grid/torus `rows`; erdos_renyi `p` (default 2 ln n / n);
     random_geometric `radius` (default sqrt(2 ln n / n)); random_regular `degree` (4);
     small_world `k` (4), `p` (0.1); barabasi_albert `m` (2). Random kinds are resampled
-    until connected.
+    until connected. For graphs too large for networkx, pdmm.Graph samples random_geometric,
+    random_regular, grid and erdos_renyi directly as arrays (pdmm/graph.py).
     """
     if kind not in TOPOLOGIES:
         raise ValueError(f"unknown topology {kind!r}; choose one of {sorted(TOPOLOGIES)}")

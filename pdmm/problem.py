@@ -1,17 +1,18 @@
 """pdmm.Problem (MATH.md section 1) and ready-made constructors with per-node data.
 
-Row i of every data array belongs to the i-th node of `G.nodes`. Arrays may carry a leading
-batch axis B for B independent instances on the same graph, solved together.
+G is a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix (pdmm/graph.py). Row i
+of every data array belongs to node i: the i-th node of `G.nodes` (a pdmm.Graph or matrix:
+node index i). Arrays may carry a leading batch axis B for B independent instances on the
+same graph, solved together.
 """
 import math
-import warnings
 
-import networkx as nx
 import numpy as np
 import torch
 
 from .compiled import CompiledGraph
 from .constraints import Consensus, EdgeMatrices
+from .graph import as_graph, node_count
 from .local import Lasso, LocalFunction, Logistic, Quadratic
 
 
@@ -21,20 +22,17 @@ class Problem:
     constraints: "consensus" (x_i = x_j on every edge) or a dict {(i, j): (A_ij, A_ji, b_ij)}
     with one entry per undirected edge, A of shape (m, d) and b of shape (m,); an entry
     (A_ij, A_ji, b_ij, "<=") makes that edge's m rows inequalities (pdmm and qa-pdmm; equalities
-    and inequalities may be mixed over the edges). batched: whether
-    results keep the batch axis (default: when there is more than one instance). Self-loops of
-    `graph` are ignored with a warning.
+    and inequalities may be mixed over the edges); i and j are node labels (node indices for a
+    pdmm.Graph or a matrix). batched: whether results keep the batch axis (default: when there
+    is more than one instance). `graph`: a networkx graph, a pdmm.Graph or a scipy sparse
+    adjacency matrix (kept as given in `.graph`); self-loops are ignored with a warning.
     """
 
     def __init__(self, graph, local, constraints="consensus", batched=None):
         if not isinstance(local, LocalFunction):
             raise TypeError(f"local must be a pdmm.local.LocalFunction, got {type(local).__name__}")
         self.graph = graph
-        self.compiled = CompiledGraph.from_networkx(graph)
-        loops = nx.number_of_selfloops(graph)
-        if loops:
-            warnings.warn(f"the graph has {loops} self-loop(s) (i, i); they are ignored, as a constraint "
-                          "couples two distinct nodes", stacklevel=3)
+        self.compiled = CompiledGraph.from_graph(as_graph(graph))
         self.local = local
         self.n, self.batch, self.dim = local.shape
         self.batched = self.batch > 1 if batched is None else bool(batched)
@@ -166,7 +164,7 @@ def _gram(H, y, ridge):
 
 
 def _regression_data(G, H, y):
-    n = G.number_of_nodes()
+    n = node_count(G)
     H = _node_data("H", H, n, (None, None))
     y = _node_data("y", y, n, (H.shape[2],))
     return _broadcast_batch(H, y)
@@ -176,7 +174,7 @@ def averaging(G, a, constraints="consensus"):
     """f_i(x) = 1/2 ||x - a_i||^2; a of shape (n,), (n, d) or (B, n, d). Solution: x_i = mean(a)."""
     a = np.asarray(a.detach().cpu() if torch.is_tensor(a) else a, dtype=np.float64)
     batched = a.ndim == 3
-    a = _node_data("a", a[:, None] if a.ndim == 1 else a, G.number_of_nodes(), (None,))
+    a = _node_data("a", a[:, None] if a.ndim == 1 else a, node_count(G), (None,))
     ones = torch.ones(a.shape[:2], dtype=a.dtype)
     return Problem(G, Quadratic(ones, a, y=a), constraints, batched)
 
@@ -196,14 +194,14 @@ def lasso(G, H, y, lam, constraints="consensus"):
     batched = _has_batch_axis(H, 3, y, 2)
     H, y = _regression_data(G, H, y)
     P, q = _gram(H, y, 0.0)
-    return Problem(G, Lasso(P, q, lam / G.number_of_nodes(), H, y), constraints, batched)
+    return Problem(G, Lasso(P, q, lam / node_count(G), H, y), constraints, batched)
 
 
 def logistic(G, X, y, reg=0.1, constraints="consensus"):
     """f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2; labels +-1 (0/1 mapped to -1/+1)."""
     reg = _weight("reg", reg)
     batched = _has_batch_axis(X, 3, y, 2)
-    n = G.number_of_nodes()
+    n = node_count(G)
     X = _node_data("X", X, n, (None, None))
     y = _node_data("y", y, n, (X.shape[2],))
     labels = set(torch.unique(y).tolist())
@@ -217,7 +215,7 @@ def logistic(G, X, y, reg=0.1, constraints="consensus"):
 
 def quadratic(G, P, q, constraints="consensus"):
     """f_i(x) = 1/2 x^T P_i x - q_i^T x with P_i symmetric PSD (n, d, d) or (B, n, d, d), q (n, d) or (B, n, d)."""
-    n = G.number_of_nodes()
+    n = node_count(G)
     batched = _has_batch_axis(P, 3, q, 2)
     q = _node_data("q", q, n, (None,))
     d = q.shape[-1]

@@ -1,7 +1,9 @@
 """pdmm.solve: run a method on a Problem, record its convergence, stop at tolerance or divergence."""
+import ctypes
 import inspect
 import math
 import numbers
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -15,15 +17,22 @@ from .problem import _node_data
 
 DIVERGENCE_GROWTH = 1e6
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+CHECK_EVERY = 10  # iterations between stopping tests: each test reads a few numbers back from the device
+HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
+COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
+MMAP_LIMIT = 32 * 2**20  # bytes; glibc maps every allocation above this afresh by default (its mmap threshold cap)
+_tuned = False  # whether solve has applied tune_allocator() in this process
 
 
 @dataclass
 class Result:
     """x: (n, d), or (B, n, d) for batched problems, rows in G.nodes order (labels in `nodes`);
-    history: per-iteration arrays "residual", "objective", "messages" and "bits" (cumulative
-    messages delivered and bits sent), with a reference "error", with network privacy
-    "privacy_x" and "privacy_messages" (shape (iterations,) or (iterations, B)); reference: the
-    x* the error was measured against; network: the simulated network (None: ideal)."""
+    history: the recorded rows (solve's `history=` and `record_every=`), "iteration" (rows,) the
+    iteration of each row and per entry an array (rows,) or (rows, B): "residual", "objective",
+    "messages" and "bits" (cumulative messages delivered and bits sent), with a reference "error",
+    with network privacy "privacy_x" and "privacy_messages"; iterations: how many were run (the
+    state in x); reference: the x* the error was measured against; network: the simulated network
+    (None: ideal)."""
     x: np.ndarray
     iterations: int
     converged: bool
@@ -37,9 +46,9 @@ class Result:
     network: Network | None = None
 
     def __repr__(self):
-        last = {k: float(np.max(v[-1])) for k, v in self.history.items()} if self.iterations else {}
-        summary = ", ".join(f"{k}={v:.3g}" for k, v in last.items())
-        return f"Result({self.method}, iterations={self.iterations}, converged={self.converged}, {summary})"
+        last = {k: float(np.max(v[-1])) for k, v in self.history.items() if k != "iteration" and len(v)}
+        summary = "".join(f", {k}={v:.3g}" for k, v in last.items())
+        return f"Result({self.method}, iterations={self.iterations}, converged={self.converged}{summary})"
 
 
 class DivergenceError(RuntimeError):
@@ -50,17 +59,44 @@ class DivergenceError(RuntimeError):
         self.result = result
 
 
+def tune_allocator():
+    """Make glibc keep freed memory for reuse instead of returning it to the OS.
+
+    Large graphs allocate edge tensors of many MB every iteration; by default glibc maps each one
+    above 32 MB fresh and pays a page fault per 4 kB (2-4x slower iterations at 10^6 edges, d = 16,
+    BENCHMARKS.md). Sets M_MMAP_MAX = 0 and M_TRIM_THRESHOLD = 2 GB for this process: its freed
+    memory then stays with it until it exits. Returns False where there is no glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4
+    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
+
+
 def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
           dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
-          **method_params):
+          history=None, record_every=1, check_every=None, backend="local", partition=None, **method_params):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
     (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
-    left is then up to about 10 tol.
+    left is then up to about 10 tol. The test runs every `check_every` iterations (default 10;
+    1 with `target`) and at max_iter, so a run stops at a multiple of check_every: up to
+    check_every - 1 iterations after the first iteration that meets the test; the state returned
+    is that of the iteration it stopped at. Between tests nothing is read back from the device.
     reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
     the relative error ||x - x*||_F / ||x*||_F per iteration. x0: None (zeros), "random"
     (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
+    history: the names to record, from "residual" (RMS of A_ij x_i + A_ji x_j - b_ij over the
+    edges), "objective" (sum_i f_i(x_i)), "error" (needs a reference), "messages" and "bits"
+    (cumulative counts, free on the ideal network) and, with network privacy, "privacy_x" and
+    "privacy_messages"; None (default) records all that apply, () only the iteration numbers.
+    Each costs work every recorded iteration: on large graphs the residual alone is a fifth to a
+    third of a PDMM step, the objective 5-20 %. record_every: record every k-th iteration (k, 2k, ...)
+    and the iteration a run stops at by convergence, divergence or max_iter;
+    history["iteration"] says which. A row holds exactly what a record_every=1 run records there.
     compile=True runs the step through torch.compile: 10-30 s to compile, then faster
     iterations on large graphs (see BENCHMARKS.md).
     network: a pdmm.Network (lost messages, sleeping nodes, changing edges, quantisation,
@@ -70,15 +106,25 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     "privacy_messages" are the relative distances of x_i and of what the messages carry from
     argmin f_i (pdmm.network.privacy_gaps).
     target: also stop (converged) once every instance's reference error is <= target (needs reference).
+    Divergence (non-finite iterates or recorded objective, or a residual grown DIVERGENCE_GROWTH-fold
+    from iteration 1's) is tested with the stopping test and raises DivergenceError.
     Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations
     completed so far, with result.interrupted = True, instead of raising.
+    On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (unless the
+    environment sets MALLOC_MMAP_MAX_ or MALLOC_TRIM_THRESHOLD_ itself).
+    backend: "local" (this process) or "distributed" (partitioned over a torch.distributed process
+    group, every rank calling solve alike; pdmm.distributed); partition: distributed only, None
+    (METIS, else contiguous blocks) or the rank of each node.
     """
+    if backend not in ("local", "distributed"):
+        raise ValueError(f"backend must be 'local' or 'distributed', got {backend!r}")
+    if partition is not None and backend != "distributed":
+        raise ValueError("partition= needs backend='distributed'")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
-    if not (isinstance(max_iter, numbers.Integral) and not isinstance(max_iter, bool) and max_iter >= 1):
-        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    _check_count("max_iter", max_iter)
     if dtype not in DEFAULT_TOL:
         raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
     tol = DEFAULT_TOL[dtype] if tol is None else tol
@@ -87,20 +133,29 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     if target is not None and not (_is_real(target) and target > 0 and reference is not None):
         raise ValueError(f"target must be a number > 0 and needs a reference, got target={target!r}, "
                          f"reference={'None' if reference is None else 'given'}")
+    _check_count("record_every", record_every)
+    check_every = (1 if target is not None else CHECK_EVERY) if check_every is None else check_every
+    _check_count("check_every", check_every)
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
     if network is not None and not isinstance(network, Network):
         raise TypeError(f"network must be a pdmm.Network or None, got {type(network).__name__}")
     if network is not None and network.privacy is not None and method == "admm":
         raise ValueError("network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
+    names = _history_names(history, reference, network)
     try:
         inspect.signature(METHODS[method]).bind(None, None, None, rho, **method_params)
         if "channel" in method_params:
             raise TypeError("simulate a network with network=pdmm.Network(...), not channel=")
     except TypeError as err:
         raise TypeError(f"bad parameter for method {method!r}: {err}") from None
+    if backend == "distributed":
+        from . import distributed
+        return distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network,
+                                 target, names, record_every, check_every, compile, method_params, partition)
     graph, local, edges = problem.compile(device, dtype)
     width = edges.state_shape(problem.batch, problem.dim)[2]
+    _tune_for(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
     channel = None if network is None else Channel(network, graph, problem.batch, width, dtype)
     algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel, **method_params)
     x_star = _reference(problem, reference, device, dtype)
@@ -108,70 +163,189 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     private = None if network is None or network.privacy is None else private_point(local, state["x"])
     step = torch.compile(algorithm.step) if compile else algorithm.step
     per_iteration = graph.num_edges, graph.num_edges * width * torch.finfo(dtype).bits  # the ideal network
+    book = _Bookkeeping(names, local, edges, channel, x_star, private, rho, per_iteration, record_every,
+                        min(max_iter // record_every + 1, 4096))
+    run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=network)
 
-    rows, start, converged, interrupted = [], time.perf_counter(), False, False
+    done, rows, converged, interrupted, first, shown, posted = 0, 0, False, False, None, 0, -20
+    start = time.perf_counter()
     with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
         try:
-            for k in range(max_iter):
+            for k in range(1, max_iter + 1):
                 if channel is not None:
                     channel.draw()
                 new = step(state)
                 x = new["x"]
-                scale = torch.clamp(_rms(x), min=1.0)
-                row = {"residual": _rms(edges.residual(x)), "objective": local.value(x)}
-                if channel is None:
-                    row["messages"], row["bits"] = (x.new_full((problem.batch,), (k + 1) * c, dtype=torch.float64)
-                                                    for c in per_iteration)
-                else:
-                    row["messages"], row["bits"] = channel.messages.clone(), channel.bits.clone()
-                if private is not None:
-                    row["privacy_x"], row["privacy_messages"] = privacy_gaps(x, channel.sent, private, edges, rho)
-                if x_star is not None:
-                    row["error"] = _norm(x - x_star) / torch.clamp(_norm(x_star), min=torch.finfo(dtype).tiny)
-                x_old, state = state["x"], new
-                rows.append(row)  # state and rows move together: an interrupt keeps them in step
-                problem_found = _divergence(method, rho, k, x, rows, scale)
-                if problem_found:
-                    raise DivergenceError(problem_found, _result(problem, method, rho, method_params, state, rows,
-                                                                 False, start, x_star, network))
-                bar.update()
-                if k % 20 == 0:
-                    bar.set_postfix(residual=f"{row['residual'].max():.2e}")
-                if bool((row["residual"] <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()) \
-                        or (target is not None and bool((row["error"] <= target).all())):
+                row = book.record(rows, k, x) if k % record_every == 0 else None
+                if first is None:  # iteration 1's residual: what the divergence test measures growth from
+                    first = book.residual(x, row)
+                if k % check_every and k < max_iter:
+                    state, done, rows = new, k, rows + (row is not None)  # one statement: a Ctrl-C keeps them in step
+                    continue
+                stop, finite, grown, largest = book.check(x, state["x"], row, first, rows, tol, target)
+                if (stop or not finite or grown or k == max_iter) and row is None:
+                    row = book.record(rows, k, x)
+                state, done, rows = new, k, rows + (row is not None)
+                if not finite or grown:
+                    message = (f"{method} diverged at iteration {k}: " + (
+                        "the iterates or the objective are no longer finite" if not finite else
+                        f"the residual grew from {first.max():.3g} to {largest:.3g} (rho={rho})"))
+                    raise DivergenceError(message, _result(state, done, book, rows, False, start, **run))
+                bar.update(k - shown)
+                shown = k
+                if progress and (k - posted >= 20 or stop or k == max_iter):
+                    bar.set_postfix(residual=f"{largest:.2e}")
+                    posted = k
+                if stop:
                     converged = True
                     break
         except KeyboardInterrupt:
             interrupted = True
-    result = _result(problem, method, rho, method_params, state, rows, converged, start, x_star, network)
+    result = _result(state, done, book, rows, converged, start, **run)
     result.interrupted = interrupted
     return result
+
+
+class _Bookkeeping:
+    """What solve records and tests besides the step: history rows in tensors allocated ahead on
+    the run's device (their capacity doubles when full), and the stopping and divergence tests."""
+
+    def __init__(self, names, local, edges, channel, x_star, private, rho, per_iteration, every, capacity):
+        self.names, self.local, self.edges, self.channel, self.rho = names, local, edges, channel, rho
+        self.x_star, self.private, self.per_iteration, self.every = x_star, private, per_iteration, every
+        like = edges.graph.sign
+        self.x_star_norm = None if x_star is None else torch.clamp(_norm(x_star), min=torch.finfo(like.dtype).tiny)
+        self.stored = [name for name in names if not (name in COUNTS and channel is None)]  # ideal counts: arithmetic
+        batch = local.shape[1]
+        self.capacity = capacity
+        self.columns = {name: torch.empty((capacity, batch), device=like.device,
+                                          dtype=torch.float64 if name in COUNTS else like.dtype)
+                        for name in self.stored}
+        self.last = None  # (row, iteration) of a final row off the record_every grid: only the last row can be
+        self.checked = 0  # rows already seen by the divergence test
+
+    def residual(self, x, row=None):
+        """RMS over the edges of the constraint residual A_ij x_i + A_ji x_j - b_ij: (B,)."""
+        if row is not None and "residual" in row:
+            return row["residual"]
+        return _rms(self.edges.residual(x))
+
+    def error(self, x, row=None):
+        """||x - x*||_F / ||x*||_F per instance: (B,)."""
+        if row is not None and "error" in row:
+            return row["error"]
+        return _norm(x - self.x_star) / self.x_star_norm
+
+    def record(self, r, k, x):
+        """Write row r (iteration k) into the columns; it counts once solve commits it. {name: (B,)}."""
+        row = {}
+        for name in self.stored:
+            if name == "residual":
+                row[name] = self.residual(x)
+            elif name == "objective":
+                row[name] = self.local.value(x)
+            elif name == "error":
+                row[name] = self.error(x)
+            elif name in COUNTS:
+                row[name] = getattr(self.channel, name)
+            elif "privacy_x" not in row:
+                row["privacy_x"], row["privacy_messages"] = privacy_gaps(x, self.channel.sent, self.private,
+                                                                         self.edges, self.rho)
+        if r == self.capacity:
+            self.columns = {name: torch.cat([c, torch.empty_like(c)]) for name, c in self.columns.items()}
+            self.capacity *= 2
+        for name in self.stored:
+            self.columns[name][r] = row[name]
+        self.last = None if k % self.every == 0 else (r, k)
+        return row
+
+    def check(self, x, x_old, row, first, rows, tol, target):
+        """(stop, finite, grown, largest residual) after the step from x_old to x: the stopping test and
+        the divergence test, in one read from the device."""
+        residual = self.residual(x, row)
+        scale = torch.clamp(_rms(x), min=1.0)
+        stop = (residual <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()
+        if target is not None:
+            stop |= (self.error(x, row) <= target).all()
+        finite = torch.isfinite(x).all() & torch.isfinite(residual).all()
+        if "objective" in self.columns:  # every objective recorded since the last test
+            finite &= torch.isfinite(self.columns["objective"][self.checked:rows + (row is not None)]).all()
+        floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
+        grown = (residual > DIVERGENCE_GROWTH * floor).any()
+        stop, finite, grown, largest = _read(stop, finite, grown, residual.max())
+        self.checked = rows + (row is not None)
+        return bool(stop), bool(finite), bool(grown), largest
+
+    def arrays(self, rows, batched):
+        """The history as numpy arrays: "iteration" (rows,) and each name (rows, B), or (rows,) unbatched."""
+        iterations = np.arange(1, rows + 1, dtype=np.int64) * self.every
+        if self.last is not None and self.last[0] == rows - 1:
+            iterations[-1] = self.last[1]
+        history = {"iteration": iterations}
+        for name in self.names:
+            if name in self.columns:
+                values = self.columns[name][:rows].cpu().numpy()
+            else:  # the ideal network: every directed edge delivers one message per iteration
+                count = self.per_iteration[COUNTS.index(name)]
+                values = np.repeat((iterations * count).astype(np.float64)[:, None], self.local.shape[1], 1)
+            history[name] = values if batched else values[:, 0]
+        return history
+
+
+def _read(*values):
+    """The values (0-dim tensors) as Python floats, in one read from the device."""
+    return torch.stack([v.to(torch.float64) for v in values]).tolist()
+
+
+def _tune_for(nbytes, device):
+    """tune_allocator() once, for a CPU run whose edge state takes nbytes >= MMAP_LIMIT, unless the
+    environment already chose glibc's settings."""
+    global _tuned
+    if _tuned or nbytes < MMAP_LIMIT or torch.device(device).type != "cpu":
+        return
+    if not any(name in os.environ for name in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")):
+        tune_allocator()
+    _tuned = True
+
+
+def _check_count(name, value):
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _history_names(history, reference, network):
+    """The history entries to record, in HISTORY order; ValueError for unknown or inapplicable names."""
+    private = network is not None and network.privacy is not None
+    if history is None:
+        return [name for name in HISTORY
+                if (name != "error" or reference is not None) and (not name.startswith("privacy") or private)]
+    names = [history] if isinstance(history, str) else history
+    try:
+        names = set(names)
+    except TypeError:
+        raise ValueError(f"history must be None or a collection of names from {HISTORY}, got {history!r}") from None
+    unknown = sorted(map(str, names - set(HISTORY)))
+    if unknown:
+        raise ValueError(f"unknown history entries {unknown}; choose from {', '.join(HISTORY)}")
+    if "error" in names and reference is None:
+        raise ValueError("history 'error' needs a reference (reference='cvxpy' or an array x*)")
+    if not private and names & {"privacy_x", "privacy_messages"}:
+        raise ValueError("history 'privacy_x' and 'privacy_messages' need network=pdmm.Network(privacy=...)")
+    return [name for name in HISTORY if name in names]
 
 
 def _is_real(value):
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _divergence(method, rho, k, x, rows, scale):
-    """A message if the iterates or objective are non-finite or the residual grew DIVERGENCE_GROWTH-fold."""
-    residual, objective = rows[-1]["residual"], rows[-1]["objective"]
-    if not bool(torch.isfinite(x).all() & torch.isfinite(residual).all() & torch.isfinite(objective).all()):
-        return f"{method} diverged at iteration {k + 1}: the iterates or the objective are no longer finite"
-    floor = torch.clamp(rows[0]["residual"], min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
-    if bool((residual > DIVERGENCE_GROWTH * floor).any()):
-        return (f"{method} diverged at iteration {k + 1}: the residual grew from {rows[0]['residual'].max():.3g} "
-                f"to {residual.max():.3g} (rho={rho})")
-    return None
-
-
 def _rms(v):
     """Root mean square over nodes/edges of the per-row vector norm: (N, B, m) -> (B,)."""
-    return torch.sqrt((v * v).sum(-1).mean(0))
+    return torch.linalg.vector_norm(v, dim=(0, 2)) / math.sqrt(len(v))
 
 
 def _norm(v):
     """Frobenius norm per instance: (n, B, d) -> (B,)."""
-    return torch.sqrt((v * v).sum((0, 2)))
+    return torch.linalg.vector_norm(v, dim=(0, 2))
 
 
 def _initial_x(problem, x0, seed, device, dtype):
@@ -209,13 +383,9 @@ def _to_numpy(x, batched):
     return x if batched else x[0]
 
 
-def _result(problem, method, rho, method_params, state, rows, converged, start, x_star, network):
-    history = {}
-    for key in rows[0] if rows else ():
-        values = torch.stack([row[key] for row in rows]).detach().cpu().numpy()
-        history[key] = values if problem.batched else values[:, 0]
+def _result(state, done, book, rows, converged, start, problem, method, params, x_star, network):
     return Result(
-        x=_to_numpy(state["x"], problem.batched), iterations=len(rows), converged=converged, history=history,
-        method=method, params={"rho": rho, **method_params}, nodes=list(problem.compiled.nodes),
-        seconds=time.perf_counter() - start,
+        x=_to_numpy(state["x"], problem.batched), iterations=done, converged=converged,
+        history=book.arrays(rows, problem.batched), method=method, params=params,
+        nodes=list(problem.compiled.nodes), seconds=time.perf_counter() - start,
         reference=None if x_star is None else _to_numpy(x_star, problem.batched), network=network)

@@ -24,14 +24,16 @@ def test_relative_errors_against_a_direct_formula():
     torch.testing.assert_close(relative_errors(xs, x_star), expected)
 
 
-def test_fit_lowers_the_training_error_from_the_best_constant_rho():
+def test_fit_beats_the_best_constant_rho_on_held_out_instances():
     data = [Family(batch=4).sample(np.random.default_rng(i)) for i in range(3)]
+    held_out = [Family(batch=4).sample(np.random.default_rng(100 + i)) for i in range(3)]
     rho = best_constant_rho(6, data, grid=np.logspace(-2, 1, 13))
     constant, learned = UnrolledPDMM(6, rho=rho), UnrolledPDMM(6, rho=rho, learnable=True)
     losses = fit(learned, data, 25)
     after = torch.log(errors(learned, data)[-1] ** 2).mean().item()
     assert after == min(losses) or abs(after - min(losses)) < 1e-9  # ends at the best parameters seen
-    assert geometric_mean(errors(learned, data)[-1]) < geometric_mean(errors(constant, data)[-1])
+    # on instances neither fit saw (measured: 0.88 after 25 steps; the constant rho is the grid's best on `data`)
+    assert geometric_mean(errors(learned, held_out)[-1]) < 0.95 * geometric_mean(errors(constant, held_out)[-1])
 
 
 def test_best_constant_rho_is_the_grid_minimum():
@@ -49,8 +51,6 @@ def test_learn_pdmm_command_writes_its_files_and_one_results_section(tmp_path):
     assert main(args) == 0 and main(args) == 0
     record = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["set"] for r in record["results"]} >= {"training instances", "same family", "larger graphs (n 96-128)"}
-    training = next(r for r in record["results"] if r["set"] == "training instances")
-    assert training["learned_error"] <= training["constant_error"]  # fitted from the constant, best kept
     assert (tmp_path / "out" / "errors.png").is_file()
     text = results.read_text()
     assert "hand-written intro stays" in text and text.count("<!-- begin learned-pdmm") == 1

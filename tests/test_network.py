@@ -1,7 +1,9 @@
 """Simulated networks (pdmm.Network): the ideal network unchanged, each effect against plain loops,
 cvxpy and its own definition, the communication counts, privacy, and bad input."""
 import csv
+import json
 
+import networkx as nx
 import numpy as np
 import pytest
 import torch
@@ -229,6 +231,18 @@ def test_unrolled_pdmm_runs_the_same_network_draws_as_solve(problems):
     ({"bits": 2.5}, "bits must be"), ({"dither": "yes", "bits": 4}, "dither must be"), ({"dither": True}, "need bits"),
     ({"limit": 1.0}, "need bits"), ({"bits": 4, "limit": -1.0}, "limit must be"),
     ({"privacy": -1.0}, "privacy must be"), ({"edge_up": []}, "schedule"),
+    ({"drop": [0.1, 1.5]}, r"drop\[1\] must be a probability in \[0, 1\], got 1.5"),
+    ({"drop": [[0.1, 0.2]]}, "drop per directed edge must be a non-empty 1-D sequence"),
+    ({"drop": []}, "drop per directed edge must be a non-empty 1-D sequence"),
+    ({"drop": ["a"]}, "drop per directed edge must be"), ({"drop": "0.1"}, "drop must be a probability"),
+    ({"drop": {(0, 1): -0.1}}, r"drop\[\(0, 1\)\] must be a probability"),
+    ({"drop": {0: 0.1}}, r"drop keys must be directed edges \(i, j\)"),
+    ({"wake": "two"}, "wake must be a probability in \\[0, 1\\], per-node probabilities or 'one', got 'two'"),
+    ({"wake": [0.5, float("nan")]}, r"wake\[1\] must be a probability"),
+    ({"wake": {"a": 2}}, r"wake\['a'\] must be a probability"),
+    ({"burst": (0.0, 0.5)}, "burst p_gb must be > 0"), ({"burst": (0.5, 0)}, "burst p_bg must be > 0: "),
+    ({"burst": (0.5, 1.5)}, "burst p_bg must be a probability"), ({"burst": 0.5}, "burst must be None or a pair"),
+    ({"burst": (0.1, 0.2, 0.3)}, "burst must be None or a pair"),
 ])
 def test_bad_network_settings_are_named(options, culprit):
     with pytest.raises(ValueError, match=culprit):
@@ -307,3 +321,177 @@ def test_network_sweep_command_writes_its_section_and_figure(tmp_path):
     with pytest.raises(SystemExit) as exit:  # a smaller run does not replace a larger one without --force
         main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "100", "--results", str(results)])
     assert exit.value.code == 2
+
+
+
+def draws(network, graph, batch, iterations, *names):
+    """The channel's `names` (e.g. "delivered") after each of `iterations` draws, stacked: (iterations, ...)."""
+    channel = Channel(network, graph, batch, 1, torch.float64)
+    out = {name: [] for name in names}
+    for _ in range(iterations):
+        channel.draw()
+        for name in names:
+            out[name].append(getattr(channel, name).clone())
+    return [torch.stack(out[name]).numpy() for name in names]
+
+
+def within(empirical, expected, standard_error, sigmas=5):
+    return np.abs(np.asarray(empirical) - expected) <= sigmas * np.asarray(standard_error) + 1e-12
+
+
+def first_edge(problem):
+    """The labels (i, j) of compiled edge 0."""
+    compiled = problem.compiled
+    return compiled.nodes[int(compiled.src[0])], compiled.nodes[int(compiled.dst[0])]
+
+
+def labelled_problem():
+    """Averaging on a small-world graph with string node labels, one instance."""
+    G = nx.relabel_nodes(pdmm.topology("small_world", n=8, seed=0, k=2, p=0.5), lambda v: f"n{v}")
+    return pdmm.averaging(G, np.random.default_rng(0).normal(size=(8, 2))), G
+
+
+def test_per_edge_loss_rates_follow_their_probabilities_in_compiled_order(problems):
+    graph = problems["averaging"][0].compiled
+    E, K, B = graph.num_edges, 500, 8
+    p = np.random.default_rng(0).uniform(0, 0.9, E)
+    p[:5], p[5:10] = 0, 1
+    (delivered,) = draws(Network(drop=p, seed=2), graph, B, K, "delivered")  # by receiving edge
+    rate = (~delivered).mean((0, 2))[graph.rev.numpy()]  # by transmission: entry e sends src[e] -> dst[e]
+    assert within(rate, p, np.sqrt(p * (1 - p) / (K * B))).all()
+    assert (rate[:5] == 0).all() and (rate[5:10] == 1).all()
+
+
+def test_a_per_edge_dict_loses_the_named_transmission_i_to_j_only():
+    problem, G = labelled_problem()
+    i, j = "n0", next(iter(G.neighbors("n0")))
+    before, after, channel = channel_step(problem, Network(drop={(i, j): 1.0}))
+    kept = (after["z"] == before["z"]).all(-1)[:, 0]  # (E,): z_{j|i}, held by j (the edge j->i), is not updated
+    nodes, src, dst = problem.compiled.nodes, problem.compiled.src.tolist(), problem.compiled.dst.tolist()
+    assert [(nodes[s], nodes[d]) for e, (s, d) in enumerate(zip(src, dst)) if kept[e]] == [(j, i)]
+    assert channel.messages.tolist() == [len(src) - 1]
+
+
+@pytest.mark.parametrize("drop, p_gb, p_bg", [(0.0, 0.1, 0.3), (0.2, 0.05, 0.5)])
+def test_bursts_follow_the_gilbert_elliott_chain(problems, drop, p_gb, p_bg):
+    graph = problems["averaging"][0].compiled
+    K, B = 2000, 4
+    bad, delivered = draws(Network(drop=drop, burst=(p_gb, p_bg), seed=1), graph, B, K, "bad", "delivered")
+    lost, N = ~delivered, bad.size
+    pi, lam = p_gb / (p_gb + p_bg), 1 - p_gb - p_bg  # stationary P(bad); the chain's second eigenvalue
+    inflation = (1 + abs(lam)) / (1 - abs(lam))  # variance of a time average of the correlated chain
+    rate = pi + (1 - pi) * drop
+    assert within(bad.mean(), pi, np.sqrt(pi * (1 - pi) * inflation / N))
+    assert within(lost.mean(), rate, np.sqrt(rate * (1 - rate) * inflation / N))
+    assert within(bad[0].mean(), pi, np.sqrt(pi * (1 - pi) / bad[0].size))  # stationary from the first draw
+    assert not (bad & ~lost).any()  # a bad link loses everything
+    leave, enter = (bad[:-1] & ~bad[1:]).sum(), (~bad[:-1] & bad[1:]).sum()  # transitions of the kept state
+    spells = bad[:-1].sum(), (~bad[:-1]).sum()
+    assert within(leave / spells[0], p_bg, np.sqrt(p_bg * (1 - p_bg) / spells[0]))
+    assert within(enter / spells[1], p_gb, np.sqrt(p_gb * (1 - p_gb) / spells[1]))
+    if drop == 0:  # the bursts of lost messages are the bad spells: mean length 1 / p_bg
+        assert np.array_equal(lost, bad)
+        burst = lost[:-1].sum() / (lost[:-1] & ~lost[1:]).sum()  # iterations lost per burst that ended
+        assert burst == pytest.approx(1 / p_bg, rel=5 * np.sqrt((1 - p_bg) / spells[0]))
+    assert not np.array_equal(bad[..., 0], bad[..., 1])  # each instance its own chains
+
+
+def test_wake_one_wakes_exactly_one_uniform_node_per_iteration_and_instance(problems):
+    graph = problems["averaging"][0].compiled
+    K, B, n = 2000, 6, graph.n
+    (awake,) = draws(Network(wake="one", seed=3), graph, B, K, "awake")  # (K, n, B)
+    assert (awake.sum(1) == 1).all()
+    assert within(awake.mean((0, 2)), 1 / n, np.sqrt((1 / n) * (1 - 1 / n) / (K * B))).all()
+    assert not np.array_equal(awake[..., 0], awake[..., 1])
+    before, after, channel = channel_step(problems["averaging"][0], Network(wake="one", seed=3))
+    assert ((after["x"] != before["x"]).any(-1).sum(0) == 1).all()  # only the awake node moved
+
+
+def test_per_node_wake_rates_follow_their_probabilities(problems):
+    graph = problems["averaging"][0].compiled
+    K, B, n = 1000, 4, graph.n
+    q = np.linspace(0.05, 1, n)
+    q[0] = 0
+    (awake,) = draws(Network(wake=q, seed=4), graph, B, K, "awake")
+    rate = awake.mean((0, 2))
+    assert within(rate, q, np.sqrt(q * (1 - q) / (K * B))).all() and rate[0] == 0 and rate[-1] == 1
+    problem, G = labelled_problem()
+    (awake,) = draws(Network(wake={"n3": 0.0}), problem.compiled, 2, 20, "awake")
+    asleep = [problem.compiled.nodes[k] for k in np.flatnonzero(~awake.all((0, 2)))]
+    assert asleep == ["n3"] and not awake[:, problem.compiled.nodes.index("n3")].any()
+
+
+def test_uniform_per_edge_and_per_node_probabilities_draw_what_one_probability_draws(problems):
+    problem = problems["averaging"][0]
+    E, n = problem.compiled.num_edges, problem.n
+    one = pdmm.solve(problem, max_iter=30, tol=0, network=Network(drop=0.3, wake=0.8, seed=5))
+    each = pdmm.solve(problem, max_iter=30, tol=0, network=Network(drop=[0.3] * E, wake=np.full(n, 0.8), seed=5))
+    assert np.array_equal(one.x, each.x) and np.array_equal(one.history["messages"], each.history["messages"])
+    plain = pdmm.solve(problem, max_iter=30, tol=0)
+    for off in (Network(drop=np.zeros(E), wake=[1.0] * n), Network(drop={}, wake={}),
+                Network(drop={first_edge(problem): 0.0}, wake={problem.compiled.nodes[0]: 1.0})):
+        ideal = pdmm.solve(problem, max_iter=30, tol=0, network=off)
+        assert np.array_equal(plain.x, ideal.x)  # every new option off: bit for bit
+
+
+NEW_EFFECTS = {"burst": lambda E, n: Network(drop=0.1, burst=(0.1, 0.3), seed=1),
+               "per-edge drop": lambda E, n: Network(drop=np.random.default_rng(0).uniform(0, 0.6, E), seed=2),
+               "one node at a time": lambda E, n: Network(wake="one", seed=3),
+               "per-node wake": lambda E, n: Network(wake=np.linspace(0.2, 1, n), seed=4)}
+
+
+@pytest.mark.parametrize("effect", list(NEW_EFFECTS))
+def test_averaged_pdmm_reaches_the_optimum_under_bursts_per_edge_loss_and_asynchronous_nodes(problems, effect):
+    """Guaranteed as above: each is a random coordinate update of the averaged operator (theta = 1/2)."""
+    problem, x_star = problems["averaging"]
+    mean = np.broadcast_to(problem.local.q.numpy().mean(0)[:, None], x_star.shape)  # the closed form
+    assert np.allclose(x_star, mean, atol=1e-6)
+    network = NEW_EFFECTS[effect](problem.compiled.num_edges, problem.n)
+    result = pdmm.solve(problem, theta=0.5, max_iter=30000, tol=1e-12, reference=mean, network=network)
+    assert result.converged and result.history["error"][-1].max() < 1e-8
+
+
+def test_unrolled_pdmm_runs_the_new_network_draws_as_solve(problems):
+    problem = problems["least_squares"][0]
+    E, n = problem.compiled.num_edges, problem.n
+    for network in (Network(drop=np.linspace(0, 0.5, E), burst=(0.2, 0.4), wake="one", seed=3),
+                    Network(drop={first_edge(problem): 1.0}, wake=np.linspace(0.3, 1, n), seed=4)):
+        iterates = UnrolledPDMM(layers=8, rho=1.0, network=network)(problem).detach().numpy()
+        result = pdmm.solve(problem, max_iter=8, tol=0, network=network)
+        np.testing.assert_allclose(result.x, iterates[-1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("options, culprit", [
+    ({"drop": [0.1] * 5}, "drop has 5 per-edge probabilities, but the graph has 394 directed edges"),
+    ({"wake": [0.5] * 3}, "wake has 3 per-node probabilities, but the graph has 30 nodes"),
+    ({"drop": {(0, 99): 0.5}}, r"drop names \(0, 99\), but 99 is not a node of the graph"),
+    ({"drop": {(0, 0): 0.5}}, r"drop names \(0, 0\), which is not an edge of the graph"),
+    ({"wake": {99: 0.5}}, "wake names 99, which is not a node of the graph"),
+])
+def test_per_edge_and_per_node_settings_that_do_not_fit_the_graph_are_named(problems, options, culprit):
+    problem = problems["averaging"][0]
+    assert problem.compiled.num_edges == 394
+    with pytest.raises(ValueError, match=culprit):
+        pdmm.solve(problem, max_iter=2, network=Network(**options))
+
+
+def test_solve_command_takes_bursts_and_one_node_at_a_time(tmp_path):
+    out = tmp_path / "bursty"
+    assert main(["solve", "--no-progress", "--nodes", "20", "--iters", "30", "--method", "pdmm:theta=0.5",
+                 "--wake", "one", "--burst", "0.1,0.3", "--drop", "0.1", "--out", str(out)]) == 0
+    args = json.loads((out / "config.json").read_text())["args"]
+    assert args["wake"] == "one" and args["burst"] == [0.1, 0.3]
+    with open(out / "history.csv", newline="") as file:
+        first = next(csv.DictReader(file))
+    G = pdmm.topology("random_geometric", n=20, seed=0)
+    assert float(first["bits"]) <= 3 * 64 * max(d for _, d in G.degree)  # one node sent
+
+
+@pytest.mark.parametrize("flags, culprit", [(["--wake", "two"], "--wake: must be a probability or 'one'"),
+                                            (["--burst", "0,0.5"], "--burst: burst p_gb must be > 0"),
+                                            (["--burst", "0.1"], "--burst: expected P_GB,P_BG")])
+def test_solve_command_names_a_bad_burst_or_wake(tmp_path, capsys, flags, culprit):
+    with pytest.raises(SystemExit) as exit:
+        main(["solve", "--no-progress", "--nodes", "10", *flags, "--out", str(tmp_path / "run")])
+    assert exit.value.code == 2 and culprit in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

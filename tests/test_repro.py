@@ -14,7 +14,7 @@ from experiments.cli import main
 from experiments.common import UsageError
 from experiments.config import load_config, load_plan, toml_value
 from experiments.repro_report import (comparison_tests, first_step, holm, paired_test, summary_lines, threshold_table,
-                                      verdict, verdict_lines)
+                                      verdict, verdict_lines, wall_lines)
 from experiments.runs import Run, group_runs
 from experiments.train import train
 
@@ -189,6 +189,17 @@ def test_early_stopped_runs_are_left_out_and_thresholds_count_censored_runs_at_t
                           "4 run(s) never reached the threshold, counted at the budget"]
 
 
+def test_a_threshold_no_run_reached_gets_no_verdict(tmp_path):
+    runs = [fake_run(tmp_path, name, s, 0.5, accs=(0.1, 0.2, 0.5 + 0.01 * s * (name == "x")))
+            for s in range(5) for name in ("x", "standard")]
+    claim = {"variant": {"model.residual": "x"}, "than": {"model.residual": "standard"}, "metric": "val_acc",
+             "threshold": 0.99}
+    table = "\n".join(verdict_lines({"claims": [claim]}, runs))
+    assert "| — | — | — | 5 | **neither reached val_acc 0.99 within the budget** |" in table and "inconclusive" not in table
+    runs[0] = fake_run(tmp_path, "x", 0, 0.999, accs=(0.1, 0.995, 0.999))  # one run reaches it: a test again
+    assert "**inconclusive (p = " in "\n".join(verdict_lines({"claims": [claim]}, runs))
+
+
 def test_verdicts_on_short_runs_say_early_training(tmp_path):
     runs = [fake_run(tmp_path, name, s, acc + 0.01 * s * (name == "x"), max_iters=30)
             for s in range(5) for name, acc in (("x", 0.9), ("standard", 0.8))]
@@ -208,6 +219,20 @@ def test_summary_table_collects_every_sections_verdicts(tmp_path):
     lines = summary_lines(results)
     assert lines[-1] == "| One | a beats b | — | final val_acc: +0.01 [+0.002, +0.02] | agrees | 0.01 | 5 |"
     assert sum(line.startswith("| One") or line.startswith("| Two") for line in lines) == 1
+
+
+def test_wall_time_is_summed_per_section_and_over_all_sections(tmp_path):
+    runs = [fake_run(tmp_path, "x", s, 0.5) for s in range(3)]
+    for seconds, run in zip((60, 240, 120), runs):
+        run.summary["wall_seconds"] = seconds
+    text, comment = wall_lines(runs)[1:]
+    assert text.startswith("Wall time: 7 min of training summed over 3 runs") and "longest run took 4.0 min (x1b64)" in text
+    results = tmp_path / "RESULTS.md"
+    results.write_text("".join(f"<!-- begin repro-{k} -->\n## {k}\n\n{c}\n<!-- end repro-{k} -->\n\n" for k, c in
+                               (("one", comment), ("two", '<!-- wall {"minutes": 113.0, "runs": 20} -->'))))
+    assert summary_lines(results)[-1].startswith("Training time of the 2 reproductions: 120 min (2.0 h) summed over 23 "
+                                                 "runs of one thread each, 1.0 h of wall time")
+    assert summary_lines(results)[-1].endswith("longest: two 113 min; one 7 min.")
 
 
 def test_steps_to_a_threshold_and_the_delay_between_two(tmp_path):

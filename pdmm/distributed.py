@@ -1,0 +1,376 @@
+"""Partitioned PDMM on torch.distributed: `pdmm.solve(problem, backend="distributed")` (MATH.md section 2).
+
+Run the same script on P processes, each calling `pdmm.distributed.init_process_group()` and then
+`pdmm.solve(..., backend="distributed")` with the same problem:
+
+    # torchrun --standalone --nproc-per-node 4 script.py
+    import numpy as np, pdmm, pdmm.distributed
+    pdmm.distributed.init_process_group()            # gloo, env:// from torchrun, 120 s timeout
+    G = pdmm.Graph.random_geometric(1000, seed=0)
+    a = np.random.default_rng(0).normal(size=(1000, 3))    # the same data on every rank
+    result = pdmm.solve(pdmm.averaging(G, a), backend="distributed")   # the same Result on every rank
+
+The nodes are split into P parts:
+
+    partition  pymetis.part_graph(P) on the CSR adjacency when pymetis is installed (computed on
+               rank 0 and broadcast); otherwise, or when METIS leaves a part empty, contiguous blocks
+               of node indices (np.array_split), which suit graphs numbered by position such as
+               pdmm.Graph.random_geometric; or an explicit `partition=` (one rank per node).
+    ownership  rank r holds x_i of its nodes and the directed edges OUT of them, i->j with i its own:
+               the edge state z_{i|j} it gathers, and the message y_{i|j} it computes. Since edges
+               are sorted by (src, dst) a rank's edges are its nodes' contiguous blocks, so gather,
+               fuse and the messages run unchanged (pdmm.methods.PDMM) on the rank's local graph.
+    exchange   z_{j|i} <- y_{i|j} lives at the owner of j. Once per iteration the messages of the edges
+               that cross the cut are packed per neighbouring rank, in the global order of the edge
+               that receives them, and swapped with one torch.distributed.all_to_all_single (split
+               sizes per rank; gloo supports it on the CPU); the other edges are served locally.
+    tests      the residual, the change of x, the objective and the error are sums over nodes or edges,
+               all-reduced; every rank then takes the same stopping / divergence decision.
+    result     x is all-gathered and reassembled in the original node order: every rank returns the
+               same pdmm.Result as the single-process engine (to rounding: sums are taken in another order).
+
+Supported: method="pdmm" (theta=1 or averaged theta in (0, 1)), consensus constraints, quadratic
+local functions (pdmm.averaging, pdmm.least_squares, pdmm.lasso, pdmm.quadratic), batched problems,
+float64/float32 on the CPU; anything else raises ValueError naming it. Every rank checks that all
+ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
+iteration. Collectives time out after the timeout given when the process group was initialised:
+`init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes.
+"""
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .compiled import CompiledGraph, EdgeList
+from .constraints import Consensus
+from .local import Quadratic
+from .methods import PDMM
+from .solve import DIVERGENCE_GROWTH, DivergenceError, _Bookkeeping, _initial_x, _read, _reference, _result
+
+DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
+
+
+def init_process_group(backend="gloo", timeout=DEFAULT_TIMEOUT, **kwargs):
+    """torch.distributed.init_process_group with a collective timeout of `timeout` seconds (env:// under torchrun)."""
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout), **kwargs)
+
+
+def partition(graph, parts):
+    """The rank of each node of a CompiledGraph split into `parts` nonempty parts: METIS (pymetis) when installed,
+    else contiguous blocks of node indices. (n,) int64."""
+    n = graph.n
+    if parts == 1:
+        return np.zeros(n, dtype=np.int64)
+    try:
+        import pymetis
+    except ImportError:
+        pymetis = None
+    if pymetis is not None:
+        xadj = np.concatenate([[0], np.cumsum(graph.degree.cpu().numpy())])
+        adjacency = getattr(pymetis, "CSRAdjacency", None)  # newer pymetis; older ones take xadj=, adjncy=
+        csr = dict(xadj=xadj, adjncy=graph.dst.cpu().numpy())
+        _, membership = pymetis.part_graph(parts, **({"adjacency": adjacency(*csr.values())} if adjacency else csr))
+        owner = np.asarray(membership, dtype=np.int64)
+        if len(np.unique(owner)) == parts:
+            return owner
+    return blocks(n, parts)
+
+
+def blocks(n, parts):
+    """Contiguous blocks of node indices, sizes differing by at most one: (n,) int64."""
+    return np.repeat(np.arange(parts, dtype=np.int64), [len(b) for b in np.array_split(np.arange(n), parts)])
+
+
+@dataclass(frozen=True)
+class PartGraph(CompiledGraph):
+    """A rank's part of a CompiledGraph: its own nodes (local indices 0..n-1, global labels in `nodes`) and the
+    directed edges out of them. dst holds GLOBAL node indices and sign the global one; rev is unused (-1);
+    exchange(v) is the partitioned v[rev], served by `swap`."""
+    swap: "Swap" = None
+
+    def exchange(self, v):
+        return self.swap(v)
+
+
+class Swap:
+    """v -> v[rev] over the whole graph for a rank's edge tensor v (E_r, ...): local reverses are read in place,
+    the cut edges' values come from the neighbouring ranks through one all_to_all_single."""
+
+    def __init__(self, send, counts, source, group=None):
+        self.send, self.counts, self.source, self.group = send, counts, source, group
+        self.total = sum(counts)
+
+    def __call__(self, v):
+        received = v.new_empty((self.total, *v.shape[1:]))
+        if dist.get_world_size(self.group) > 1:
+            dist.all_to_all_single(received, v.index_select(0, self.send).contiguous(), self.counts, self.counts,
+                                   group=self.group)
+        return torch.cat([v, received]).index_select(0, self.source)
+
+
+def local_part(graph, owner, rank, dtype, group=None):
+    """(PartGraph of rank's nodes and out-edges, own node indices) from the global CompiledGraph and the owners."""
+    src, dst, rev = (t.cpu().numpy() for t in (graph.src, graph.dst, graph.rev))
+    own = np.flatnonzero(owner == rank)
+    local_id = np.full(graph.n, -1, dtype=np.int64)
+    local_id[own] = np.arange(len(own))
+    edges = np.flatnonzero(owner[src] == rank)  # global edge ids, still sorted by (src, dst)
+    edge_id = np.full(len(src), -1, dtype=np.int64)
+    edge_id[edges] = np.arange(len(edges))
+    peer = owner[dst[edges]]  # the rank holding each edge's reverse
+    source = np.empty(len(edges), dtype=np.int64)
+    inside = peer == rank
+    source[inside] = edge_id[rev[edges[inside]]]
+    send, counts, at = [], [], len(edges)
+    for r in range(int(owner.max()) + 1):
+        mine = np.flatnonzero(peer == r) if r != rank else np.empty(0, dtype=np.int64)
+        # send in the order of the receiving edges' global ids; receive in the order of my own edges' global ids:
+        # rank r receives on the reverses of what this rank sends, so both lists name the same edges in one order
+        send.append(mine[np.argsort(rev[edges[mine]], kind="stable")])
+        source[mine] = at + np.arange(len(mine))
+        counts.append(len(mine))
+        at += len(mine)
+    swap = Swap(torch.from_numpy(np.concatenate(send)), counts, torch.from_numpy(source), group)
+    lsrc, gdst = local_id[src[edges]], dst[edges]
+    fields = EdgeList.arrays(len(own), lsrc, gdst, "cpu", dtype)
+    ahead = src[edges] < gdst
+    part = PartGraph(**fields, nodes=own.tolist(), rev=torch.full((len(edges),), -1, dtype=torch.int64),
+                     sign=torch.where(torch.from_numpy(ahead), 1.0, -1.0).to(dtype),
+                     forward=torch.from_numpy(np.flatnonzero(ahead)), swap=swap)
+    return part, own
+
+
+def restrict(local, rows, n):
+    """The local function of the nodes `rows` only: every node-major tensor (first axis n) sliced."""
+    index = torch.from_numpy(rows)
+    part = object.__new__(type(local))
+    part.__dict__.update({k: v.index_select(0, index) if torch.is_tensor(v) and v.dim() and v.shape[0] == n else v
+                          for k, v in local.__dict__.items()})
+    part.shape = (len(rows), *local.shape[1:])
+    return part
+
+
+def fingerprint(problem, arguments):
+    """A SHA-256 of the graph, the local data, the edge constraints and the arguments, as a signed 64-bit int."""
+    h = hashlib.sha256()
+
+    def add(value):
+        if torch.is_tensor(value):
+            value = value.detach().cpu().numpy()
+        if isinstance(value, np.ndarray):
+            h.update(f"{value.dtype}{value.shape}".encode())
+            h.update(np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, (tuple, list)):
+            h.update(b"(")
+            for v in value:
+                add(v)
+            h.update(b")")
+        elif isinstance(value, dict):
+            for k in sorted(value, key=str):
+                add(str(k))
+                add(value[k])
+        else:
+            h.update(repr(value).encode())
+        h.update(b";")
+
+    graph = problem.compiled
+    add([problem.n, problem.batch, problem.dim, graph.src, graph.dst, type(problem.local).__name__])
+    add(vars(problem.local))
+    add(problem.edge_matrices)
+    add(problem.inequality)
+    add(arguments)
+    return int.from_bytes(h.digest()[:8], "little", signed=True)
+
+
+def check_group(group=None):
+    """The (rank, world size) of an initialised process group, or a RuntimeError saying how to get one."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("backend='distributed' needs an initialised torch.distributed process group: run the "
+                           "script under torchrun and call pdmm.distributed.init_process_group() (or "
+                           "torch.distributed.init_process_group('gloo')) before pdmm.solve")
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _supported(problem, method, device, network, compile, method_params):
+    """ValueError naming what the distributed backend does not implement."""
+    unsupported = []
+    if method != "pdmm":
+        unsupported.append(f"method={method!r} (only 'pdmm', with theta=1 or averaged theta < 1)")
+    extra = sorted(set(method_params) - {"theta"})
+    if extra:
+        unsupported.append(f"method parameters {extra}")
+    if not problem.is_consensus:
+        unsupported.append("edge-matrix constraints (only constraints='consensus')")
+    if not isinstance(problem.local, Quadratic):
+        unsupported.append(f"{type(problem.local).__name__} local functions (only Quadratic and Lasso: averaging, "
+                           "least_squares, lasso, quadratic)")
+    if network is not None:
+        unsupported.append("network= (only the ideal network)")
+    if compile:
+        unsupported.append("compile=True")
+    if torch.device(device).type != "cpu":
+        unsupported.append(f"device={device!r} (only 'cpu', with gloo)")
+    if unsupported:
+        raise ValueError("backend='distributed' does not implement " + "; ".join(unsupported))
+
+
+def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network, target, names,
+          record_every, check_every, compile, method_params, owners=None, group=None):
+    """pdmm.solve's loop on this rank's part of the graph (called by pdmm.solve with arguments already checked)."""
+    rank, world = check_group(group)
+    arguments = dict(method=method, rho=rho, max_iter=max_iter, tol=tol, reference=reference, dtype=str(dtype),
+                     seed=seed, x0=x0, target=target, names=names, record_every=record_every,
+                     check_every=check_every, method_params=method_params, partition=owners, world=world)
+    mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
+    every = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    differ = [r for r, f in enumerate(every) if int(f) != int(every[0])]
+    if differ:
+        raise ValueError(f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
+                         "(every rank must call pdmm.solve with the same data)")
+    _supported(problem, method, device, network, compile, method_params)
+    if world > problem.n:
+        raise ValueError(f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes")
+    owner = _owners(problem, owners, world, group)
+
+    graph, own = local_part(problem.compiled, owner, rank, dtype, group)
+    local = restrict(problem.local.to("cpu", dtype), own, problem.n)
+    edges = Consensus(graph)
+    algorithm = PDMM(graph, local, edges, float(rho), **method_params)
+    x_star = _reference(problem, reference, device, dtype)
+    state = algorithm.init(_initial_x(problem, x0, seed, device, dtype)[torch.from_numpy(own)])
+    per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
+    book = _PartBookkeeping(names, _Summed(local, problem.n, group), edges, None, x_star, None, rho, per_iteration,
+                            record_every, min(max_iter // record_every + 1, 4096))
+    book.part(own, problem.compiled.num_edges // 2, group)
+    run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=None)
+
+    done, rows, converged, first = 0, 0, False, None
+    start = time.perf_counter()
+    with torch.no_grad():
+        for k in range(1, max_iter + 1):
+            new = algorithm.step(state)
+            x = new["x"]
+            row = book.record(rows, k, x) if k % record_every == 0 else None
+            if first is None:
+                first = book.residual(x, row)
+            if k % check_every and k < max_iter:
+                state, done, rows = new, k, rows + (row is not None)
+                continue
+            stop, finite, grown, largest = book.check(x, state["x"], row, first, rows, tol, target)
+            if (stop or not finite or grown or k == max_iter) and row is None:
+                row = book.record(rows, k, x)
+            state, done, rows = new, k, rows + (row is not None)
+            if not finite or grown:
+                message = (f"{method} diverged at iteration {k}: " + (
+                    "the iterates or the objective are no longer finite" if not finite else
+                    f"the residual grew from {first.max():.3g} to {largest:.3g} (rho={rho})"))
+                raise DivergenceError(message, _result(_gathered(state, owner, group), done, book, rows, False, start,
+                                                       **run))
+            if stop:
+                converged = True
+                break
+    return _result(_gathered(state, owner, group), done, book, rows, converged, start, **run)
+
+
+def _owners(problem, given, world, group):
+    """The rank of every node: `given` checked, or partition() on rank 0, broadcast."""
+    n = problem.n
+    if given is not None:
+        owner = np.asarray(given)
+        if owner.shape != (n,) or not np.issubdtype(owner.dtype, np.integer):
+            raise ValueError(f"partition must be {n} integer ranks, one per node, got shape {owner.shape}, "
+                             f"dtype {owner.dtype}")
+        missing = sorted(set(range(world)) - set(owner.tolist()))
+        if owner.min() < 0 or owner.max() >= world or missing:
+            raise ValueError(f"partition must give every rank 0..{world - 1} at least one node and use no other "
+                             f"value; got values {sorted(set(owner.tolist()))[:10]}")
+        return owner.astype(np.int64)
+    owner = torch.from_numpy(partition(problem.compiled, world) if dist.get_rank(group) == 0 else
+                             np.zeros(n, dtype=np.int64))
+    dist.broadcast(owner, 0, group=group)
+    return owner.numpy()
+
+
+def _gathered(state, owner, group):
+    """The state with x of every node, all-gathered in the original node order."""
+    x = state["x"]
+    world = dist.get_world_size(group)
+    sizes = np.bincount(owner, minlength=world)
+    padded = x.new_zeros((int(sizes.max()), *x.shape[1:]))
+    padded[:len(x)] = x
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded, group=group)
+    full = x.new_empty((len(owner), *x.shape[1:]))
+    for r, part in enumerate(parts):
+        full[torch.from_numpy(np.flatnonzero(owner == r))] = part[:sizes[r]]
+    return {**state, "x": full}
+
+
+def _all_sum(t, group):
+    dist.all_reduce(t, group=group)
+    return t
+
+
+class _Summed:
+    """The whole problem's local function as the bookkeeping sees it: global shape, value summed over the ranks."""
+
+    def __init__(self, local, n, group):
+        self.local, self.group = local, group
+        self.shape = (n, *local.shape[1:])
+
+    def value(self, x):
+        return _all_sum(self.local.value(x).contiguous(), self.group)
+
+
+class _PartBookkeeping(_Bookkeeping):
+    """solve's bookkeeping with every norm summed over the ranks (residuals over each rank's forward edges)."""
+
+    def part(self, own, undirected, group):
+        self.own, self.undirected, self.group = torch.from_numpy(own), undirected, group
+        self.star_own = None if self.x_star is None else self.x_star[self.own]
+        graph = self.edges.graph
+        self.ends = graph.src[graph.forward], graph.forward
+
+    def residual(self, x, row=None):
+        if row is not None and "residual" in row:
+            return row["residual"]
+        graph = self.edges.graph
+        neighbour = graph.exchange(graph.gather(x))  # x_j at edge i->j
+        r = x.index_select(0, self.ends[0]) - neighbour.index_select(0, self.ends[1])
+        return torch.sqrt(_all_sum((r * r).sum((0, 2)), self.group) / self.undirected)
+
+    def error(self, x, row=None):
+        if row is not None and "error" in row:
+            return row["error"]
+        d = x - self.star_own
+        return torch.sqrt(_all_sum((d * d).sum((0, 2)), self.group)) / self.x_star_norm
+
+    def check(self, x, x_old, row, first, rows, tol, target):
+        residual = self.residual(x, row)
+        change = x - x_old
+        sums = _all_sum(torch.cat([(x * x).sum((0, 2)), (change * change).sum((0, 2)),
+                                   (~torch.isfinite(x)).sum().reshape(1).to(x.dtype)]), self.group)
+        B, n = x.shape[1], self.local.shape[0]
+        scale = torch.clamp(torch.sqrt(sums[:B] / n), min=1.0)
+        stop = (residual <= tol * scale).all() & (torch.sqrt(sums[B:2 * B] / n) <= tol * scale).all()
+        if target is not None:
+            stop |= (self.error(x, row) <= target).all()
+        finite = (sums[-1] == 0) & torch.isfinite(residual).all()
+        if "objective" in self.columns:
+            finite &= torch.isfinite(self.columns["objective"][self.checked:rows + (row is not None)]).all()
+        floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
+        grown = (residual > DIVERGENCE_GROWTH * floor).any()
+        stop, finite, grown, largest = _read(stop, finite, grown, residual.max())
+        self.checked = rows + (row is not None)
+        return bool(stop), bool(finite), bool(grown), largest
+
+
+__all__ = ["DEFAULT_TIMEOUT", "init_process_group", "partition", "blocks", "solve"]

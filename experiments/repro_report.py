@@ -400,8 +400,8 @@ def summary_lines(results):
         ranked = sorted(walls.items(), key=lambda item: -item[1]["minutes"])
         total = sum(wall["minutes"] for wall in walls.values())
         lines += ["", f"Training time of the {len(walls)} reproductions: {total:.0f} min ({total / 60:.1f} h) summed over "
-                  f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, {total / 120:.1f} h of wall "
-                  "time as two sweeps side by side on this 2-core machine; longest: "
+                  f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, so about {total / 120:.1f} h end to "
+                  "end as two sweeps side by side on a 2-core machine (half the sum); longest: "
                   + "; ".join(f"{title} {wall['minutes']:.0f} min" for title, wall in ranked[:3]) + "."]
     return lines
 

@@ -231,7 +231,7 @@ def test_wall_time_is_summed_per_section_and_over_all_sections(tmp_path):
     results.write_text("".join(f"<!-- begin repro-{k} -->\n## {k}\n\n{c}\n<!-- end repro-{k} -->\n\n" for k, c in
                                (("one", comment), ("two", '<!-- wall {"minutes": 113.0, "runs": 20} -->'))))
     assert summary_lines(results)[-1].startswith("Training time of the 2 reproductions: 120 min (2.0 h) summed over 23 "
-                                                 "runs of one thread each, 1.0 h of wall time")
+                                                 "runs of one thread each, so about 1.0 h end to end")
     assert summary_lines(results)[-1].endswith("longest: two 113 min; one 7 min.")
 
 

@@ -50,7 +50,7 @@ from .compiled import CompiledGraph, EdgeList
 from .constraints import Consensus
 from .local import Quadratic
 from .methods import PDMM
-from .solve import DIVERGENCE_GROWTH, DivergenceError, _Bookkeeping, _initial_x, _read, _reference, _result
+from .solve import DIVERGENCE_GROWTH, _Bookkeeping, _initial_x, _iterate, _Progress, _read, _reference, _result
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
 
@@ -252,32 +252,17 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
     book.part(own, problem.compiled.num_edges // 2, group)
     run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=None)
 
-    done, rows, converged, first = 0, 0, False, None
+    so_far = _Progress((state, 0, 0))
     start = time.perf_counter()
+
+    def finish(converged):
+        state, done, rows = so_far.now
+        return _result(_gathered(state, owner, group), done, book, rows, converged, start, **run)
+
     with torch.no_grad():
-        for k in range(1, max_iter + 1):
-            new = algorithm.step(state)
-            x = new["x"]
-            row = book.record(rows, k, x) if k % record_every == 0 else None
-            if first is None:
-                first = book.residual(x, row)
-            if k % check_every and k < max_iter:
-                state, done, rows = new, k, rows + (row is not None)
-                continue
-            stop, finite, grown, largest = book.check(x, state["x"], row, first, rows, tol, target)
-            if (stop or not finite or grown or k == max_iter) and row is None:
-                row = book.record(rows, k, x)
-            state, done, rows = new, k, rows + (row is not None)
-            if not finite or grown:
-                message = (f"{method} diverged at iteration {k}: " + (
-                    "the iterates or the objective are no longer finite" if not finite else
-                    f"the residual grew from {first.max():.3g} to {largest:.3g} (rho={rho})"))
-                raise DivergenceError(message, _result(_gathered(state, owner, group), done, book, rows, False, start,
-                                                       **run))
-            if stop:
-                converged = True
-                break
-    return _result(_gathered(state, owner, group), done, book, rows, converged, start, **run)
+        converged = _iterate(algorithm.step, so_far, book, max_iter, record_every, check_every, tol, target, method,
+                             rho, finish)
+    return finish(converged)
 
 
 def _owners(problem, given, world, group):

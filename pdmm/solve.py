@@ -167,43 +167,69 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
                         min(max_iter // record_every + 1, 4096))
     run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=network)
 
-    done, rows, converged, interrupted, first, shown, posted = 0, 0, False, False, None, 0, -20
+    so_far = _Progress((state, 0, 0))
     start = time.perf_counter()
+
+    def finish(converged):
+        state, done, rows = so_far.now
+        return _result(state, done, book, rows, converged, start, **run)
+
+    converged, interrupted = False, False
     with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
         try:
-            for k in range(1, max_iter + 1):
-                if channel is not None:
-                    channel.draw()
-                new = step(state)
-                x = new["x"]
-                row = book.record(rows, k, x) if k % record_every == 0 else None
-                if first is None:  # iteration 1's residual: what the divergence test measures growth from
-                    first = book.residual(x, row)
-                if k % check_every and k < max_iter:
-                    state, done, rows = new, k, rows + (row is not None)  # one statement: a Ctrl-C keeps them in step
-                    continue
-                stop, finite, grown, largest = book.check(x, state["x"], row, first, rows, tol, target)
-                if (stop or not finite or grown or k == max_iter) and row is None:
-                    row = book.record(rows, k, x)
-                state, done, rows = new, k, rows + (row is not None)
-                if not finite or grown:
-                    message = (f"{method} diverged at iteration {k}: " + (
-                        "the iterates or the objective are no longer finite" if not finite else
-                        f"the residual grew from {first.max():.3g} to {largest:.3g} (rho={rho})"))
-                    raise DivergenceError(message, _result(state, done, book, rows, False, start, **run))
-                bar.update(k - shown)
-                shown = k
-                if progress and (k - posted >= 20 or stop or k == max_iter):
-                    bar.set_postfix(residual=f"{largest:.2e}")
-                    posted = k
-                if stop:
-                    converged = True
-                    break
+            converged = _iterate(step, so_far, book, max_iter, record_every, check_every, tol, target, method, rho,
+                                 finish, before=None if channel is None else channel.draw, bar=bar if progress else None)
         except KeyboardInterrupt:
             interrupted = True
-    result = _result(state, done, book, rows, converged, start, **run)
+    result = finish(converged)
     result.interrupted = interrupted
     return result
+
+
+@dataclass
+class _Progress:
+    """A run so far: `now` = (state after `done` iterations, done, history rows recorded), replaced in one
+    assignment, so a Ctrl-C at any point leaves the three in step."""
+    now: tuple
+
+
+def _iterate(step, progress, book, max_iter, record_every, check_every, tol, target, method, rho, finish,
+             before=None, bar=None):
+    """Up to max_iter steps from progress.now, recording every record_every-th iteration (book.record) and testing
+    every check_every-th and the last (book.check, one read from the device); True once the stopping test passes.
+    Divergence raises DivergenceError with finish(False), the Result so far. before(): called before each step
+    (a network's draws); bar: a tqdm bar, updated at the tests."""
+    first, shown, posted = None, 0, -20
+    for k in range(1, max_iter + 1):
+        if before is not None:
+            before()
+        state, _, rows = progress.now
+        new = step(state)
+        x = new["x"]
+        row = book.record(rows, k, x) if k % record_every == 0 else None
+        if first is None:  # iteration 1's residual: what the divergence test measures growth from
+            first = book.residual(x, row)
+        if k % check_every and k < max_iter:
+            progress.now = new, k, rows + (row is not None)
+            continue
+        stop, finite, grown, largest = book.check(x, state["x"], row, first, rows, tol, target)
+        if (stop or not finite or grown or k == max_iter) and row is None:
+            row = book.record(rows, k, x)
+        progress.now = new, k, rows + (row is not None)
+        if not finite or grown:
+            message = (f"{method} diverged at iteration {k}: " + (
+                "the iterates or the objective are no longer finite" if not finite else
+                f"the residual grew from {first.max():.3g} to {largest:.3g} (rho={rho})"))
+            raise DivergenceError(message, finish(False))
+        if bar is not None:
+            bar.update(k - shown)
+            shown = k
+            if k - posted >= 20 or stop or k == max_iter:
+                bar.set_postfix(residual=f"{largest:.2e}")
+                posted = k
+        if stop:
+            return True
+    return False
 
 
 class _Bookkeeping:

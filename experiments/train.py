@@ -418,8 +418,9 @@ def train(config, out, resume=False, force=False, progress=True, extend=False):
     under the config stored in out/config.toml (a different config is an error); with extend=True too,
     `config` may raise train.max_iters (and change the other EXTENDABLE keys), recorded in meta.json.
     Raises TrainingDiverged when the loss stops being finite, Interrupted after checkpointing the last
-    whole step when Ctrl-C (SIGINT) arrives during the steps, and a UsageError naming the file when a
-    write fails (the last good checkpoint intact).
+    whole step when Ctrl-C (SIGINT) arrives during the steps (KeyboardInterrupt after finishing the run
+    when it arrives after the last step's check), and a UsageError naming the file when a write fails
+    (the last good checkpoint intact).
     In an initialised torch.distributed group (process_group()) every process calls train() and they
     train together (module docstring); rank 0 writes the files and returns the summary, the others None.
     """
@@ -571,7 +572,10 @@ def run_steps(config, out, resume, progress, extend, world):
             bar.close()
             if metrics_file is not None:
                 metrics_file.close()
-    return finish(task, model, config, out, state, params, world) if world.rank == 0 else None
+    summary = finish(task, model, config, out, state, params, world) if world.rank == 0 else None
+    if interrupt["set"]:  # Ctrl-C after the last step's check: the run is whole, and the caller stops too
+        raise KeyboardInterrupt(f"interrupted after the last step; {out} is finished")
+    return summary
 
 
 def reached(row, train):

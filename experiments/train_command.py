@@ -82,6 +82,8 @@ def interrupted_line(err, args, out, world=World()):
     if isinstance(err, Interrupted):
         return (f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: "
                 f"{command(args, out, '--resume')}{how}")
+    if (out / "summary.json").is_file():  # Ctrl-C during the last step's evaluation or checkpoint
+        return f"interrupted (Ctrl-C) after the last step; the run finished, results in {out}"
     if has_checkpoint(out):  # a second Ctrl-C, or one outside the steps
         return f"interrupted (Ctrl-C); resume from the last checkpoint with: {command(args, out, '--resume')}{how}"
     return f"interrupted (Ctrl-C) before the first checkpoint; start again with: {command(args, out, '--force')}{how}"

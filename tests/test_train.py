@@ -142,6 +142,25 @@ def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_metrics(tmp_path):
     assert whole["final"] == resumed["final"] and whole["best"] == resumed["best"]
 
 
+def test_ctrl_c_after_the_last_steps_check_finishes_the_run_and_still_stops_the_caller(tmp_path, monkeypatch, capsys):
+    import experiments.train as train_module
+    write_row = train_module.write_row
+
+    def ctrl_c_at_the_last_row(file, row):  # SIGINT lands during the last step's evaluation
+        write_row(file, row)
+        if row["step"] == 10:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(train_module, "write_row", ctrl_c_at_the_last_row)
+    with pytest.raises(KeyboardInterrupt, match="after the last step"):
+        train(tiny_config(tmp_path), tmp_path / "run", progress=False)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 10
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    (tmp_path / "run" / "summary.json").unlink()
+    code = main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--no-progress", *[f"--set={s}" for s in TINY],
+                 f'--set=task.data="{CORPUS}"', "--out", str(tmp_path / "cli")])
+    assert code == 130 and "the run finished, results in" in capsys.readouterr().err
+
 def test_sweep_report_and_plot_over_four_residuals_and_two_seeds(tmp_path, capsys):
     out = tmp_path / "sweep"
     code = main(["sweep", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",

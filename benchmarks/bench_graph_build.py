@@ -16,8 +16,11 @@ numpy, networkx). Rows:
   random_regular, erdos_renyi, grid   (only with --inputs) the other generators at about E directed
                     edges: degree k, G(n, k / (n - 1)), a square grid of about E / 4 nodes
 
+--iterations K then runs K plain PDMM steps on the compiled graph (distributed averaging, d = 1,
+one instance, float64) and adds ms per iteration (median) and the peak RSS including the iterations.
+
     python benchmarks/bench_graph_build.py [--edges 1000000 10000000] [--degree 20] [--inputs ...]
-                                           [--networkx-edges 1000000]
+                                           [--networkx-edges 1000000] [--iterations 10]
 """
 import argparse
 import json
@@ -39,8 +42,8 @@ def peak_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
-def child(kind, edges, degree):
-    """Build and compile one graph in this process; print a JSON row."""
+def child(kind, edges, degree, iterations):
+    """Build and compile one graph in this process, then run `iterations` PDMM steps on it; print a JSON row."""
     import pdmm
 
     row = {"kind": kind, "import_gb": peak_gb()}
@@ -73,7 +76,32 @@ def child(kind, edges, degree):
     start = time.perf_counter()
     compiled = (pdmm.CompiledGraph.from_networkx(graph) if kind == "networkx" else pdmm.CompiledGraph.from_graph(graph))
     row.update(compile_s=time.perf_counter() - start, n=compiled.n, edges=compiled.num_edges, peak_gb=peak_gb())
+    if iterations:
+        row.update(iteration_ms=iterate(compiled, iterations), iterated_peak_gb=peak_gb())
     print(json.dumps(row))
+
+
+def iterate(compiled, iterations):
+    """Median ms of one plain PDMM step (averaging, d = 1, B = 1, float64) over `iterations` steps."""
+    import torch
+
+    import pdmm
+    from pdmm.constraints import Consensus
+    from pdmm.local import Quadratic
+    from pdmm.methods import PDMM
+
+    pdmm.tune_allocator()
+    a = torch.randn(compiled.n, 1, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    method = PDMM(compiled, Quadratic(torch.ones(compiled.n, 1, dtype=torch.float64), a, y=a), Consensus(compiled), 1.0)
+    state = method.init(torch.zeros_like(a))
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        state = method.step(state)
+        times.append(time.perf_counter() - start)
+    if not torch.isfinite(state["x"]).all():
+        raise RuntimeError("the iterates are not finite")
+    return 1e3 * float(np.median(times))
 
 
 def loop_compiled(G):
@@ -98,24 +126,29 @@ def main():
     parser.add_argument("--degree", type=int, default=20, help="mean degree k")
     parser.add_argument("--inputs", nargs="+", default=list(KINDS[:3]), choices=KINDS, help="which rows to run")
     parser.add_argument("--networkx-edges", type=int, default=10**6, help="largest graph also run through networkx")
+    parser.add_argument("--iterations", type=int, default=0, help="PDMM steps to run on each compiled graph")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "EDGES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.child[0], int(args.child[1]), args.degree)
+        return child(args.child[0], int(args.child[1]), args.degree, args.iterations)
 
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     print(f"{cpu_model()}; load average at start {load}; one subprocess per row\n")
-    print("| input | directed edges | n | build s | compile s | total s | old loop s | peak RSS GB | import RSS GB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    iterated = " ms/iteration (d = 1) | peak RSS with iterations GB |" if args.iterations else ""
+    print("| input | directed edges | n | build s | compile s | total s | old loop s | peak RSS GB | import RSS GB |"
+          + iterated)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.iterations else ""))
     for edges in args.edges:
         for kind in [k for k in args.inputs if k != "networkx" or edges <= args.networkx_edges]:
-            out = subprocess.run([sys.executable, __file__, "--child", kind, str(edges), "--degree", str(args.degree)],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run([sys.executable, __file__, "--child", kind, str(edges), "--degree", str(args.degree),
+                                  "--iterations", str(args.iterations)], capture_output=True, text=True, check=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             old = f"{r['old_s']:.2f}" if "old_s" in r else "—"
+            steps = f" {r['iteration_ms']:.0f} | {r['iterated_peak_gb']:.2f} |" if "iteration_ms" in r else ""
             print(f"| {kind} | {r['edges']:,} | {r['n']:,} | {r['build_s']:.2f} | {r['compile_s']:.2f} | "
-                  f"{r['build_s'] + r['compile_s']:.2f} | {old} | {r['peak_gb']:.2f} | {r['import_gb']:.2f} |", flush=True)
+                  f"{r['build_s'] + r['compile_s']:.2f} | {old} | {r['peak_gb']:.2f} | {r['import_gb']:.2f} |" + steps,
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ from .config import TABLES, apply_override, load_config, load_plan, toml_value
 from .tasks import TASKS
 from .tasks.base import parse_options
 from .runs import read_sweep
-from .train import Interrupted, World, has_checkpoint, train
+from .train import Interrupted, has_checkpoint, train
+from .world import World
 from .train_command import with_data
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from .common import positive
 from .config import load_config, toml_value
-from .train import DIST_TIMEOUT, Interrupted, TrainingDiverged, World, has_checkpoint, process_group, train
+from .train import Interrupted, TrainingDiverged, has_checkpoint, train
+from .world import DIST_TIMEOUT, World, process_group
 
 
 def add_parser(subparsers):

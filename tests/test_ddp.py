@@ -19,7 +19,8 @@ from experiments.common import UsageError
 from experiments.cli import main
 from experiments.config import load_config
 from experiments.runs import load_run
-from experiments.train import World, has_checkpoint, load_checkpoint, train
+from experiments.train import has_checkpoint, load_checkpoint, train
+from experiments.world import World
 
 pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()
                                      and sys.platform == "linux"),

@@ -1,0 +1,138 @@
+"""Partitioned PDMM (pdmm.solve(..., backend="distributed")) on 1, 2 and 4 processes of one machine.
+
+Distributed averaging, consensus, plain PDMM (rho = 1), float64, CPU, gloo, B instances of width d,
+on a random geometric graph (pdmm.Graph.random_geometric, mean degree --degree) with E directed
+edges. For each P the script reports:
+
+  cut fraction      directed edges whose two ends are on different ranks, over E: METIS (pymetis, what
+                    the engine uses) against a uniformly random assignment of nodes to P ranks
+  sent per iter     numbers every rank sends in all, cut edges x B x d, and the bytes (8 per float64)
+  ms / iteration    (time of K2 iterations - time of K1 iterations) / (K2 - K1) on rank 0, so set-up
+                    (partition, fingerprint, compile) cancels; torchrun-style processes started with
+                    torch.multiprocessing, each limited to one thread
+  exchange ms       the same difference for the all_to_all_single alone, on the rank's own cut edges
+
+Then a scaling model, time per iteration = E / P x (ns per edge) + exchange, fitted to these rows.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_distributed.py [--edges 1000000] [--dims 1 16] [--procs 1 2 4]
+"""
+import argparse
+import os
+import socket
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from machine import cpu_model
+
+K1, K2 = 5, 25
+
+
+def graph_for(edges, degree):
+    import pdmm
+
+    n = max(edges // degree, 2)
+    return pdmm.Graph.random_geometric(n, float(np.sqrt(degree / (np.pi * n))), seed=0)
+
+
+def cut_fraction(compiled, owner):
+    src, dst = compiled.src.numpy(), compiled.dst.numpy()
+    return float(np.mean(owner[src] != owner[dst]))
+
+
+def worker(rank, world, port, edges, degree, d, batch, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import pdmm
+    import pdmm.distributed
+
+    pdmm.distributed.init_process_group(rank=rank, world_size=world, timeout=600)
+    graph = graph_for(edges, degree)
+    a = np.random.default_rng(0).normal(size=(batch, graph.n, d))
+    problem = pdmm.averaging(graph, a)
+    elapsed = {}
+    for iterations in (K1, K2):
+        dist.barrier()
+        start = time.perf_counter()
+        pdmm.solve(problem, max_iter=iterations, tol=0, history=(), backend="distributed")
+        elapsed[iterations] = time.perf_counter() - start
+    compiled = pdmm.CompiledGraph.from_graph(graph)
+    owner = pdmm.distributed.partition(compiled, world)
+    part, _ = pdmm.distributed.local_part(compiled, owner, rank, torch.float64)
+    v = torch.randn(part.num_edges, batch, d, dtype=torch.float64)
+    swap = {}
+    for iterations in (K1, K2):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            part.exchange(v)
+        swap[iterations] = time.perf_counter() - start
+    if rank == 0:
+        queue.put({"iteration_ms": 1e3 * (elapsed[K2] - elapsed[K1]) / (K2 - K1),
+                   "exchange_ms": 1e3 * (swap[K2] - swap[K1]) / (K2 - K1)})
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(world, edges, degree, d, batch):
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(worker, args=(world, free_port(), edges, degree, d, batch, queue), nprocs=world, join=True)
+    return queue.get()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--edges", type=int, nargs="+", default=[10**6], help="directed edges (about)")
+    parser.add_argument("--degree", type=int, default=20, help="mean degree of the random geometric graph")
+    parser.add_argument("--dims", type=int, nargs="+", default=[1, 16], help="widths d")
+    parser.add_argument("--batch", type=int, default=1, help="instances B")
+    parser.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4], help="numbers of processes P")
+    args = parser.parse_args()
+    import pdmm
+    import pdmm.distributed
+
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    print(f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, gloo, one thread per process, "
+          f"B = {args.batch}, float64, load average {load} at start\n")
+    print("| directed edges | n | d | P | METIS cut | random cut | sent per iteration | ms / iteration | "
+          "exchange ms | ns per edge x P |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    fits = []
+    for edges in args.edges:
+        graph = graph_for(edges, args.degree)
+        compiled = pdmm.CompiledGraph.from_graph(graph)
+        for d in args.dims:
+            for world in args.procs:
+                owner = pdmm.distributed.partition(compiled, world)
+                metis = cut_fraction(compiled, owner)
+                random = cut_fraction(compiled, np.random.default_rng(0).integers(world, size=compiled.n))
+                numbers = metis * compiled.num_edges * args.batch * d
+                r = timed(world, edges, args.degree, d, args.batch)
+                per_edge = 1e6 * r["iteration_ms"] * world / compiled.num_edges
+                fits.append((compiled.num_edges, d, world, r["iteration_ms"], r["exchange_ms"], numbers))
+                print(f"| {compiled.num_edges:,} | {compiled.n:,} | {d} | {world} | {metis:.4f} | {random:.4f} | "
+                      f"{numbers:,.0f} ({8 * numbers / 1e6:.2f} MB) | {r['iteration_ms']:.2f} | "
+                      f"{r['exchange_ms']:.2f} | {per_edge:.1f} |", flush=True)
+    print("\nScaling model: ms/iteration = c_d E / P + alpha + beta (numbers a rank sends); c_d from P = 1 (ns per "
+          "directed edge), alpha and beta fitted to the exchange column of the P > 1 rows (least squares):")
+    for d in args.dims:
+        single = [f for f in fits if f[1] == d and f[2] == 1]
+        if single:
+            print(f"  c_{d} = {1e6 * single[0][3] / single[0][0]:.1f} ns per edge")
+    shared = [(numbers / world, exchange) for _, _, world, _, exchange, numbers in fits if world > 1]
+    if len({n for n, _ in shared}) > 1:
+        beta, alpha = np.polyfit([n for n, _ in shared], [e for _, e in shared], 1)
+        print(f"  alpha = {alpha:.2f} ms per exchange, beta = {1e6 * beta:.2f} ns per number sent")
+
+
+if __name__ == "__main__":
+    main()

@@ -162,8 +162,9 @@ def _header(path, sweep, finished, metrics, spec):
         lines.append(f"Config `{sweep.get('config')}`, grid {grid or '(none)'}, seeds "
                      f"{', '.join(map(str, sweep.get('seeds', [])))}.")
     metas = [run.meta for run in finished if run.meta]
-    versions = [f"{key} {', '.join(sorted({str(meta.get(key)) for meta in metas}))}"
-                for key in ("git_commit", "torch", "device") if metas]
+    unknown = {"git_commit": "none (trained outside a git checkout)"}
+    versions = [f"{key} {', '.join(sorted({str(meta.get(key) or unknown.get(key)) for meta in metas}))}"
+                for key in ("version", "git_commit", "torch", "device") if metas]
     if versions:
         lines.append(f"Finished runs: {'; '.join(versions)}.")
     lines += ["", "Mean ± std over finished seeds (std with ddof = 1; one seed: its value). Final: at the last "

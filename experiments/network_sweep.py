@@ -31,9 +31,9 @@ def network(axis, value, seed):
 def iterations_to_target(problem, x_star, method, params, net, target, max_iter, rho):
     """The first iteration whose relative error is <= target, or None within max_iter."""
     result = solve(problem, method=method, rho=rho, max_iter=max_iter, tol=0, reference=x_star, network=net,
-                   target=target, **params)
+                   target=target, history=("error",), record_every=1, **params)
     hit = np.flatnonzero(result.history["error"] <= target)
-    return int(hit[0]) + 1 if hit.size else None
+    return int(result.history["iteration"][hit[0]]) if hit.size else None
 
 
 def network_sweep(axes=AXES, methods=METHODS, seeds=(0, 1, 2), n=100, dim=3, rho=1.0, target=1e-6,

@@ -198,7 +198,7 @@ def check_group(group=None):
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _supported(problem, method, device, network, compile, method_params):
+def check_supported(problem, method, device, network, compile, method_params):
     """ValueError naming what the distributed backend does not implement."""
     unsupported = []
     if method != "pdmm":
@@ -235,7 +235,7 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
     if differ:
         raise ValueError(f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
                          "(every rank must call pdmm.solve with the same data)")
-    _supported(problem, method, device, network, compile, method_params)
+    check_supported(problem, method, device, network, compile, method_params)
     if world > problem.n:
         raise ValueError(f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes")
     owner = _owners(problem, owners, world, group)
@@ -324,22 +324,22 @@ class _PartBookkeeping(_Bookkeeping):
         graph = self.edges.graph
         self.ends = graph.src[graph.forward], graph.forward
 
-    def residual(self, x, row=None):
-        if row is not None and "residual" in row:
-            return row["residual"]
-        graph = self.edges.graph
-        neighbour = graph.exchange(graph.gather(x))  # x_j at edge i->j
-        r = x.index_select(0, self.ends[0]) - neighbour.index_select(0, self.ends[1])
-        return torch.sqrt(_all_sum((r * r).sum((0, 2)), self.group) / self.undirected)
+    def residual(self, x, seen):
+        if "residual" not in seen:
+            graph = self.edges.graph
+            neighbour = graph.exchange(graph.gather(x))  # x_j at edge i->j
+            r = x.index_select(0, self.ends[0]) - neighbour.index_select(0, self.ends[1])
+            seen["residual"] = torch.sqrt(_all_sum((r * r).sum((0, 2)), self.group) / self.undirected)
+        return seen["residual"]
 
-    def error(self, x, row=None):
-        if row is not None and "error" in row:
-            return row["error"]
-        d = x - self.star_own
-        return torch.sqrt(_all_sum((d * d).sum((0, 2)), self.group)) / self.x_star_norm
+    def error(self, x, seen):
+        if "error" not in seen:
+            d = x - self.star_own
+            seen["error"] = torch.sqrt(_all_sum((d * d).sum((0, 2)), self.group)) / self.x_star_norm
+        return seen["error"]
 
-    def check(self, x, x_old, row, first, rows, tol, target):
-        residual = self.residual(x, row)
+    def check(self, x, x_old, seen, first, rows, tol, target):
+        residual = self.residual(x, seen)
         change = x - x_old
         sums = _all_sum(torch.cat([(x * x).sum((0, 2)), (change * change).sum((0, 2)),
                                    (~torch.isfinite(x)).sum().reshape(1).to(x.dtype)]), self.group)
@@ -347,14 +347,14 @@ class _PartBookkeeping(_Bookkeeping):
         scale = torch.clamp(torch.sqrt(sums[:B] / n), min=1.0)
         stop = (residual <= tol * scale).all() & (torch.sqrt(sums[B:2 * B] / n) <= tol * scale).all()
         if target is not None:
-            stop |= (self.error(x, row) <= target).all()
+            stop |= (self.error(x, seen) <= target).all()
         finite = (sums[-1] == 0) & torch.isfinite(residual).all()
         if "objective" in self.columns:
-            finite &= torch.isfinite(self.columns["objective"][self.checked:rows + (row is not None)]).all()
+            finite &= torch.isfinite(self.columns["objective"][self.checked:rows]).all()
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
         grown = (residual > DIVERGENCE_GROWTH * floor).any()
         stop, finite, grown, largest = _read(stop, finite, grown, residual.max())
-        self.checked = rows + (row is not None)
+        self.checked = rows
         return bool(stop), bool(finite), bool(grown), largest
 
 

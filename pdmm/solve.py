@@ -77,7 +77,7 @@ def tune_allocator():
 
 def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
           dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
-          history=None, record_every=1, check_every=None, backend="local", partition=None, **method_params):
+          history=None, record_every=None, check_every=None, backend="local", partition=None, **method_params):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
@@ -87,16 +87,22 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     check_every - 1 iterations after the first iteration that meets the test; the state returned
     is that of the iteration it stopped at. Between tests nothing is read back from the device.
     reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
-    the relative error ||x - x*||_F / ||x*||_F per iteration. x0: None (zeros), "random"
+    the relative error ||x - x*||_F / ||x*||_F per recorded iteration. x0: None (zeros), "random"
     (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
     history: the names to record, from "residual" (RMS of A_ij x_i + A_ji x_j - b_ij over the
     edges), "objective" (sum_i f_i(x_i)), "error" (needs a reference), "messages" and "bits"
     (cumulative counts, free on the ideal network) and, with network privacy, "privacy_x" and
-    "privacy_messages"; None (default) records all that apply, () only the iteration numbers.
-    Each costs work every recorded iteration: on large graphs the residual alone is a fifth to a
-    third of a PDMM step, the objective 5-20 %. record_every: record every k-th iteration (k, 2k, ...)
-    and the iteration a run stops at by convergence, divergence or max_iter;
-    history["iteration"] says which. A row holds exactly what a record_every=1 run records there.
+    "privacy_messages"; None (default) records all that apply but the objective, () only the
+    iteration numbers. What a recorded row costs, on large graphs: the residual a fifth to a third
+    of a PDMM step (a gather of x over the edges; free where the stopping test runs, which
+    computes it anyway), the objective 5-20 %, the error and the privacy measures a pass over the
+    nodes or edges each, the counts nothing. record_every: record every k-th iteration (k, 2k, ...)
+    and the iteration a run stops at by convergence, divergence or max_iter; history["iteration"]
+    says which. None (default) records where the stopping test runs, every check_every-th
+    iteration and the last: the default history is thinned (iterations 10, 20, ..., last; every
+    iteration with `target`) and costs next to nothing. record_every=1 records every iteration.
+    A row holds exactly what a record_every=1 run records there, and x does not depend on what is
+    recorded.
     compile=True runs the step through torch.compile: 10-30 s to compile, then faster
     iterations on large graphs (see BENCHMARKS.md).
     network: a pdmm.Network (lost messages, sleeping nodes, changing edges, quantisation,
@@ -107,7 +113,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     argmin f_i (pdmm.network.privacy_gaps).
     target: also stop (converged) once every instance's reference error is <= target (needs reference).
     Divergence (non-finite iterates or recorded objective, or a residual grown DIVERGENCE_GROWTH-fold
-    from iteration 1's) is tested with the stopping test and raises DivergenceError.
+    from iteration 1's) is tested with the stopping test and raises DivergenceError; the residual is
+    computed at iteration 1, at recorded and at tested iterations only.
     Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations
     completed so far, with result.interrupted = True, instead of raising.
     On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (unless the
@@ -133,9 +140,10 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     if target is not None and not (_is_real(target) and target > 0 and reference is not None):
         raise ValueError(f"target must be a number > 0 and needs a reference, got target={target!r}, "
                          f"reference={'None' if reference is None else 'given'}")
-    _check_count("record_every", record_every)
+    _check_count("record_every", record_every, optional=True)
+    _check_count("check_every", check_every, optional=True)
     check_every = (1 if target is not None else CHECK_EVERY) if check_every is None else check_every
-    _check_count("check_every", check_every)
+    record_every = check_every if record_every is None else record_every
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
     if network is not None and not isinstance(network, Network):
@@ -149,8 +157,9 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
             raise TypeError("simulate a network with network=pdmm.Network(...), not channel=")
     except TypeError as err:
         raise TypeError(f"bad parameter for method {method!r}: {err}") from None
-    if backend == "distributed":
+    if backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
         from . import distributed
+        _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
         return distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network,
                                  target, names, record_every, check_every, compile, method_params, partition)
     graph, local, edges = problem.compile(device, dtype)
@@ -197,25 +206,29 @@ def _iterate(step, progress, book, max_iter, record_every, check_every, tol, tar
              before=None, bar=None):
     """Up to max_iter steps from progress.now, recording every record_every-th iteration (book.record) and testing
     every check_every-th and the last (book.check, one read from the device); True once the stopping test passes.
-    Divergence raises DivergenceError with finish(False), the Result so far. before(): called before each step
-    (a network's draws); bar: a tqdm bar, updated at the tests."""
+    The residual is computed at iteration 1 (the divergence baseline), at recorded and at tested iterations only,
+    once each (`seen`). Divergence raises DivergenceError with finish(False), the Result so far. before(): called
+    before each step (a network's draws); bar: a tqdm bar, updated at the tests."""
     first, shown, posted = None, 0, -20
     for k in range(1, max_iter + 1):
         if before is not None:
             before()
         state, _, rows = progress.now
         new = step(state)
-        x = new["x"]
-        row = book.record(rows, k, x) if k % record_every == 0 else None
+        x, seen = new["x"], {}  # seen: what iteration k has computed for its row and its test, each once
+        recorded = k % record_every == 0
+        if recorded:
+            book.record(rows, k, x, seen)
         if first is None:  # iteration 1's residual: what the divergence test measures growth from
-            first = book.residual(x, row)
+            first = book.residual(x, seen)
         if k % check_every and k < max_iter:
-            progress.now = new, k, rows + (row is not None)
+            progress.now = new, k, rows + recorded
             continue
-        stop, finite, grown, largest = book.check(x, state["x"], row, first, rows, tol, target)
-        if (stop or not finite or grown or k == max_iter) and row is None:
-            row = book.record(rows, k, x)
-        progress.now = new, k, rows + (row is not None)
+        stop, finite, grown, largest = book.check(x, state["x"], seen, first, rows + recorded, tol, target)
+        if (stop or not finite or grown or k == max_iter) and not recorded:
+            book.record(rows, k, x, seen)
+            recorded = True
+        progress.now = new, k, rows + recorded
         if not finite or grown:
             message = (f"{method} diverged at iteration {k}: " + (
                 "the iterates or the objective are no longer finite" if not finite else
@@ -250,28 +263,30 @@ class _Bookkeeping:
         self.last = None  # (row, iteration) of a final row off the record_every grid: only the last row can be
         self.checked = 0  # rows already seen by the divergence test
 
-    def residual(self, x, row=None):
-        """RMS over the edges of the constraint residual A_ij x_i + A_ji x_j - b_ij: (B,)."""
-        if row is not None and "residual" in row:
-            return row["residual"]
-        return _rms(self.edges.residual(x))
+    def residual(self, x, seen):
+        """RMS over the edges of the constraint residual A_ij x_i + A_ji x_j - b_ij: (B,), kept in `seen`
+        (what this iteration has computed) so that its row and its test share one computation."""
+        if "residual" not in seen:
+            seen["residual"] = _rms(self.edges.residual(x))
+        return seen["residual"]
 
-    def error(self, x, row=None):
-        """||x - x*||_F / ||x*||_F per instance: (B,)."""
-        if row is not None and "error" in row:
-            return row["error"]
-        return _norm(x - self.x_star) / self.x_star_norm
+    def error(self, x, seen):
+        """||x - x*||_F / ||x*||_F per instance: (B,), kept in `seen` like the residual."""
+        if "error" not in seen:
+            seen["error"] = _norm(x - self.x_star) / self.x_star_norm
+        return seen["error"]
 
-    def record(self, r, k, x):
-        """Write row r (iteration k) into the columns; it counts once solve commits it. {name: (B,)}."""
+    def record(self, r, k, x, seen):
+        """Write row r (iteration k) into the columns, reusing what the iteration has computed (seen); the row
+        counts once solve commits it."""
         row = {}
         for name in self.stored:
             if name == "residual":
-                row[name] = self.residual(x)
+                row[name] = self.residual(x, seen)
             elif name == "objective":
                 row[name] = self.local.value(x)
             elif name == "error":
-                row[name] = self.error(x)
+                row[name] = self.error(x, seen)
             elif name in COUNTS:
                 row[name] = getattr(self.channel, name)
             elif "privacy_x" not in row:
@@ -283,23 +298,22 @@ class _Bookkeeping:
         for name in self.stored:
             self.columns[name][r] = row[name]
         self.last = None if k % self.every == 0 else (r, k)
-        return row
 
-    def check(self, x, x_old, row, first, rows, tol, target):
+    def check(self, x, x_old, seen, first, rows, tol, target):
         """(stop, finite, grown, largest residual) after the step from x_old to x: the stopping test and
-        the divergence test, in one read from the device."""
-        residual = self.residual(x, row)
+        the divergence test, in one read from the device; rows: those recorded up to this iteration's."""
+        residual = self.residual(x, seen)
         scale = torch.clamp(_rms(x), min=1.0)
         stop = (residual <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()
         if target is not None:
-            stop |= (self.error(x, row) <= target).all()
+            stop |= (self.error(x, seen) <= target).all()
         finite = torch.isfinite(x).all() & torch.isfinite(residual).all()
         if "objective" in self.columns:  # every objective recorded since the last test
-            finite &= torch.isfinite(self.columns["objective"][self.checked:rows + (row is not None)]).all()
+            finite &= torch.isfinite(self.columns["objective"][self.checked:rows]).all()
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
         grown = (residual > DIVERGENCE_GROWTH * floor).any()
         stop, finite, grown, largest = _read(stop, finite, grown, residual.max())
-        self.checked = rows + (row is not None)
+        self.checked = rows
         return bool(stop), bool(finite), bool(grown), largest
 
     def arrays(self, rows, batched):
@@ -334,17 +348,20 @@ def _tune_for(nbytes, device):
     _tuned = True
 
 
-def _check_count(name, value):
+def _check_count(name, value, optional=False):
+    """ValueError unless value is an integer >= 1 (or None, where optional)."""
+    if optional and value is None:
+        return
     if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ValueError(f"{name} must be {'None or ' if optional else ''}an integer >= 1, got {value!r}")
 
 
 def _history_names(history, reference, network):
     """The history entries to record, in HISTORY order; ValueError for unknown or inapplicable names."""
     private = network is not None and network.privacy is not None
-    if history is None:
-        return [name for name in HISTORY
-                if (name != "error" or reference is not None) and (not name.startswith("privacy") or private)]
+    if history is None:  # all that apply but the objective, an extra pass over the nodes per row
+        return [name for name in HISTORY if name != "objective"
+                and (name != "error" or reference is not None) and (not name.startswith("privacy") or private)]
     names = [history] if isinstance(history, str) else history
     try:
         names = set(names)

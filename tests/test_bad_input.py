@@ -95,7 +95,7 @@ def test_qa_pdmm_with_too_small_eta_stops_with_divergence_error():
     rng = np.random.default_rng(0)
     problem = pdmm.least_squares(G, rng.normal(size=(6, 5, 3)), rng.normal(size=(6, 5)))
     with pytest.raises(pdmm.DivergenceError, match="qa-pdmm diverged at iteration") as caught:
-        pdmm.solve(problem, method="qa-pdmm", eta=0.01, max_iter=5000)
+        pdmm.solve(problem, method="qa-pdmm", eta=0.01, max_iter=5000, record_every=1)
     partial = caught.value.result
     assert not partial.converged and 1 < partial.iterations < 5000
     assert partial.history["residual"][-1] > 1e5 * partial.history["residual"][0]

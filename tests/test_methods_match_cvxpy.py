@@ -52,7 +52,7 @@ def test_averaging_batched_instances(method, params, device):
     a = np.random.default_rng(1).normal(size=(4, G.number_of_nodes(), 2))
     result = check(pdmm.averaging(G, a), method, params, device=device)
     assert result.x.shape == (4, G.number_of_nodes(), 2)
-    assert result.history["residual"].shape == (result.iterations, 4)
+    assert result.history["residual"].shape == (-(-result.iterations // 10), 4)  # rows at the tests, every 10
     np.testing.assert_allclose(result.x, np.broadcast_to(a.mean(1, keepdims=True), a.shape), atol=1e-9)
 
 
@@ -69,7 +69,7 @@ def test_explicit_batch_axis_of_one_is_kept():
     a = np.random.default_rng(7).normal(size=(1, G.number_of_nodes(), 2))
     result = pdmm.solve(pdmm.averaging(G, a), reference="cvxpy")
     assert result.x.shape == result.reference.shape == (1, G.number_of_nodes(), 2)
-    assert result.history["residual"].shape == (result.iterations, 1)
+    assert result.history["residual"].shape == (-(-result.iterations // 10), 1)
     assert pdmm.solve(pdmm.averaging(G, a[0])).x.shape == (G.number_of_nodes(), 2)
 
 

@@ -1,6 +1,7 @@
-"""pdmm.solve's bookkeeping: history= selects what is recorded, record_every= thins the rows,
-check_every= spaces the stopping and divergence tests, and nothing is read back from the device
-between tests; checked against runs with other settings and a plain loop over PDMM.step."""
+"""pdmm.solve's bookkeeping: history= selects what is recorded, record_every= thins the rows (by
+default to the iterations of the stopping test), check_every= spaces the stopping and divergence
+tests, the residual is computed only where a row or a test needs it, and nothing is read back from
+the device between tests; checked against runs with other settings and a plain loop over PDMM.step."""
 import importlib
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_the_stopping_test_runs_every_check_every_iterations(every):
     result = pdmm.solve(problem, check_every=every)
     assert result.converged and result.iterations == iteration and result.iterations % every == 0
     np.testing.assert_array_equal(result.x, x)  # the state of the iteration it stopped at
-    assert result.history["iteration"][-1] == iteration == len(result.history["residual"])
+    np.testing.assert_array_equal(result.history["iteration"], np.arange(every, iteration + 1, every))
 
 
 def test_check_every_moves_the_stop_by_less_than_the_interval_and_keeps_x():
@@ -63,15 +64,60 @@ def test_record_every_keeps_exactly_every_kth_row(network):
     problem = averaging(batch=2)
     x_star = pdmm.reference(problem)
     options = dict(max_iter=60, tol=0, reference=x_star, network=network)
-    full = pdmm.solve(problem, **options)
+    full = pdmm.solve(problem, record_every=1, **options)
     thin = pdmm.solve(problem, record_every=7, **options)
     assert list(thin.history["iteration"]) == [7, 14, 21, 28, 35, 42, 49, 56, 60]  # and the last iteration
-    assert set(thin.history) == set(full.history) == {"iteration", "residual", "objective", "error", "messages",
-                                                      "bits"}
+    assert set(thin.history) == set(full.history) == {"iteration", "residual", "error", "messages", "bits"}
     np.testing.assert_array_equal(full.history["iteration"], np.arange(1, 61))
     for key, values in full.history.items():
         np.testing.assert_array_equal(thin.history[key], values[thin.history["iteration"] - 1], err_msg=key)
     np.testing.assert_array_equal(thin.x, full.x)
+
+
+@pytest.mark.parametrize("network, max_iter, tol", [
+    (None, 45, 0), (Network(drop=0.3, bits=12, dither=True, seed=3), 45, 0), (None, 1000, 1e-10)])
+def test_the_default_history_holds_the_rows_of_a_full_run_at_the_tests(network, max_iter, tol):
+    """Default: rows at iterations 10, 20, ... and the last, no objective, each bitwise a record_every=1 row."""
+    problem = averaging(batch=2)
+    options = dict(max_iter=max_iter, tol=tol, reference=pdmm.reference(problem), network=network)
+    default = pdmm.solve(problem, **options)
+    full = pdmm.solve(problem, record_every=1, **options)
+    assert default.iterations == full.iterations and default.converged == full.converged == (tol > 0)
+    last = default.iterations
+    expected = [*range(10, last + 1, 10), *([last] if last % 10 else [])]
+    np.testing.assert_array_equal(default.history["iteration"], expected)
+    assert set(default.history) == set(full.history) == {"iteration", "residual", "error", "messages", "bits"}
+    for key, values in full.history.items():
+        np.testing.assert_array_equal(default.history[key], values[np.array(expected) - 1], err_msg=key)
+    np.testing.assert_array_equal(default.x, full.x)
+
+
+def test_the_default_record_interval_follows_the_test_interval():
+    problem = averaging()
+    assert list(pdmm.solve(problem, max_iter=30, tol=0, check_every=7).history["iteration"]) == [7, 14, 21, 28, 30]
+    assert list(pdmm.solve(problem, max_iter=30, tol=0, check_every=7, record_every=None).history["iteration"]) == [
+        7, 14, 21, 28, 30]
+
+
+@pytest.mark.parametrize("options, iterations", [
+    ({}, [1, 10, 20, 30, 40, 45]),  # the divergence baseline, then the tests (which record the rows)
+    ({"history": ()}, [1, 10, 20, 30, 40, 45]),
+    ({"history": ("messages",)}, [1, 10, 20, 30, 40, 45]),
+    ({"record_every": 7}, [1, 7, 10, 14, 20, 21, 28, 30, 35, 40, 42, 45]),
+    ({"record_every": 1}, list(range(1, 46))),
+    ({"check_every": 1, "history": ()}, list(range(1, 46))),
+])
+def test_the_residual_is_computed_once_where_a_row_or_a_test_needs_it(monkeypatch, options, iterations):
+    calls = []
+    residual = pdmm.constraints.Consensus.residual
+    monkeypatch.setattr(pdmm.constraints.Consensus, "residual", lambda self, x: calls.append(1) or residual(self, x))
+    steps = []
+    step = pdmm.METHODS["pdmm"].step
+    monkeypatch.setattr(pdmm.METHODS["pdmm"], "step", lambda self, state: steps.append(len(calls)) or step(self, state))
+    pdmm.solve(averaging(), max_iter=45, tol=0, **options)
+    steps.append(len(calls))  # calls before iteration k's step at steps[k - 1]; at the end at steps[45]
+    assert [k for k in range(1, 46) if steps[k] - steps[k - 1]] == iterations
+    assert len(calls) == len(iterations)
 
 
 def test_the_residual_is_the_rms_consensus_discrepancy_of_the_iterate():
@@ -89,13 +135,13 @@ def test_the_residual_is_the_rms_consensus_discrepancy_of_the_iterate():
 
 def test_history_records_only_what_was_asked():
     problem, x_star = averaging(), np.zeros((30, 3))
-    assert set(pdmm.solve(problem, max_iter=5, tol=0).history) == {"iteration", "residual", "objective",
-                                                                   "messages", "bits"}
+    assert set(pdmm.solve(problem, max_iter=5, tol=0).history) == {"iteration", "residual", "messages", "bits"}
     assert set(pdmm.solve(problem, max_iter=5, tol=0, reference=x_star).history) == {
-        "iteration", "residual", "objective", "messages", "bits", "error"}
+        "iteration", "residual", "messages", "bits", "error"}
     assert set(pdmm.solve(problem, max_iter=5, tol=0, history=()).history) == {"iteration"}
     assert set(pdmm.solve(problem, max_iter=5, tol=0, history="bits").history) == {"iteration", "bits"}
-    picked = pdmm.solve(problem, max_iter=5, tol=0, reference=x_star, history=["error", "residual"]).history
+    picked = pdmm.solve(problem, max_iter=5, tol=0, reference=x_star, history=["error", "residual"],
+                        record_every=1).history
     assert set(picked) == {"iteration", "residual", "error"} and picked["error"].shape == (5,)
     private = pdmm.solve(problem, max_iter=5, tol=0, network=Network(privacy=1.0), history={"privacy_x"})
     assert set(private.history) == {"iteration", "privacy_x"}
@@ -106,8 +152,9 @@ def test_history_records_only_what_was_asked():
     ({"history": 3}, "history must be None or a collection of names"),
     ({"history": ("error",)}, "history 'error' needs a reference"),
     ({"history": ("privacy_messages",)}, r"need network=pdmm.Network\(privacy=...\)"),
-    ({"record_every": 0}, "record_every must be an integer >= 1, got 0"),
-    ({"check_every": 2.5}, "check_every must be an integer >= 1, got 2.5"),
+    ({"record_every": 0}, "record_every must be None or an integer >= 1, got 0"),
+    ({"record_every": True}, "record_every must be None or an integer >= 1, got True"),
+    ({"check_every": 2.5}, "check_every must be None or an integer >= 1, got 2.5"),
 ])
 def test_bad_bookkeeping_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -119,9 +166,9 @@ def test_the_objective_is_computed_only_when_asked(monkeypatch):
     value = pdmm.Quadratic.value
     monkeypatch.setattr(pdmm.Quadratic, "value", lambda self, x: calls.append(1) or value(self, x))
     problem = averaging()
-    lean = pdmm.solve(problem, max_iter=40, tol=0, history=("residual",))
+    lean = pdmm.solve(problem, max_iter=40, tol=0, record_every=1)  # the default history has no objective
     assert not calls and lean.iterations == 40
-    pdmm.solve(problem, max_iter=40, tol=0, record_every=4)  # the default history has the objective
+    pdmm.solve(problem, max_iter=40, tol=0, history=("residual", "objective"), record_every=4)
     assert len(calls) == 10
 
 
@@ -152,11 +199,15 @@ def test_divergence_is_found_at_the_next_test_with_the_run_so_far(history):
         pdmm.solve(problem, check_every=1, **options)
     with pytest.raises(pdmm.DivergenceError, match="qa-pdmm diverged at iteration") as spaced:
         pdmm.solve(problem, **options)
-    first, result = every_one.value.result.iterations, spaced.value.result
+    full, result = every_one.value.result, spaced.value.result
+    first = full.iterations
     assert result.iterations == 10 * -(-first // 10) and f"iteration {result.iterations}:" in str(spaced.value)
     assert not result.converged and result.history["iteration"][-1] == result.iterations
-    if history is None:
-        assert result.history["residual"][-1] > 1e6 * result.history["residual"][0]
+    if history is None:  # rows at the tests, grown 10^6-fold from iteration 1's residual
+        np.testing.assert_array_equal(result.history["iteration"], np.arange(10, result.iterations + 1, 10))
+        assert result.history["residual"][-1] > 1e6 * full.history["residual"][0]
+        np.testing.assert_array_equal(result.history["residual"][:first // 10],
+                                      full.history["residual"][9:first:10])
 
 
 @pytest.mark.parametrize("where", ["step", "objective", "test"])
@@ -173,14 +224,15 @@ def test_an_interrupt_keeps_state_and_rows_in_step(monkeypatch, where):
         return wrapped
 
     problem = averaging()
-    plain = pdmm.solve(problem, max_iter=12, tol=0, check_every=1)
+    options = dict(tol=0, check_every=1, history=("residual", "objective", "messages"))
+    plain = pdmm.solve(problem, max_iter=12, **options)
     if where == "step":
         monkeypatch.setattr(pdmm.METHODS["pdmm"], "step", interrupt_on_13th(pdmm.METHODS["pdmm"].step))
     elif where == "objective":
         monkeypatch.setattr(pdmm.Quadratic, "value", interrupt_on_13th(pdmm.Quadratic.value))
     else:
         monkeypatch.setattr(solve_module, "_read", interrupt_on_13th(solve_module._read))
-    result = pdmm.solve(problem, max_iter=100, tol=0, check_every=1)
+    result = pdmm.solve(problem, max_iter=100, **options)
     assert result.interrupted and not result.converged and result.iterations == 12
     np.testing.assert_array_equal(result.x, plain.x)
     for key, values in plain.history.items():
@@ -189,8 +241,8 @@ def test_an_interrupt_keeps_state_and_rows_in_step(monkeypatch, where):
 
 def test_history_grows_past_its_first_allocation():
     problem = pdmm.averaging(pdmm.topology("ring", n=6), np.arange(6.0))
-    long = pdmm.solve(problem, max_iter=5000, tol=0, history=("residual",))
-    short = pdmm.solve(problem, max_iter=4500, tol=0, history=("residual",))
+    long = pdmm.solve(problem, max_iter=5000, tol=0, history=("residual",), record_every=1)
+    short = pdmm.solve(problem, max_iter=4500, tol=0, history=("residual",), record_every=1)
     assert long.history["residual"].shape == (5000,)
     np.testing.assert_array_equal(long.history["residual"][:4500], short.history["residual"])
 

@@ -7,12 +7,13 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
+from scipy.stats import binomtest
 
 import pdmm
 from bridge import UnrolledPDMM
 from experiments.cli import main
 from experiments.network_sweep import network_sweep, paired_interval
-from pdmm.methods import PDMM
+from pdmm.methods import ADMM, PDMM
 from pdmm.network import Channel, Network
 from pdmm.synthetic import make_data, make_problem
 from test_loop_reference import loop_pdmm_z
@@ -152,7 +153,7 @@ def test_with_subtractive_dither_the_error_floor_falls_as_bits_rise(problems, th
     floors = []
     for bits in (6, 10, 14, 18):
         result = pdmm.solve(problem, theta=theta, max_iter=300, tol=0, reference=x_star,
-                            network=Network(bits=bits, dither=True))
+                            network=Network(bits=bits, dither=True), record_every=1)
         floors.append(np.median(result.history["error"][-100:]))
     ratios = np.array(floors[:-1]) / np.array(floors[1:])
     assert (ratios > 4).all() and floors[-1] < 1e-4, floors  # 4 more bits: a 16x finer step
@@ -193,18 +194,20 @@ def test_history_counts_messages_and_bits(problems):
     E = problem.compiled.num_edges
     k = np.arange(1, 11)[:, None]
     for network, per_number, header in ((None, 64, 0), (Network(bits=8, limit=5.0), 8, 0), (Network(bits=8), 8, 64)):
-        history = pdmm.solve(problem, max_iter=10, tol=0, network=network).history
+        history = pdmm.solve(problem, max_iter=10, tol=0, network=network, record_every=1).history
         assert np.array_equal(history["messages"], np.broadcast_to(k * E, (10, 2)))
         assert np.array_equal(history["bits"], np.broadcast_to(k * E * (3 * per_number + header), (10, 2)))
-    history = pdmm.solve(problem, method="admm", max_iter=10, tol=0, dtype=torch.float32).history
+    history = pdmm.solve(problem, method="admm", max_iter=10, tol=0, dtype=torch.float32, record_every=1).history
     assert np.array_equal(history["bits"], np.broadcast_to(k * E * 3 * 32, (10, 2)))
 
 
 def test_subspace_perturbation_hides_a_i_early_and_reaches_the_same_optimum(problems):
     problem, x_star = problems["averaging"]
     a = problem.local.q.numpy().transpose(1, 0, 2)
-    open_run = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=0))
-    private = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=1e3))
+    open_run = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=0),
+                          record_every=1)
+    private = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=1e3),
+                         record_every=1)
     assert private.converged and private.history["error"][-1].max() < 1e-8
     gap = np.sqrt(((open_run.x - a) ** 2).sum(-1).mean(-1)) / np.sqrt((a ** 2).sum(-1).mean(-1))
     assert np.allclose(open_run.history["privacy_x"][-1], gap)  # relative to a_i = argmin f_i
@@ -308,7 +311,7 @@ def test_network_sweep_counts_iterations_to_the_target_per_seed():
     a = np.random.default_rng(1).normal(size=(15, 1))
     problem = pdmm.averaging(pdmm.topology("random_geometric", n=15, seed=1), a)
     errors = pdmm.solve(problem, reference=np.tile(a.mean(0), (15, 1)), tol=0, max_iter=400,
-                        network=Network(drop=0.3, seed=1)).history["error"]
+                        network=Network(drop=0.3, seed=1), record_every=1).history["error"]
     assert by[("drop", "pdmm")][1] == int(np.argmax(errors <= 1e-6)) + 1  # the first iteration at the target
 
 
@@ -372,7 +375,7 @@ def test_a_per_edge_dict_loses_the_named_transmission_i_to_j_only():
     assert channel.messages.tolist() == [len(src) - 1]
 
 
-@pytest.mark.parametrize("drop, p_gb, p_bg", [(0.0, 0.1, 0.3), (0.2, 0.05, 0.5)])
+@pytest.mark.parametrize("drop, p_gb, p_bg", [(0.0, 0.1, 0.3), (0.2, 0.05, 0.5), (0.0, 0.4, 0.6)])  # last: dense
 def test_bursts_follow_the_gilbert_elliott_chain(problems, drop, p_gb, p_bg):
     graph = problems["averaging"][0].compiled
     K, B = 2000, 4
@@ -405,6 +408,8 @@ def test_wake_one_wakes_exactly_one_uniform_node_per_iteration_and_instance(prob
     assert not np.array_equal(awake[..., 0], awake[..., 1])
     before, after, channel = channel_step(problems["averaging"][0], Network(wake="one", seed=3))
     assert ((after["x"] != before["x"]).any(-1).sum(0) == 1).all()  # only the awake node moved
+    sender = channel.awake[graph.dst]  # (E, B): edge e hears from dst[e]
+    assert torch.equal(channel.sending, sender) and torch.equal(channel.delivered, sender)
 
 
 def test_per_node_wake_rates_follow_their_probabilities(problems):
@@ -495,3 +500,106 @@ def test_solve_command_names_a_bad_burst_or_wake(tmp_path, capsys, flags, culpri
         main(["solve", "--no-progress", "--nodes", "10", *flags, "--out", str(tmp_path / "run")])
     assert exit.value.code == 2 and culprit in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def mask_or_none(mask, shape):
+    """A channel mask, or all True where it is None (the event happened everywhere)."""
+    return torch.ones(shape, dtype=torch.bool) if mask is None else mask
+
+
+EVENTS = {  # the Bernoulli(p) trials of each event, as (K, trials) in the channel's row order (i B + b)
+    "drop": (lambda p: Network(drop=p, seed=11), lambda c, E, n: ~mask_or_none(c.delivered, (E, 2))),
+    "sleep": (lambda p: Network(wake=1 - p, seed=12), lambda c, E, n: ~mask_or_none(c.awake, (n, 2))),
+    "down": (lambda p: Network(edge_up=1 - p, seed=13),
+             lambda c, E, n: ~mask_or_none(c.sending, (E, 2))[c.graph.forward]),  # one trial per undirected edge
+}
+
+
+@pytest.mark.parametrize("p, spare", [(0.05, 6), (0.05, -3), (0.6, 6)])
+@pytest.mark.parametrize("event", list(EVENTS))
+def test_events_are_independent_bernoulli_trials_drawn_by_position_or_one_by_one(problems, monkeypatch, event, p,
+                                                                                 spare):
+    """p = 0.05 draws the positions of the events (SPARE = -3 draws too few gaps, so they are topped up);
+    p = 0.6 one 31-bit number per trial. Binomial tests of the rate, and of the rate p^2 of pairs of
+    trials: one trial in two successive iterations, two neighbouring trials (rows) in one iteration; and
+    the edges sent to are those of awake senders and up edges."""
+    monkeypatch.setattr(pdmm.network, "SPARE", spare)
+    graph = problems["averaging"][0].compiled
+    network, events = EVENTS[event]
+    channel, K = Channel(network(p), graph, 2, 1, torch.float64), 1000
+    E, n, x = graph.num_edges, graph.n, []
+    for _ in range(K):
+        channel.draw()
+        x.append(events(channel, E, n).reshape(-1))
+        sending = mask_or_none(channel.sending, (E, 2))  # sent to edge e: dst[e] awake and the edge up, both ways
+        up = sending[graph.rev] if event == "down" else True
+        assert torch.equal(sending, mask_or_none(channel.awake, (n, 2))[graph.dst] & up)
+    x = torch.stack(x).numpy()  # (K, trials), an even number of each
+    assert binomtest(int(x.sum()), x.size, p).pvalue > 1e-4
+    for first, second in ((x[0::2], x[1::2]), (x[:, 0::2], x[:, 1::2]), (x[:, 1:-1:2], x[:, 2::2])):
+        both = first & second
+        assert binomtest(int(both.sum()), both.size, p * p).pvalue > 1e-4
+
+
+def test_rare_per_edge_and_per_node_events_follow_their_probabilities(problems):
+    """Every probability at most 0.25: the events are drawn by position at the largest and thinned."""
+    graph = problems["averaging"][0].compiled
+    E, n, K, B = graph.num_edges, graph.n, 1000, 4
+    drop = np.random.default_rng(1).uniform(0, 0.2, E)
+    drop[:5], drop[5:10] = 0, 0.2
+    (delivered,) = draws(Network(drop=drop, seed=5), graph, B, K, "delivered")
+    lost = (~delivered).sum((0, 2))[graph.rev.numpy()]  # by transmission: entry e sends src[e] -> dst[e]
+    assert min(binomtest(int(k), K * B, q).pvalue for k, q in zip(lost, drop)) > 1e-3 / E and (lost[:5] == 0).all()
+    wake = np.random.default_rng(2).uniform(0.85, 1, n)
+    wake[0] = 1
+    (awake,) = draws(Network(wake=wake, seed=6), graph, B, K, "awake")
+    asleep = (~awake).sum((0, 2))
+    assert min(binomtest(int(k), K * B, 1 - q).pvalue for k, q in zip(asleep, wake)) > 1e-3 / n and asleep[0] == 0
+
+
+class WhereChannel:
+    """The reference for Channel's fix-ups by row: the same events, applied by torch.where over their masks."""
+
+    def __init__(self, channel):
+        self.graph, self.awake, self.delivered = channel.graph, channel.awake, channel.delivered
+
+    def keep_asleep(self, new, old):
+        return new if self.awake is None else torch.where(self.awake.unsqueeze(-1), new, old)
+
+    def keep_asleep_edges(self, new, old):
+        return new if self.awake is None else torch.where(self.awake[self.graph.src].unsqueeze(-1), new, old)
+
+    def exchange(self, y, held, reflect=None):
+        received = self.graph.exchange(y)
+        if reflect is not None:
+            received = reflect(y, received)
+        return received if self.delivered is None else torch.where(self.delivered.unsqueeze(-1), received, held)
+
+
+def where_networks(E, n):
+    """Rare events (drawn by position), common ones (one number per trial), per edge and node, and one awake node."""
+    return [Network(drop=0.1, seed=1), Network(wake=0.8, seed=2), Network(edge_up=0.85, seed=3),
+            Network(drop=0.05, wake=0.9, edge_up=0.9, burst=(0.05, 0.3), seed=4), Network(drop=0.5, wake=0.4, seed=5),
+            Network(drop=np.linspace(0, 0.2, E), wake=np.linspace(0.8, 1, n), seed=6),
+            Network(wake="one", drop=0.1, edge_up=0.8, burst=(0.2, 0.5), seed=7)]
+
+
+@pytest.mark.parametrize("d", [1, 3])
+@pytest.mark.parametrize("method, params", [(PDMM, {}), (PDMM, {"theta": 0.5}), (ADMM, {})])
+def test_fix_ups_by_row_equal_torch_where_over_the_masks_bit_for_bit(graph, method, params, d):
+    problem = pdmm.averaging(graph, np.random.default_rng(d).normal(size=(2, 30, d)))
+    compiled, local, edges = problem.compile("cpu", torch.float64)
+    x0 = torch.randn(30, 2, d, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for network in where_networks(compiled.num_edges, compiled.n):
+        channel = Channel(network, compiled, 2, d, torch.float64)
+        algorithm = method(compiled, local, edges, 1.0, channel=channel, **params)
+        state = algorithm.init(x0)
+        for _ in range(3):
+            channel.draw()
+            expected = method(compiled, local, edges, 1.0, channel=WhereChannel(channel), **params).step(state)
+            before = {key: value.clone() for key, value in state.items()}
+            after = algorithm.step(state)
+            assert all(torch.equal(state[key], before[key]) for key in state)  # the step left its input alone
+            for key, value in expected.items():
+                assert torch.equal(after[key], value), (network, key)
+            state = after

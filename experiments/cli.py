@@ -40,6 +40,7 @@ def main(argv=None):
         subparser.formatter_class = HelpFormatter
         subparser.set_defaults(run=command.run)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for commands that relaunch themselves
     tune_allocator()
     try:
         return args.run(args)

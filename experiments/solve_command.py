@@ -22,11 +22,19 @@ privacy measures), and `pdmm-bridge plot --x bits` draws against them. For batch
 the printed summary give the worst instance (the one convergence waits for). Ctrl-C stops the
 current run after its last whole iteration, writes what ran (marked "interrupted" in
 config.json and the plot's title) and exits with status 130.
+
+--nproc P solves with P processes on this machine through torchrun (gloo): the partitioned engine
+of `pdmm.solve(..., backend="distributed")` (plain or averaged pdmm, consensus problems with
+quadratic local functions, the ideal network). The command checks its arguments and claims --out,
+then starts `torchrun --standalone --nproc-per-node P` on the same command; every process builds
+the same graph and data from --seed, and process 0 writes the outputs.
 """
 import argparse
 import csv
 import inspect
 import json
+import os
+import subprocess
 import sys
 import warnings
 import zipfile
@@ -37,6 +45,7 @@ import numpy as np
 import torch
 
 import pdmm
+import pdmm.distributed
 from pdmm.synthetic import KINDS, make_data, make_problem
 
 from .common import UsageError, build_graph, claim_output_dir, device, key_value, package_version, positive
@@ -164,6 +173,8 @@ def add_parser(subparsers):
     solver.add_argument("--dtype", choices=list(DTYPES), default="float64", help="floating-point type of the "
                         "iterates")
     solver.add_argument("--seed", type=int, default=0, help="seed for the graph, the synthetic data and the network")
+    solver.add_argument("--nproc", type=positive(int), default=1, help="processes: more than 1 runs the partitioned "
+                        "engine under torchrun (pdmm only, consensus problems, ideal network)")
     network = p.add_argument_group("simulated network (pdmm.Network; every run sees the same draws)")
     network.add_argument("--drop", type=float, default=0.0, metavar="P", help="probability that a message is lost "
                          "(in the good state with --burst; per-edge probabilities: Python only)")
@@ -196,9 +207,14 @@ def run(args):
     except KeyboardInterrupt:
         print("pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written", file=sys.stderr)
         return 130
+    finally:
+        if torch.distributed.is_initialized():  # a --nproc process
+            torch.distributed.destroy_process_group()
 
 
 def _run(args):
+    if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process torchrun started
+        args.nproc = int(os.environ["WORLD_SIZE"])
     specs = args.compare or [args.method]
     params = _method_params(args, specs)
     network = _network(args)
@@ -208,9 +224,15 @@ def _run(args):
                          "connected components; PDMM needs a connected graph")
     problem = _problem(args, G)
     _check_methods(problem, specs, params, args, network)
+    rank = _rank(args)
+    if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
+        claim_output_dir(args.out, "solve", args.force)
+        return _launch(args)
     x_star = pdmm.reference(problem) if args.reference == "cvxpy" else None
-    out = claim_output_dir(args.out, "solve", args.force)
+    out = _claim(args, rank)
     results, failures, interrupted = _solve_all(problem, specs, params, x_star, args, network)
+    if rank:  # process 0 writes and reports
+        return 1 if failures else 0
 
     curves = {label: _mean_history(result.history) for label, result in results.items()}
     _write_config(out / "config.json", args, specs, params, G, results, failures)
@@ -237,13 +259,21 @@ def _run(args):
 def _solve_all(problem, specs, params, x_star, args, network):
     """({label: Result}, {label: divergence message}, label of the run Ctrl-C interrupted or None).
 
-    The runs after an interrupted one are not started."""
+    Every run records every iteration: residual, objective, error (with a reference), messages and bits (and
+    the privacy measures under --privacy). The runs after an interrupted one are not started."""
     results, failures = {}, {}
+    history = ["residual", "objective", "messages", "bits"]
+    if x_star is not None:
+        history.append("error")
+    if network is not None and network.privacy is not None:
+        history += ["privacy_x", "privacy_messages"]
     for label, method, _ in specs:
         try:
             results[label] = pdmm.solve(
                 problem, method=method, max_iter=args.iters, tol=args.tol, reference=x_star, device=args.device,
-                dtype=DTYPES[args.dtype], progress=not args.no_progress, network=network, **params[label])
+                dtype=DTYPES[args.dtype], progress=not args.no_progress and not _rank(args), network=network,
+                history=history, record_every=1, backend="distributed" if args.nproc > 1 else "local",
+                **params[label])
         except pdmm.DivergenceError as err:
             results[label], failures[label] = err.result, str(err)
         except KeyboardInterrupt:  # before its first iteration
@@ -278,7 +308,8 @@ def _network(args):
 
 
 def _check_methods(problem, specs, params, args, network):
-    """Build each run's method once, so a parameter it rejects is an error before anything is written."""
+    """Build each run's method once, so a parameter it rejects is an error before anything is written; with
+    --nproc, also what the partitioned engine does not implement."""
     parts = problem.compile(args.device, DTYPES[args.dtype])
     for label, method, _ in specs:
         if network is not None and network.privacy is not None and method == "admm":
@@ -286,8 +317,54 @@ def _check_methods(problem, specs, params, args, network):
         values = dict(params[label])
         try:
             pdmm.METHODS[method](*parts, values.pop("rho"), **values)
+            if args.nproc > 1:
+                pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
         except (ValueError, TypeError) as err:
             raise UsageError(f"{label}: {err}") from None
+    if args.nproc > problem.n:
+        raise UsageError(f"--nproc {args.nproc} is more than the graph's {problem.n} nodes")
+
+
+def _rank(args):
+    """This process's rank among the processes torchrun started (the group started here), else None."""
+    if args.nproc == 1 or "RANK" not in os.environ:
+        return None
+    if not torch.distributed.is_initialized():
+        pdmm.distributed.init_process_group()
+    return torch.distributed.get_rank()
+
+
+def _claim(args, rank):
+    """claim_output_dir(--out) in this process, or under torchrun in process 0, whose refusal every process raises
+    (so that none waits for the others in a collective)."""
+    if rank is None:
+        return claim_output_dir(args.out, "solve", args.force)
+    refusal = [None]
+    if rank == 0:
+        try:
+            claim_output_dir(args.out, "solve", args.force)
+        except UsageError as err:
+            refusal = [str(err)]
+    torch.distributed.broadcast_object_list(refusal, src=0)
+    if refusal[0] is not None:
+        raise UsageError(refusal[0])
+    return Path(args.out)
+
+
+def _launch(args):
+    """Run this command again under `torchrun --standalone --nproc-per-node P` (its --out already claimed); its
+    exit status. --nproc itself is left out (torchrun's parser would take it for its own --nproc-per-node): the
+    processes read P from torchrun's WORLD_SIZE."""
+    argv, skip = [], False
+    for word in args.argv:
+        if not skip and word.startswith("--np"):  # --nproc P, --nproc=P (or an abbreviation)
+            skip = "=" not in word
+            continue
+        argv, skip = argv + ([] if skip else [word]), False
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
+               "-m", "experiments", *argv, "--force"]
+    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return subprocess.run(command, env=environment).returncode
 
 
 def _defaults(method):
@@ -339,7 +416,7 @@ def _final(result, key):
 
 
 def _write_config(path, args, specs, params, G, results, failures):
-    resolved = {key: value for key, value in vars(args).items() if key not in ("run", "method", "compare")}
+    resolved = {key: value for key, value in vars(args).items() if key not in ("run", "argv", "method", "compare")}
     resolved.update(graph_param=dict(args.graph_param), methods=[label for label, _, _ in specs])
     summary = {label: {
         "method": result.method, "iterations": result.iterations, "converged": result.converged,

@@ -1,6 +1,7 @@
 """pdmm-bridge solve: method specs, Ctrl-C, output safety, graph input checks, and plotting solve directories."""
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from experiments.cli import main
 
@@ -108,3 +110,32 @@ def test_plot_draws_several_solve_directories_one_line_per_method(tmp_path, caps
     with pytest.raises(SystemExit):
         main(["plot", str(tmp_path / "a"), "--metric", "val_loss"])
     assert "residual, error, objective" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="torch.distributed with gloo is not available")
+def test_nproc_runs_the_partitioned_engine_under_torchrun_and_matches_one_process(tmp_path):
+    common = ["--nodes", "40", "--problem", "least_squares", "--iters", "300", "--no-progress"]
+    run = [sys.executable, "-m", "experiments", "solve", *common]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    two = subprocess.run([*run, "--nproc", "2", "--out", str(tmp_path / "two")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert two.returncode == 0, two.stderr
+    assert main(["solve", *common, "--out", str(tmp_path / "one")]) == 0
+    split, whole = (np.load(tmp_path / name / "result.npz") for name in ("two", "one"))
+    np.testing.assert_allclose(split["x_pdmm"], whole["x_pdmm"], rtol=0, atol=1e-12)
+    rows = {name: list(csv.DictReader(open(tmp_path / name / "history.csv"))) for name in ("two", "one")}
+    assert len(rows["two"]) == len(rows["one"]) > 10
+    np.testing.assert_allclose([float(r["residual"]) for r in rows["two"]], [float(r["residual"]) for r in rows["one"]],
+                               rtol=1e-9)
+    assert json.loads((tmp_path / "two" / "config.json").read_text())["args"]["nproc"] == 2
+
+
+@pytest.mark.parametrize("option, culprit", [(["--method", "admm"], "method='admm'"),
+                                             (["--problem", "logistic"], "Logistic local functions"),
+                                             (["--drop", "0.1"], "network="), (["--nodes", "3", "--nproc", "4"],
+                                                                             "more than the graph's 3 nodes")])
+def test_nproc_refuses_what_the_partitioned_engine_does_not_run_before_starting(tmp_path, capsys, option, culprit):
+    with pytest.raises(SystemExit) as exit:
+        main(["solve", "--nodes", "20", "--nproc", "2", *option, "--out", str(tmp_path / "out"), "--no-progress"])
+    assert exit.value.code == 2 and culprit in capsys.readouterr().err and not (tmp_path / "out").exists()

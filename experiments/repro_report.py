@@ -12,6 +12,7 @@
     probe = true                                                 # optional: Fig. 4-style probe of each variant
     lambdas = true                                               # optional: diff attention's lambda per layer
     against = "train.block_size"                                 # optional: metric and s/step against a key
+    notes = "The convex model's settings were not tuned."        # optional: a paragraph under our setting
     [[report.claims]]                                            # one verdict per condition
     variant = { "model.residual" = "attentionx" }
     than = { "model.residual" = "standard" }
@@ -59,7 +60,7 @@ from .tasks import build_task
 from .train import CHECKPOINT, load_weights, lower_is_better
 
 KEYS = {"title", "source", "claim", "metrics", "baseline", "label_keys", "thresholds", "log_steps", "probe",
-        "lambdas", "against", "claims", "probe_claims"}
+        "lambdas", "against", "claims", "probe_claims", "notes"}
 
 
 def checked_spec(table, source):
@@ -68,6 +69,8 @@ def checked_spec(table, source):
     if unknown:
         raise UsageError(f"{source}: unknown key(s) {', '.join(sorted(unknown))} in [report]; "
                          f"it accepts {', '.join(sorted(KEYS))}")
+    if not isinstance(table.get("notes", ""), str):
+        raise UsageError(f"{source}: [report] notes must be a string")
     for claim in table.get("claims", []):
         if not (isinstance(claim, dict) and isinstance(claim.get("variant"), dict)
                 and isinstance(claim.get("than"), dict) and isinstance(claim.get("metric"), str)):

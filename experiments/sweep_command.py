@@ -44,6 +44,7 @@ import attention
 
 from .common import UsageError, claim_output_dir, write_atomic
 from .config import TABLES, apply_override, load_config, load_plan, toml_value
+from .repro_report import checked_spec
 from .tasks import TASKS
 from .tasks.base import parse_options
 from .runs import read_sweep
@@ -202,8 +203,9 @@ def run(args):
     check_values(args, spec)
     runs = plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
+    report = checked_spec(load_plan(args.config)["report"], args.config)  # a bad [report] fails now, not after the runs
     record = {"config": str(args.config), "set": with_data(args), "grid": grid, "variants": variants,
-              "seeds": run_seeds, "report": load_plan(args.config)["report"],
+              "seeds": run_seeds, "report": report,
               "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
                         "error": None} for r in runs]}
     previous = read_sweep(out)

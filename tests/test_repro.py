@@ -43,6 +43,8 @@ def test_each_repro_config_runs_and_reports_at_a_tiny_size(name, tmp_path, capsy
     assert f"<!-- begin repro-{name} " in section and f"## {sweep['report']['title']}" in section
     for link in [line[line.index("](") + 2:-1] for line in section.splitlines() if line.startswith("![")]:
         assert (results.parent / link).is_file()
+    if sweep["report"].get("notes"):
+        assert f"**Notes**: {sweep['report']['notes']}" in report
     if sweep["report"].get("claims"):  # one seed: never a verdict
         assert "Verdicts: per claim and condition" in report and "**inconclusive (p = —, n = 1)" in report
         summary = section.split("<!-- begin repro-summary -->")[1].split("<!-- end repro-summary -->")[0]
@@ -76,6 +78,10 @@ def test_unknown_sweep_keys_are_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["sweep", str(config), "--out", str(tmp_path / "s")])
     assert "unknown key(s) repeats in [sweep]" in capsys.readouterr().err
+    config.write_text((REPRO / "attentionx_digits.toml").read_text().replace("[report]", "[report]\nnotes = 3"))
+    with pytest.raises(SystemExit):
+        main(["sweep", str(config), "--out", str(tmp_path / "s")])
+    assert "[report] notes must be a string" in capsys.readouterr().err
 
 
 def modular(tmp_path, *extra):

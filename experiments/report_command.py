@@ -157,6 +157,7 @@ def _header(path, sweep, finished, metrics, spec):
     if spec.get("claim"):
         lines += [f"**Source claim** ({spec.get('source', 'source not named')}): {spec['claim']}", ""]
         lines += [f"**Our setting**: {setting(finished)}", ""]
+        lines += [f"**Notes**: {spec['notes']}", ""] if spec.get("notes") else []
     if sweep:
         grid = "; ".join(f"{key} = {', '.join(map(str, values))}" for key, values in sweep.get("grid", {}).items())
         lines.append(f"Config `{sweep.get('config')}`, grid {grid or '(none)'}, seeds "

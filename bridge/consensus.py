@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 import pdmm
+from pdmm.graph import as_graph
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,9 @@ def sample_instances(family, count, batch, rng, mu_scale=1.0):
 
 
 def node_features(G, a):
-    """(B, n, 2): the value a_i and the log-degree of node i (PDMM's x-update uses d_i too)."""
-    degree = torch.tensor([G.degree(v) for v in G.nodes], dtype=a.dtype, device=a.device)
+    """(B, n, 2): the value a_i and the log-degree of node i (PDMM's x-update uses d_i too); G a networkx graph
+    (nodes in G.nodes order), a pdmm.Graph or a scipy sparse adjacency matrix."""
+    degree = torch.as_tensor(as_graph(G).adjacency().sum(axis=1), dtype=a.dtype, device=a.device)
     return torch.stack([a, torch.log1p(degree).expand_as(a)], dim=-1)
 
 

@@ -5,17 +5,22 @@ B_r(i). For i.i.d. values around an unknown offset the best estimate of mean(a) 
 their mean, x_i^r = (1 / |B_r(i)|) sum_{j in B_r(i)} a_j, so no algorithm that exchanges with
 neighbours once per round can be expected to beat it; PDMM with rho = 1 from x^0 = a equals it
 at round 1. Once r reaches a node's eccentricity the ball is the whole graph and the error is 0.
+
+G is any graph pdmm accepts: a networkx graph (nodes in G.nodes order), a pdmm.Graph or a scipy
+sparse adjacency matrix.
 """
-import networkx as nx
 import numpy as np
 import scipy.sparse as sp
+
+from pdmm.graph import as_graph
 
 
 def ball_membership(G, rounds):
     """[(n, n) sparse 0/1 matrix M_r, M_r[i, j] = 1 iff dist(i, j) <= r, for r = 1..rounds], nodes in G.nodes order."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
-    step = (nx.to_scipy_sparse_array(G, format="csr", dtype=np.float64) + sp.eye_array(len(G), format="csr")) > 0
+    graph = as_graph(G)
+    step = (graph.adjacency() + sp.eye_array(graph.n, format="csr")) > 0
     reach, out = step, []
     for r in range(rounds):
         if r:
@@ -27,10 +32,10 @@ def ball_membership(G, rounds):
 def ball_oracle(G, a, rounds):
     """(rounds, ..., n, d) ball averages x^1..x^R of the node values `a`, shaped (..., n, d) with
     n in G.nodes order (any leading batch axes)."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim < 2 or a.shape[-2] != len(G):
-        raise ValueError(f"a must have shape (..., n, d) with n = {len(G)} nodes, got {a.shape}")
-    moved = np.moveaxis(a, -2, 0).reshape(len(G), -1)  # (n, everything else)
+    a, n = np.asarray(a, dtype=np.float64), as_graph(G).n
+    if a.ndim < 2 or a.shape[-2] != n:
+        raise ValueError(f"a must have shape (..., n, d) with n = {n} nodes, got {a.shape}")
+    moved = np.moveaxis(a, -2, 0).reshape(n, -1)  # (n, everything else)
     out = []
     for member in ball_membership(G, rounds):
         average = (member @ moved) / member.sum(axis=1)[:, None]
@@ -46,11 +51,11 @@ def bayes_ball_oracle(G, a, rounds, offset_var, noise_var):
     x_i = (S + (n - b) E[mu | ball]) / n. It knows the prior and s, more than any node does, so no
     method has a smaller mean squared error; as offset_var -> inf it is the ball average.
     """
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim != 2 or a.shape[1] != len(G):
-        raise ValueError(f"a must have shape (B, n) with n = {len(G)} nodes, got {a.shape}")
+    a, n = np.asarray(a, dtype=np.float64), as_graph(G).n
+    if a.ndim != 2 or a.shape[1] != n:
+        raise ValueError(f"a must have shape (B, n) with n = {n} nodes, got {a.shape}")
     noise_var = np.broadcast_to(np.asarray(noise_var, dtype=np.float64), (a.shape[0],))[:, None]
-    n, out = len(G), []
+    out = []
     for member in ball_membership(G, rounds):
         sums, size = (member @ a.T).T, member.sum(axis=1)[None, :]  # (B, n), (1, n)
         offset = sums * offset_var / (size * offset_var + noise_var)

@@ -37,6 +37,8 @@ def test_graph_consensus_batches_and_the_disagreement_error():
     torch.testing.assert_close(features[..., 0], a)
     G = nx.path_graph(3)
     assert torch.allclose(node_features(G, torch.zeros(1, 3))[0, :, 1], torch.log1p(torch.tensor([1.0, 2.0, 1.0])))
+    for same in (pdmm.Graph.from_networkx(G), pdmm.Graph.from_networkx(G).adjacency()):
+        torch.testing.assert_close(node_features(same, torch.ones(2, 3)), node_features(G, torch.ones(2, 3)))
     x_star = a.mean(1, keepdim=True)
     torch.testing.assert_close(disagreement_error(a, a), torch.ones(4))  # keeping a_i: error 1
     torch.testing.assert_close(disagreement_error(x_star.expand_as(a), a), torch.zeros(4))
@@ -83,6 +85,11 @@ def test_ball_oracle_equals_a_brute_force_average_over_each_ball(G):
         np.testing.assert_allclose(oracle[r - 1], brute_force_ball_average(G, a, r), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="shape"):
         ball_oracle(G, a[..., :-1, :], 2)
+    arrays = pdmm.Graph.from_networkx(G)  # the same graph as arrays, and as a scipy adjacency matrix
+    for same in (arrays, arrays.adjacency()):
+        np.testing.assert_array_equal(ball_oracle(same, a, 5), oracle)
+        np.testing.assert_array_equal(bayes_ball_oracle(same, a[..., 0], 3, 1.0, 0.5),
+                                      bayes_ball_oracle(G, a[..., 0], 3, 1.0, 0.5))
 
 
 def test_bayes_oracle_is_gaussian_conditioning_and_beats_the_ball_average_in_mean_square():

@@ -22,6 +22,7 @@ import torch
 from experiments.common import tune_allocator
 from machine import cpu_model, timed
 from pdmm.compiled import CompiledGraph
+from pdmm.graph import Graph
 from pdmm.constraints import Consensus
 from pdmm.local import Quadratic
 from pdmm.methods import PDMM
@@ -50,14 +51,9 @@ def scattered_regular(n, seed=0):
     """C_n(1, 2) with randomly permuted node labels, compiled: 4 n directed edges."""
     label = np.random.default_rng(seed).permutation(n)
     ring = np.arange(n)
-    pairs = np.concatenate([np.stack([label[ring], label[(ring + s) % n]], 1) for s in (1, 2)])
-    src, dst = np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]])
-    order = np.lexsort((dst, src))
-    position = np.empty_like(order)
-    position[order] = np.arange(len(order))
-    m = len(pairs)
-    partner = np.concatenate([np.arange(m, 2 * m), np.arange(m)])
-    return CompiledGraph.build(list(range(n)), src[order], dst[order], position[partner[order]])
+    src = np.concatenate([label[ring], label[ring]])
+    dst = np.concatenate([label[(ring + 1) % n], label[(ring + 2) % n]])
+    return CompiledGraph.from_graph(Graph.from_edges(src, dst, n=n))
 
 
 def runner(graph, d, network, device):

@@ -37,7 +37,6 @@ iteration. Collectives time out after the timeout given when the process group w
 `init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes.
 """
 import hashlib
-import math
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,7 +49,7 @@ from .compiled import CompiledGraph, EdgeList
 from .constraints import Consensus
 from .local import Quadratic
 from .methods import PDMM
-from .solve import DIVERGENCE_GROWTH, _Bookkeeping, _initial_x, _iterate, _Progress, _read, _reference, _result
+from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
 
@@ -338,24 +337,14 @@ class _PartBookkeeping(_Bookkeeping):
             seen["error"] = torch.sqrt(_all_sum((d * d).sum((0, 2)), self.group)) / self.x_star_norm
         return seen["error"]
 
-    def check(self, x, x_old, seen, first, rows, tol, target):
-        residual = self.residual(x, seen)
+    def sizes(self, x, x_old):
+        """As _Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one
+        all-reduce."""
         change = x - x_old
         sums = _all_sum(torch.cat([(x * x).sum((0, 2)), (change * change).sum((0, 2)),
                                    (~torch.isfinite(x)).sum().reshape(1).to(x.dtype)]), self.group)
         B, n = x.shape[1], self.local.shape[0]
-        scale = torch.clamp(torch.sqrt(sums[:B] / n), min=1.0)
-        stop = (residual <= tol * scale).all() & (torch.sqrt(sums[B:2 * B] / n) <= tol * scale).all()
-        if target is not None:
-            stop |= (self.error(x, seen) <= target).all()
-        finite = (sums[-1] == 0) & torch.isfinite(residual).all()
-        if "objective" in self.columns:
-            finite &= torch.isfinite(self.columns["objective"][self.checked:rows]).all()
-        floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
-        grown = (residual > DIVERGENCE_GROWTH * floor).any()
-        stop, finite, grown, largest = _read(stop, finite, grown, residual.max())
-        self.checked = rows
-        return bool(stop), bool(finite), bool(grown), largest
+        return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B:2 * B] / n), sums[-1] == 0
 
 
 __all__ = ["DEFAULT_TIMEOUT", "init_process_group", "partition", "blocks", "solve"]

@@ -299,15 +299,20 @@ class _Bookkeeping:
             self.columns[name][r] = row[name]
         self.last = None if k % self.every == 0 else (r, k)
 
+    def sizes(self, x, x_old):
+        """(RMS of x, RMS of x - x_old) per instance, (B,) each, and whether every entry of x is finite."""
+        return _rms(x), _rms(x - x_old), torch.isfinite(x).all()
+
     def check(self, x, x_old, seen, first, rows, tol, target):
         """(stop, finite, grown, largest residual) after the step from x_old to x: the stopping test and
         the divergence test, in one read from the device; rows: those recorded up to this iteration's."""
         residual = self.residual(x, seen)
-        scale = torch.clamp(_rms(x), min=1.0)
-        stop = (residual <= tol * scale).all() & (_rms(x - x_old) <= tol * scale).all()
+        size, change, finite = self.sizes(x, x_old)
+        scale = torch.clamp(size, min=1.0)
+        stop = (residual <= tol * scale).all() & (change <= tol * scale).all()
         if target is not None:
             stop |= (self.error(x, seen) <= target).all()
-        finite = torch.isfinite(x).all() & torch.isfinite(residual).all()
+        finite = finite & torch.isfinite(residual).all()
         if "objective" in self.columns:  # every objective recorded since the last test
             finite &= torch.isfinite(self.columns["objective"][self.checked:rows]).all()
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)

@@ -3,14 +3,16 @@
 Plain PDMM (theta = 1) on distributed averaging, consensus constraints, one instance, float64,
 on a 4-regular graph with E directed edges: the circulant graph C_n(1, 2) with its nodes
 relabelled by a random permutation (built from arrays in a second, where networkx's random
-regular graph takes minutes at this size; its edge lookups are as scattered). For each effect,
+regular graph takes minutes at this size; its edge lookups are as scattered), then renumbered by
+reverse Cuthill-McKee as pdmm.solve runs it (pdmm.compiled.locality_order; --as-given keeps the
+scattered numbering, where a plain step is slower and each effect's share smaller). For each effect,
 one iteration is `channel.draw()` (the iteration's random events) plus `PDMM.step` over the
 channel; *plain* is the bare step without a channel (what pdmm.solve runs without a network).
 Per-edge and per-node rows draw their probabilities once (seed 0) for the graph.
 Each repetition times every row in turn (K iterations each); the table reports medians over
 --repeats after one warm-up, and the ratio to plain. The allocator is tuned as pdmm-bridge does.
 
-    python benchmarks/bench_network.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu]
+    python benchmarks/bench_network.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu] [--as-given]
 """
 import argparse
 import os
@@ -21,7 +23,7 @@ import torch
 
 from experiments.common import tune_allocator
 from machine import cpu_model, timed
-from pdmm.compiled import CompiledGraph
+from pdmm.compiled import CompiledGraph, locality_order
 from pdmm.graph import Graph
 from pdmm.constraints import Consensus
 from pdmm.local import Quadratic
@@ -78,12 +80,19 @@ def main():
     parser.add_argument("--edges", type=int, default=10**6, help="directed edges E (a multiple of 4)")
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--as-given", action="store_true", help="keep the scattered numbering (no renumbering)")
     args = parser.parse_args()
     device = torch.device(args.device)
     tune_allocator()
-    graph = scattered_regular(args.edges // 4).to(device, torch.float64)
+    graph = scattered_regular(args.edges // 4)
+    order = None if args.as_given else locality_order(graph)
+    if order is not None:
+        graph = graph.relabelled(order)[0]
+    graph = graph.to(device, torch.float64)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}, device {device}, "
-          f"{graph.num_edges:,} directed edges, n = {graph.n:,}, float64, B = 1, median of {args.repeats}, "
+          f"{graph.num_edges:,} directed edges, n = {graph.n:,}, "
+          f"{'numbered at random' if args.as_given else 'renumbered (reverse Cuthill-McKee)'}, "
+          f"float64, B = 1, median of {args.repeats}, "
           f"load average {os.getloadavg()[0]:.2f} at start\n")
     print("| effect | d | ms/iteration | ratio to plain |")
     print("|---|---:|---:|---:|")

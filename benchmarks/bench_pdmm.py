@@ -1,22 +1,27 @@
 """What one pdmm.solve iteration costs against its bare step, a naive torch loop and the memory it must move.
 
 Plain PDMM (theta = 1) on pdmm.averaging(G, a), consensus constraints, float64, one instance
-(B = 1), for E directed edges on two graph families: random 4-regular graphs (n = E / 4,
-pdmm.topology("random_regular", degree=4)) and random geometric graphs (radius chosen for an
-average degree of 2 ln n, pdmm.topology("random_geometric", radius=...); E is then near the
-size asked for). Per graph and dimension d, milliseconds per iteration of:
+(B = 1), for E directed edges on two graph families, sampled as arrays and then numbered at random
+(as networkx numbers a random geometric graph: neighbours far apart): random 4-regular graphs
+(n = E / 4, pdmm.Graph.random_regular) and random geometric graphs (radius chosen for an average
+degree of 2 ln n, pdmm.Graph.random_geometric; E is then near the size asked for). pdmm.solve
+renumbers such graphs by reverse Cuthill-McKee before it runs them (its default reorder=None, from
+2^16 directed edges on; pdmm.compiled.locality_order); *renumber s* is that one-off cost. Per graph and dimension d,
+milliseconds per iteration of:
 
-    naive   the four-line loop below (MATH.md 2, worked case): the baseline every row is divided by
-    step    a bare `PDMM.step` (pdmm.methods: aggregate, fuse, exchange)
-    solve   `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults (stopping test every 10
-            iterations; residual, messages, bits recorded at those tests), from Result.seconds
+    naive   the four-line loop below (MATH.md 2, worked case) on the graph as numbered: the baseline
+            every row is divided by
+    given   a bare `PDMM.step` (pdmm.methods: aggregate, fuse, exchange) on the graph as numbered
+    step    the same step on the renumbered graph, as solve runs it
+    solve   `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults (renumbered; stopping test
+            every 10 iterations; residual, messages, bits recorded at those tests), from Result.seconds
     every   the same with record_every=1: the default history at every iteration
     lean    the same with history=(): the stopping test and the divergence test only
     copy    `copy_` of E d + 2 n d float64 values (edge state, node state, node data)
 
-and the step's ns per directed edge (= ms per 10^6 edges), the bytes an iteration must move per
-directed edge at least (16 d + 8: z read and written once, one int64 reverse-edge index; node
-terms left out) and the bandwidth that means at the step's speed.
+and the step's ns per directed edge (= ms per 10^6 edges) before and after renumbering, the bytes
+an iteration must move per directed edge at least (16 d + 8: z read and written once, one int64
+reverse-edge index; node terms left out) and the bandwidth that means at the step's speed.
 
     for _ in range(K):                                           # z: (E, B, d), unsigned z_{i|j}
         u = torch.zeros_like(x).index_add_(0, src, s * z)        # sum_j s_ij z_{i|j}
@@ -37,27 +42,32 @@ import argparse
 import math
 import os
 import statistics
+import time
 
 import numpy as np
 import torch
 
 import pdmm
+from pdmm.compiled import locality_order
+from pdmm.solve import REORDER_EDGES
 from machine import cpu_model, timed
 
 GRAPHS = ("random_regular", "random_geometric")
 
 
 def build(kind, E, seed=0):
-    """A connected graph of `kind` with about E directed edges."""
+    """A connected pdmm.Graph of `kind` with about E directed edges, its nodes numbered at random."""
     if kind == "random_regular":
         if E % 4:
             raise ValueError(f"a 4-regular graph has E = 4 n directed edges; {E} is not a multiple of 4")
-        return pdmm.topology("random_regular", n=E // 4, seed=seed, degree=4)
-    n = 16
-    while n * 2 * math.log(n) < E:  # average degree 2 ln n (connected with high probability)
-        n = int(n * 1.05) + 1
-    radius = math.sqrt(2 * math.log(n) / (math.pi * n))
-    return pdmm.topology("random_geometric", n=n, seed=seed, radius=radius)
+        G = pdmm.Graph.random_regular(E // 4, degree=4, seed=seed)
+    else:
+        n = 16
+        while n * 2 * math.log(n) < E:  # average degree 2 ln n (connected with high probability)
+            n = int(n * 1.05) + 1
+        G = pdmm.Graph.random_geometric(n, radius=math.sqrt(2 * math.log(n) / (math.pi * n)), seed=seed)
+    label = np.random.default_rng(seed).permutation(G.n)
+    return pdmm.Graph.from_edges(label[G.edges[:, 0]], label[G.edges[:, 1]], n=G.n)
 
 
 class Naive:
@@ -95,10 +105,19 @@ class Buffered:
 
 
 def setup(G, d, device):
-    n = G.number_of_nodes()
-    problem = pdmm.averaging(G, np.random.default_rng(0).standard_normal((n, d)))
+    problem = pdmm.averaging(G, np.random.default_rng(0).standard_normal((G.n, d)))
     graph, local, edges = problem.compile(device, torch.float64)
     return problem, graph, local, edges
+
+
+def renumbered(problem):
+    """The problem as pdmm.solve runs it by default (from REORDER_EDGES directed edges on, renumbered by reverse
+    Cuthill-McKee where that brings neighbours closer), its node order (run node k = node order[k]) and the seconds renumbering took."""
+    start = time.perf_counter()
+    order = locality_order(problem.compiled) if problem.compiled.num_edges >= REORDER_EDGES else None
+    ran = problem if order is None else problem.relabelled(order)[0]
+    order = np.arange(problem.n) if order is None else order
+    return ran, torch.from_numpy(order), time.perf_counter() - start
 
 
 def iterations(E, d):
@@ -107,25 +126,34 @@ def iterations(E, d):
 
 
 def bench(G, d, device, repeats, compiled=False):
-    """Medians (ms per iteration) of naive, step, solve, every-iteration solve, lean solve and copy for one graph
-    and dimension."""
-    problem, graph, local, edges = setup(G, d, device)
+    """Medians (ms per iteration) of naive, given, step, solve, every-iteration solve, lean solve and copy for one
+    graph and dimension, and the seconds renumbering took."""
+    problem, given_graph, local, edges = setup(G, d, device)
+    given = pdmm.METHODS["pdmm"](given_graph, local, edges, 1.0)
+    ran, order, renumber_s = renumbered(problem)
+    graph, local, edges = ran.compile(device, torch.float64)
     algo = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
     algo_step = torch.compile(algo.step) if compiled else algo.step
-    state = {"s": algo.init(torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device))}
-    naive = Naive(graph, local.q)
+    zero = torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device)
+    state = {"s": algo.init(zero), "given": given.init(zero)}
+    naive = Naive(given_graph, problem.compile(device, torch.float64)[1].q)
     n, E = graph.n, graph.num_edges
     source = torch.randn(E * d + 2 * n * d, dtype=torch.float64, device=device)
     target = torch.empty_like(source)
     k = iterations(E, d)
 
-    for _ in range(3):  # the naive loop computes the same iterates as the step
-        state["s"] = algo.step(state["s"])
+    for _ in range(3):  # the naive loop computes the same iterates as the step, renumbered or not
+        state["s"], state["given"] = algo.step(state["s"]), given.step(state["given"])
         naive.step()
-    assert torch.allclose(state["s"]["x"], naive.x, rtol=1e-9, atol=1e-12), "the naive loop is not PDMM"
+    for x in (state["s"]["x"], state["given"]["x"].index_select(0, order.to(device))):
+        assert torch.allclose(x, naive.x.index_select(0, order.to(device)), rtol=1e-9, atol=1e-12), \
+            "the naive loop is not PDMM"
 
     def step():
         state["s"] = algo_step(state["s"])
+
+    def step_as_given():
+        state["given"] = given.step(state["given"])
 
     def solve(**options):
         if compiled:  # the solve loop adds the same eager bookkeeping either way
@@ -136,9 +164,9 @@ def bench(G, d, device, repeats, compiled=False):
 
     samples = []
     for _ in range(repeats + 1):  # the first repetition is the warm-up
-        samples.append((timed(naive.step, k, device), timed(step, k, device), solve(), solve(record_every=1),
-                        solve(history=()), timed(lambda: target.copy_(source), k, device)))
-    return [1e3 * statistics.median(column) for column in zip(*samples[1:])]
+        samples.append((timed(naive.step, k, device), timed(step_as_given, k, device), timed(step, k, device),
+                        solve(), solve(record_every=1), solve(history=()), timed(lambda: target.copy_(source), k, device)))
+    return [1e3 * statistics.median(column) for column in zip(*samples[1:])], renumber_s
 
 
 def allocator_rows(G, d, device, repeats):
@@ -196,23 +224,24 @@ def main():
             print(f"| {allocator} | {step_ms:.3f} | {buffered_ms:.3f} |", flush=True)
         print()
 
-    print("| graph | step | directed edges | n | d | naive ms | step ms | solve ms | every ms | lean ms | step/naive "
-          "| solve/naive | solve/step | every/step | lean/step | step ns/edge | bytes/edge (bound) | GB/s at bound "
-          "| copy ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| graph | step | directed edges | n | d | renumber s | naive ms | given ms | step ms | solve ms | every ms "
+          "| lean ms | step/naive | solve/naive | solve/step | every/step | lean/step | given ns/edge | step ns/edge "
+          "| bytes/edge (bound) | GB/s at bound | copy ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     runs = [(False, args.sizes)] + ([(True, args.sizes[-1:])] if args.compile else [])
     for compiled, sizes in runs:
         for (kind, E), G in graphs.items():
             if E not in sizes:
                 continue
             for d in args.dims:
-                naive_ms, step_ms, solve_ms, every_ms, lean_ms, copy_ms = bench(G, d, device, args.repeats, compiled)
-                edges, n = 2 * G.number_of_edges(), G.number_of_nodes()
+                times, renumber_s = bench(G, d, device, args.repeats, compiled)
+                naive_ms, given_ms, step_ms, solve_ms, every_ms, lean_ms, copy_ms = times
+                edges, n = 2 * len(G.edges), G.n
                 bound = 16 * d + 8
-                print(f"| {kind} | {'compiled' if compiled else 'eager'} | {edges:,} | {n:,} | {d} | {naive_ms:.3f} "
-                      f"| {step_ms:.3f} | {solve_ms:.3f} | {every_ms:.3f} | {lean_ms:.3f} | {step_ms / naive_ms:.2f} "
-                      f"| {solve_ms / naive_ms:.2f} | {solve_ms / step_ms:.2f} | {every_ms / step_ms:.2f} "
-                      f"| {lean_ms / step_ms:.2f} "
+                print(f"| {kind} | {'compiled' if compiled else 'eager'} | {edges:,} | {n:,} | {d} | {renumber_s:.2f} "
+                      f"| {naive_ms:.3f} | {given_ms:.3f} | {step_ms:.3f} | {solve_ms:.3f} | {every_ms:.3f} "
+                      f"| {lean_ms:.3f} | {step_ms / naive_ms:.2f} | {solve_ms / naive_ms:.2f} | {solve_ms / step_ms:.2f} "
+                      f"| {every_ms / step_ms:.2f} | {lean_ms / step_ms:.2f} | {1e6 * given_ms / edges:.2f} "
                       f"| {1e6 * step_ms / edges:.2f} | {bound} | {bound * edges / step_ms / 1e6:.2f} "
                       f"| {copy_ms:.3f} |", flush=True)
 

@@ -146,16 +146,6 @@ def local_part(graph, owner, rank, dtype, group=None):
     return part, own
 
 
-def restrict(local, rows, n):
-    """The local function of the nodes `rows` only: every node-major tensor (first axis n) sliced."""
-    index = torch.from_numpy(rows)
-    part = object.__new__(type(local))
-    part.__dict__.update({k: v.index_select(0, index) if torch.is_tensor(v) and v.dim() and v.shape[0] == n else v
-                          for k, v in local.__dict__.items()})
-    part.shape = (len(rows), *local.shape[1:])
-    return part
-
-
 def fingerprint(problem, arguments):
     """A SHA-256 of the graph, the local data, the edge constraints and the arguments, as a signed 64-bit int."""
     h = hashlib.sha256()
@@ -240,7 +230,7 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
     owner = _owners(problem, owners, world, group)
 
     graph, own = local_part(problem.compiled, owner, rank, dtype, group)
-    local = restrict(problem.local.to("cpu", dtype), own, problem.n)
+    local = problem.local.to("cpu", dtype).nodes(torch.from_numpy(own))
     edges = Consensus(graph)
     algorithm = PDMM(graph, local, edges, float(rho), **method_params)
     x_star = _reference(problem, reference, device, dtype)

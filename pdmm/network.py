@@ -34,7 +34,7 @@ probability of at most SPARSE) are drawn by their positions (`_Trials`: geometri
 import math
 import numbers
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -172,6 +172,17 @@ class Network:
     @property
     def scheduled(self):
         return isinstance(self.edge_up, tuple)
+
+    def relabelled(self, order, edge_of):
+        """The same network for a renumbered graph (pdmm.Problem.relabelled): per-node and per-edge sequences
+        reordered to the new nodes (order) and directed edges (edge_of). Dicts and schedules name node labels,
+        which the renumbered graph keeps; a sequence of the wrong length is left for the run to report."""
+        changes = {}
+        if isinstance(self.wake, tuple) and len(self.wake) == len(order):
+            changes["wake"] = tuple(np.asarray(self.wake)[order].tolist())
+        if isinstance(self.drop, tuple) and len(self.drop) == len(edge_of):
+            changes["drop"] = tuple(np.asarray(self.drop)[edge_of].tolist())
+        return replace(self, **changes) if changes else self
 
 
 class Channel:

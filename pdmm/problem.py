@@ -60,6 +60,20 @@ class Problem:
         inequality = None if self.inequality is None else self.inequality.to(device)
         return graph, local, EdgeMatrices(graph, A, b, inequality)
 
+    def relabelled(self, order):
+        """(problem, edge_of): the same problem on the graph renumbered so that its node k is node order[k]
+        of this one (CompiledGraph.relabelled; the local data and edge matrices follow their nodes and
+        edges), and edge_of, the edge of this problem's compiled graph that each new directed edge is."""
+        new = object.__new__(Problem)
+        new.__dict__.update(self.__dict__)
+        new.compiled, edge_of = self.compiled.relabelled(order)
+        new.local = self.local.nodes(torch.from_numpy(np.asarray(order, dtype=np.int64)))
+        if not self.is_consensus:
+            index = torch.from_numpy(edge_of)
+            new.edge_matrices = tuple(t.index_select(0, index) for t in self.edge_matrices)
+            new.inequality = None if self.inequality is None else self.inequality.index_select(0, index)
+        return new, edge_of
+
     def __repr__(self):
         kind = "consensus" if self.is_consensus else "edge matrices"
         if self.inequality is not None:

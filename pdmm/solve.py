@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .compiled import locality_order
 from .methods import METHODS
 from .network import Channel, Network, private_point, privacy_gaps
 from .problem import _node_data
@@ -20,6 +21,8 @@ DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 CHECK_EVERY = 10  # iterations between stopping tests: each test reads a few numbers back from the device
 HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
 COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
+REORDER_EDGES = 2**16  # directed edges from which solve renumbers nodes by default (reorder=None): smaller edge
+# states stay in cache whatever the order
 MMAP_LIMIT = 32 * 2**20  # bytes; glibc maps every allocation above this afresh by default (its mmap threshold cap)
 _tuned = False  # whether solve has applied tune_allocator() in this process
 
@@ -77,7 +80,8 @@ def tune_allocator():
 
 def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
           dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
-          history=None, record_every=None, check_every=None, backend="local", partition=None, **method_params):
+          history=None, record_every=None, check_every=None, backend="local", partition=None, reorder=None,
+          **method_params):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
@@ -122,11 +126,21 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     backend: "local" (this process) or "distributed" (partitioned over a torch.distributed process
     group, every rank calling solve alike; pdmm.distributed); partition: distributed only, None
     (METIS, else contiguous blocks) or the rank of each node.
+    reorder (local backend): how the run numbers the nodes internally, for memory locality. None
+    (default): graphs with at least REORDER_EDGES directed edges are renumbered by reverse
+    Cuthill-McKee when that brings neighbours closer (pdmm.compiled.locality_order), smaller ones
+    are run as given; True: the same at any size; False: as given; or a permutation `order` of
+    the node indices (run node k = node order[k]). Results are in the graph's own order either
+    way; a renumbered run adds the same numbers in another order, so it agrees with an unrenumbered
+    one to rounding (about 1e-15 relative per iteration), and a network draws its random events
+    for the renumbered edges and nodes (another realisation of the same process, reproducible).
     """
     if backend not in ("local", "distributed"):
         raise ValueError(f"backend must be 'local' or 'distributed', got {backend!r}")
     if partition is not None and backend != "distributed":
         raise ValueError("partition= needs backend='distributed'")
+    if reorder is not None and backend != "local":
+        raise ValueError("reorder= applies to backend='local'; the distributed engine numbers nodes by its partition")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
@@ -162,19 +176,26 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
         _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
         return distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network,
                                  target, names, record_every, check_every, compile, method_params, partition)
-    graph, local, edges = problem.compile(device, dtype)
+    order = _node_order(problem, reorder)
+    ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
+    if order is not None:
+        ran, edge_of = problem.relabelled(order)
+        run_network = None if network is None else network.relabelled(order, edge_of)
+        order = torch.from_numpy(order).to(device)
+    graph, local, edges = ran.compile(device, dtype)
     width = edges.state_shape(problem.batch, problem.dim)[2]
     _tune_for(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
-    channel = None if network is None else Channel(network, graph, problem.batch, width, dtype)
+    channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype)
     algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel, **method_params)
-    x_star = _reference(problem, reference, device, dtype)
-    state = algorithm.init(_initial_x(problem, x0, seed, device, dtype))
+    x_star = _renumbered(_reference(problem, reference, device, dtype), order)
+    state = algorithm.init(_renumbered(_initial_x(problem, x0, seed, device, dtype), order))
     private = None if network is None or network.privacy is None else private_point(local, state["x"])
     step = torch.compile(algorithm.step) if compile else algorithm.step
     per_iteration = graph.num_edges, graph.num_edges * width * torch.finfo(dtype).bits  # the ideal network
     book = _Bookkeeping(names, local, edges, channel, x_star, private, rho, per_iteration, record_every,
                         min(max_iter // record_every + 1, 4096))
-    run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=network)
+    run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=network,
+               order=order)
 
     so_far = _Progress((state, 0, 0))
     start = time.perf_counter()
@@ -431,9 +452,32 @@ def _to_numpy(x, batched):
     return x if batched else x[0]
 
 
-def _result(state, done, book, rows, converged, start, problem, method, params, x_star, network):
+def _node_order(problem, reorder):
+    """The run's node order ((n,) int64 numpy, run node k = node order[k]) or None to run the graph as given."""
+    if reorder is None or isinstance(reorder, bool):
+        if reorder is False or (reorder is None and problem.compiled.num_edges < REORDER_EDGES):
+            return None
+        return locality_order(problem.compiled)
+    order = np.asarray(reorder)
+    if order.shape != (problem.n,) or order.dtype.kind not in "iu" or \
+            not np.array_equal(np.sort(order), np.arange(problem.n)):
+        raise ValueError(f"reorder must be None, True, False or a permutation of the {problem.n} node indices "
+                         f"0..{problem.n - 1}, got {reorder!r:.80}")
+    return order.astype(np.int64)
+
+
+def _renumbered(x, order):
+    """Node rows of x (n, B, d) in the run's order (x[order]); None stays None."""
+    return x if x is None or order is None else x.index_select(0, order)
+
+
+def _result(state, done, book, rows, converged, start, problem, method, params, x_star, network, order=None):
+    """The Result, with node rows back in the graph's own order where the run renumbered them (order)."""
+    x = state["x"] if order is None else torch.empty_like(state["x"]).index_copy_(0, order, state["x"])
+    if x_star is not None and order is not None:
+        x_star = torch.empty_like(x_star).index_copy_(0, order, x_star)
     return Result(
-        x=_to_numpy(state["x"], problem.batched), iterations=done, converged=converged,
+        x=_to_numpy(x, problem.batched), iterations=done, converged=converged,
         history=book.arrays(rows, problem.batched), method=method, params=params,
         nodes=list(problem.compiled.nodes), seconds=time.perf_counter() - start,
         reference=None if x_star is None else _to_numpy(x_star, problem.batched), network=network)

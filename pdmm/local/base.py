@@ -40,6 +40,16 @@ class LocalFunction:
         """sum_i f_i(xs[i]) for instance b as a cvxpy expression (xs: n expressions of shape (d,))."""
         raise NotImplementedError
 
+    def nodes(self, rows):
+        """The local function of the nodes `rows` ((k,) int64 tensor), in that order: every node-major
+        tensor (first axis n) indexed, the others shared."""
+        n = self.shape[0]
+        part = object.__new__(type(self))
+        part.__dict__.update({k: v.index_select(0, rows) if torch.is_tensor(v) and v.dim() and v.shape[0] == n else v
+                              for k, v in self.__dict__.items()})
+        part.shape = (len(rows), *self.shape[1:])
+        return part
+
     def to(self, device, dtype):
         """A copy with every tensor on `device` in `dtype`."""
         moved = object.__new__(type(self))

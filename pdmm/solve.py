@@ -132,8 +132,9 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     are run as given; True: the same at any size; False: as given; or a permutation `order` of
     the node indices (run node k = node order[k]). Results are in the graph's own order either
     way; a renumbered run adds the same numbers in another order, so it agrees with an unrenumbered
-    one to rounding (about 1e-15 relative per iteration), and a network draws its random events
-    for the renumbered edges and nodes (another realisation of the same process, reproducible).
+    one to rounding error, not bit for bit (where the stopping test is borderline it may stop a
+    check interval earlier or later), and a network draws its random events for the renumbered
+    edges and nodes (another realisation of the same process, reproducible from its seed).
     """
     if backend not in ("local", "distributed"):
         raise ValueError(f"backend must be 'local' or 'distributed', got {backend!r}")

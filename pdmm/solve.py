@@ -187,7 +187,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     width = edges.state_shape(problem.batch, problem.dim)[2]
     _tune_for(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
     channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype)
-    algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel, **method_params)
+    algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel,
+                                **_renumbered_params(method_params, order, problem.n))
     x_star = _renumbered(_reference(problem, reference, device, dtype), order)
     state = algorithm.init(_renumbered(_initial_x(problem, x0, seed, device, dtype), order))
     private = None if network is None or network.privacy is None else private_point(local, state["x"])
@@ -465,6 +466,15 @@ def _node_order(problem, reorder):
         raise ValueError(f"reorder must be None, True, False or a permutation of the {problem.n} node indices "
                          f"0..{problem.n - 1}, got {reorder!r:.80}")
     return order.astype(np.int64)
+
+
+def _renumbered_params(params, order, n):
+    """The method parameters for the run's node order: a per-node eta (first axis n) reordered with the nodes."""
+    eta = params.get("eta")
+    if order is None or eta is None or isinstance(eta, str) or np.ndim(eta) == 0 or len(eta) != n:
+        return params
+    eta = eta.detach().cpu() if torch.is_tensor(eta) else torch.as_tensor(np.asarray(eta, dtype=np.float64))
+    return {**params, "eta": eta.index_select(0, order.cpu())}
 
 
 def _renumbered(x, order):

@@ -102,6 +102,16 @@ def test_a_renumbered_run_matches_the_run_as_given(graph, kind, method, params, 
         np.testing.assert_allclose(renumbered.history[name], given.history[name], rtol=1e-10, atol=1e-13)
 
 
+def test_a_per_node_eta_follows_its_node(graph):
+    problem = problems(graph)["least_squares"]
+    eta = np.random.default_rng(7).uniform(20, 80, N)  # well above L_i, and different at every node
+    options = dict(method="qa-pdmm", eta=eta, max_iter=40, tol=0)
+    given = pdmm.solve(problem, reorder=False, **options)
+    renumbered = pdmm.solve(problem, reorder=np.random.default_rng(8).permutation(N), **options)
+    np.testing.assert_allclose(renumbered.x, given.x, rtol=0, atol=1e-12)
+    assert renumbered.params["eta"] is eta  # the result reports the parameters as given
+
+
 def test_a_deterministic_network_is_the_same_network_renumbered(graph):
     """Per-node wake and per-edge drop probabilities of 0 and 1 leave nothing to chance, so a renumbered
     run must put each of them on the same node and edge as the run as given."""

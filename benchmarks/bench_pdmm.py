@@ -12,16 +12,20 @@ milliseconds per iteration of:
     naive   the four-line loop below (MATH.md 2, worked case) on the graph as numbered: the baseline
             every row is divided by
     given   a bare `PDMM.step` (pdmm.methods: aggregate, fuse, exchange) on the graph as numbered
-    step    the same step on the renumbered graph, as solve runs it
+    edges   the same step on the renumbered graph
+    step    the step as solve runs it (form=None): from 2^16 directed edges on, renumbered and with
+            the edge state summed out (pdmm.methods.NodeForm: one sparse adjacency product), else
+            the edge step
     solve   `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults (renumbered; stopping test
             every 10 iterations; residual, messages, bits recorded at those tests), from Result.seconds
     every   the same with record_every=1: the default history at every iteration
     lean    the same with history=(): the stopping test and the divergence test only
     copy    `copy_` of E d + 2 n d float64 values (edge state, node state, node data)
 
-and the step's ns per directed edge (= ms per 10^6 edges) before and after renumbering, the bytes
-an iteration must move per directed edge at least (16 d + 8: z read and written once, one int64
-reverse-edge index; node terms left out) and the bandwidth that means at the step's speed.
+and ns per directed edge (= ms per 10^6 edges) of the given, edge-form and solve's step, the bytes
+an edge-form iteration must move per directed edge at least (16 d + 8: z read and written once,
+one int64 reverse-edge index; node terms left out) and the bandwidth that would mean at the step's
+speed (the node form moves less: one int64 column index per edge and node-sized vectors).
 
     for _ in range(K):                                           # z: (E, B, d), unsigned z_{i|j}
         u = torch.zeros_like(x).index_add_(0, src, s * z)        # sum_j s_ij z_{i|j}
@@ -50,6 +54,7 @@ import torch
 
 import pdmm
 from pdmm.compiled import locality_order
+from pdmm.methods import NodeForm
 from pdmm.solve import REORDER_EDGES
 from machine import cpu_model, timed
 
@@ -127,26 +132,28 @@ def iterations(E, d):
 
 
 def bench(G, d, device, repeats, compiled=False):
-    """Medians (ms per iteration) of naive, given, step, solve, every-iteration solve, lean solve and copy for one
+    """Medians (ms per iteration) of naive, given, edges, step, solve, every-iteration solve, lean solve and copy for one
     graph and dimension, and the seconds renumbering took."""
     problem, given_graph, local, edges = setup(G, d, device)
     given = pdmm.METHODS["pdmm"](given_graph, local, edges, 1.0)
     ran, order, renumber_s = renumbered(problem)
     graph, local, edges = ran.compile(device, torch.float64)
-    algo = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
+    edge_form = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
+    algo = NodeForm(edge_form) if graph.num_edges >= REORDER_EDGES else edge_form  # as solve runs it (form=None)
     algo_step = torch.compile(algo.step) if compiled else algo.step
     zero = torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device)
-    state = {"s": algo.init(zero), "given": given.init(zero)}
+    state = {"s": algo.init(zero), "given": given.init(zero), "edges": edge_form.init(zero)}
     naive = Naive(given_graph, problem.compile(device, torch.float64)[1].q)
     n, E = graph.n, graph.num_edges
     source = torch.randn(E * d + 2 * n * d, dtype=torch.float64, device=device)
     target = torch.empty_like(source)
     k = iterations(E, d)
 
-    for _ in range(3):  # the naive loop computes the same iterates as the step, renumbered or not
+    for _ in range(3):  # the naive loop computes the same iterates as the step, renumbered or not, in either form
         state["s"], state["given"] = algo.step(state["s"]), given.step(state["given"])
+        state["edges"] = edge_form.step(state["edges"])
         naive.step()
-    for x in (state["s"]["x"], state["given"]["x"].index_select(0, order.to(device))):
+    for x in (state["s"]["x"], state["edges"]["x"], state["given"]["x"].index_select(0, order.to(device))):
         assert torch.allclose(x, naive.x.index_select(0, order.to(device)), rtol=1e-9, atol=1e-12), \
             "the naive loop is not PDMM"
 
@@ -156,6 +163,9 @@ def bench(G, d, device, repeats, compiled=False):
     def step_as_given():
         state["given"] = given.step(state["given"])
 
+    def edge_step():
+        state["edges"] = edge_form.step(state["edges"])
+
     def solve(**options):
         result = pdmm.solve(problem, max_iter=k, tol=0, device=device, compile=compiled, **options)
         assert result.iterations == k, f"solve stopped after {result.iterations} of {k} iterations"
@@ -163,7 +173,8 @@ def bench(G, d, device, repeats, compiled=False):
 
     samples = []
     for _ in range(repeats + 1):  # the first repetition is the warm-up
-        samples.append((timed(naive.step, k, device), timed(step_as_given, k, device), timed(step, k, device),
+        samples.append((timed(naive.step, k, device), timed(step_as_given, k, device), timed(edge_step, k, device),
+                        timed(step, k, device),
                         solve(), solve(record_every=1), solve(history=()), timed(lambda: target.copy_(source), k, device)))
     return [1e3 * statistics.median(column) for column in zip(*samples[1:])], renumber_s
 
@@ -223,10 +234,10 @@ def main():
             print(f"| {allocator} | {step_ms:.3f} | {buffered_ms:.3f} |", flush=True)
         print()
 
-    print("| graph | step | directed edges | n | d | renumber s | naive ms | given ms | step ms | solve ms | every ms "
-          "| lean ms | step/naive | solve/naive | solve/step | every/step | lean/step | given ns/edge | step ns/edge "
-          "| bytes/edge (bound) | GB/s at bound | copy ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| graph | step | directed edges | n | d | renumber s | naive ms | given ms | edges ms | step ms | solve ms "
+          "| every ms | lean ms | step/naive | solve/naive | solve/step | every/step | lean/step | given ns/edge "
+          "| edges ns/edge | step ns/edge | bytes/edge (bound) | GB/s at bound | copy ms |")
+    print("|---|---|" + "---:|" * 22)
     runs = [(False, args.sizes)] + ([(True, args.sizes[-1:])] if args.compile else [])
     for compiled, sizes in runs:
         for (kind, E), G in graphs.items():
@@ -234,15 +245,15 @@ def main():
                 continue
             for d in args.dims:
                 times, renumber_s = bench(G, d, device, args.repeats, compiled)
-                naive_ms, given_ms, step_ms, solve_ms, every_ms, lean_ms, copy_ms = times
+                naive_ms, given_ms, edges_ms, step_ms, solve_ms, every_ms, lean_ms, copy_ms = times
                 edges, n = 2 * len(G.edges), G.n
                 bound = 16 * d + 8
                 print(f"| {kind} | {'compiled' if compiled else 'eager'} | {edges:,} | {n:,} | {d} | {renumber_s:.2f} "
-                      f"| {naive_ms:.3f} | {given_ms:.3f} | {step_ms:.3f} | {solve_ms:.3f} | {every_ms:.3f} "
-                      f"| {lean_ms:.3f} | {step_ms / naive_ms:.2f} | {solve_ms / naive_ms:.2f} | {solve_ms / step_ms:.2f} "
-                      f"| {every_ms / step_ms:.2f} | {lean_ms / step_ms:.2f} | {1e6 * given_ms / edges:.2f} "
-                      f"| {1e6 * step_ms / edges:.2f} | {bound} | {bound * edges / step_ms / 1e6:.2f} "
-                      f"| {copy_ms:.3f} |", flush=True)
+                      f"| {naive_ms:.3f} | {given_ms:.3f} | {edges_ms:.3f} | {step_ms:.3f} | {solve_ms:.3f} "
+                      f"| {every_ms:.3f} | {lean_ms:.3f} | {step_ms / naive_ms:.2f} | {solve_ms / naive_ms:.2f} "
+                      f"| {solve_ms / step_ms:.2f} | {every_ms / step_ms:.2f} | {lean_ms / step_ms:.2f} "
+                      f"| {1e6 * given_ms / edges:.2f} | {1e6 * edges_ms / edges:.2f} | {1e6 * step_ms / edges:.2f} "
+                      f"| {bound} | {bound * edges / step_ms / 1e6:.2f} | {copy_ms:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

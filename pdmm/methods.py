@@ -12,6 +12,8 @@ the step) simulates them there: sleeping nodes keep x, an edge that receives not
 state. Without one the step is the ideal network's, unchanged.
 State tensors: x (n, B, d), edge state (E, B, m).
 """
+import warnings
+
 import torch
 
 from .constraints import Consensus
@@ -49,9 +51,12 @@ class PDMM:
 
     def step(self, state):
         z = state["z"]
-        u = self.edges.gather(z, self.rho)
-        x = self.awake(self.fuse(u), state["x"])
-        return {"x": x, "z": self.update_edges(z, self.edges.messages(z, x, self.rho))}
+        new = self.local_step(state, self.edges.gather(z, self.rho))
+        return {**new, "z": self.update_edges(z, self.edges.messages(z, new["x"], self.rho))}
+
+    def local_step(self, state, u):
+        """The node updates from u (the gathered edge terms): {"x": x^{k+1}}."""
+        return {"x": self.awake(self.fuse(u), state["x"])}
 
     def awake(self, new, old):
         """The new node values, or the old ones where the channel's node sleeps."""
@@ -118,13 +123,55 @@ class QAPDMM(PDMM):
     def init(self, x0):
         return {**super().init(x0), "x_half": x0}
 
-    def step(self, state):
-        z, eta = state["z"], self.eta.unsqueeze(-1)
-        g = -self.edges.gather(z, self.rho)
+    def local_step(self, state, u):
+        eta, g = self.eta.unsqueeze(-1), -u
         half = self.inverse(eta * state["x_half"] + g - self.local.gradient(state["x_half"]))
         x = self.inverse(eta * half + g - self.local.gradient(half))
-        half, x = self.awake(half, state["x_half"]), self.awake(x, state["x"])
-        return {"x": x, "x_half": half, "z": self.update_edges(z, self.edges.messages(z, x, self.rho))}
+        return {"x": self.awake(x, state["x"]), "x_half": self.awake(half, state["x_half"])}
+
+
+class NodeForm:
+    """PDMM or QA-PDMM (`algorithm`) on consensus constraints over an ideal network, with the edge
+    state summed out: the same iterates, carried as two sums per node instead of one number per edge.
+
+    With the signed consensus state w (pdmm.constraints.Consensus), u_i = sum_{e at i} w_e (what
+    node i gathers) and v_i = sum_{e at i} w_{rev e} (what its neighbours hold for it), one step of
+    z-form PDMM (MATH.md 2), w_e <- (1 - theta) w_e + theta (-2 rho x_{dst e} - w_{rev e}), sums to
+
+        x^{k+1} = the method's node update from u^k
+        u^{k+1} = (1 - theta) u^k + theta (-2 rho sum_{j in N_i} x_j^{k+1} - v^k)
+        v^{k+1} = (1 - theta) v^k + theta (-2 rho d_i x_i^{k+1} - u^k)
+
+    so a step is one sparse product with the adjacency matrix and node-sized work, where the edge
+    form reads and writes the E-row edge state three times. Equal in exact arithmetic; in floating
+    point the sums are formed in another order (tests/test_node_form.py).
+    """
+
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+        graph = algorithm.graph
+        self.theta, self.rho = algorithm.theta, algorithm.rho
+        self.degree = graph.degree.to(graph.sign.dtype).view(-1, 1, 1)
+        crow = torch.cat([graph.degree.new_zeros(1), torch.cumsum(graph.degree, 0)])
+        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            self.adjacency = torch.sparse_csr_tensor(crow, graph.dst, torch.ones_like(graph.sign), (graph.n, graph.n),
+                                                     check_invariants=False)
+
+    def init(self, x0):
+        state = self.algorithm.init(x0)
+        graph, w = self.algorithm.graph, state.pop("z")
+        return {**state, "u": graph.aggregate(w), "v": graph.aggregate(graph.exchange(w))}
+
+    def step(self, state):
+        u, v = state["u"], state["v"]
+        new = self.algorithm.local_step(state, u)
+        x = new["x"]
+        neighbours = (self.adjacency @ x.reshape(len(x), -1)).view(x.shape)
+        u_next, v_next = -2 * self.rho * neighbours - v, -2 * self.rho * self.degree * x - u
+        if self.theta != 1:
+            u_next, v_next = torch.lerp(u, u_next, self.theta), torch.lerp(v, v_next, self.theta)
+        return {**new, "u": u_next, "v": v_next}
 
 
 class ADMM:

@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .compiled import locality_order
-from .methods import METHODS
+from .methods import METHODS, NodeForm
 from .network import Channel, Network, private_point, privacy_gaps
 from .problem import _node_data
 
@@ -81,7 +81,7 @@ def tune_allocator():
 def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
           dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
           history=None, record_every=None, check_every=None, backend="local", partition=None, reorder=None,
-          **method_params):
+          form=None, **method_params):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
@@ -135,11 +135,21 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     one to rounding error, not bit for bit (where the stopping test is borderline it may stop a
     check interval earlier or later), and a network draws its random events for the renumbered
     edges and nodes (another realisation of the same process, reproducible from its seed).
+    form (local backend): "edges" runs the method on its edge state (one z per directed edge, as
+    MATH.md 2 writes it); "nodes" sums that state out into two numbers per node
+    (pdmm.methods.NodeForm: the same iterates, one sparse adjacency product per step), which
+    needs pdmm or qa-pdmm, consensus constraints and no network; None (default) takes "nodes"
+    where it applies on graphs with at least REORDER_EDGES directed edges and "edges" otherwise.
+    Like renumbering, the node form agrees with the edge form to rounding error, not bit for bit.
     """
     if backend not in ("local", "distributed"):
         raise ValueError(f"backend must be 'local' or 'distributed', got {backend!r}")
     if partition is not None and backend != "distributed":
         raise ValueError("partition= needs backend='distributed'")
+    if form not in (None, "edges", "nodes"):
+        raise ValueError(f"form must be None, 'edges' or 'nodes', got {form!r}")
+    if form is not None and backend != "local":
+        raise ValueError("form= applies to backend='local'; the distributed engine runs the edge form")
     if reorder is not None and backend != "local":
         raise ValueError("reorder= applies to backend='local'; the distributed engine numbers nodes by its partition")
     if method not in METHODS:
@@ -189,6 +199,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype)
     algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel,
                                 **_renumbered_params(method_params, order, problem.n))
+    if _node_form(form, method, problem, network):
+        algorithm = NodeForm(algorithm)
     x_star = _renumbered(_reference(problem, reference, device, dtype), order)
     state = algorithm.init(_renumbered(_initial_x(problem, x0, seed, device, dtype), order))
     private = None if network is None or network.privacy is None else private_point(local, state["x"])
@@ -452,6 +464,16 @@ def _to_numpy(x, batched):
     """(n, B, d) tensor -> (B, n, d) array, or (n, d) for an unbatched problem."""
     x = x.detach().cpu().numpy().transpose(1, 0, 2)
     return x if batched else x[0]
+
+
+def _node_form(form, method, problem, network):
+    """Whether the run sums its edge state out (pdmm.methods.NodeForm); ValueError where form="nodes" cannot."""
+    why = ("it needs method 'pdmm' or 'qa-pdmm'" if method not in ("pdmm", "qa-pdmm") else
+           "it needs consensus constraints" if not problem.is_consensus else
+           "a simulated network acts on each edge's messages" if network is not None else None)
+    if form == "nodes" and why:
+        raise ValueError(f"form='nodes' is not available here: {why} (use form='edges' or None)")
+    return why is None and (form == "nodes" or (form is None and problem.compiled.num_edges >= REORDER_EDGES))
 
 
 def _node_order(problem, reorder):

@@ -53,9 +53,8 @@ import numpy as np
 import torch
 
 import pdmm
-from pdmm.compiled import locality_order
 from pdmm.methods import NodeForm
-from pdmm.solve import REORDER_EDGES
+from pdmm.solve import LARGE_GRAPH_EDGES, _node_order
 from machine import cpu_model, timed
 
 GRAPHS = ("random_regular", "random_geometric")
@@ -117,10 +116,10 @@ def setup(G, d, device):
 
 
 def renumbered(problem):
-    """The problem as pdmm.solve runs it by default (from REORDER_EDGES directed edges on, renumbered by reverse
+    """The problem as pdmm.solve runs it by default (from LARGE_GRAPH_EDGES directed edges on, renumbered by reverse
     Cuthill-McKee where that brings neighbours closer), its node order (run node k = node order[k]) and the seconds renumbering took."""
     start = time.perf_counter()
-    order = locality_order(problem.compiled) if problem.compiled.num_edges >= REORDER_EDGES else None
+    order = _node_order(problem, None)  # solve's own rule
     ran = problem if order is None else problem.relabelled(order)[0]
     order = np.arange(problem.n) if order is None else order
     return ran, torch.from_numpy(order), time.perf_counter() - start
@@ -139,7 +138,7 @@ def bench(G, d, device, repeats, compiled=False):
     ran, order, renumber_s = renumbered(problem)
     graph, local, edges = ran.compile(device, torch.float64)
     edge_form = pdmm.METHODS["pdmm"](graph, local, edges, 1.0)
-    algo = NodeForm(edge_form) if graph.num_edges >= REORDER_EDGES else edge_form  # as solve runs it (form=None)
+    algo = NodeForm(edge_form) if graph.num_edges >= LARGE_GRAPH_EDGES else edge_form  # as solve runs it (form=None)
     algo_step = torch.compile(algo.step) if compiled else algo.step
     zero = torch.zeros(graph.n, 1, d, dtype=torch.float64, device=device)
     state = {"s": algo.init(zero), "given": given.init(zero), "edges": edge_form.init(zero)}

@@ -21,8 +21,8 @@ DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 CHECK_EVERY = 10  # iterations between stopping tests: each test reads a few numbers back from the device
 HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
 COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
-REORDER_EDGES = 2**16  # directed edges from which solve renumbers nodes by default (reorder=None): smaller edge
-# states stay in cache whatever the order
+LARGE_GRAPH_EDGES = 2**16  # directed edges from which solve renumbers nodes (reorder=None) and sums the edge state
+# out (form=None) by default; smaller graphs stay in cache whatever the order and keep today's edge form bit for bit
 MMAP_LIMIT = 32 * 2**20  # bytes; glibc maps every allocation above this afresh by default (its mmap threshold cap)
 _tuned = False  # whether solve has applied tune_allocator() in this process
 
@@ -98,7 +98,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     (cumulative counts, free on the ideal network) and, with network privacy, "privacy_x" and
     "privacy_messages"; None (default) records all that apply but the objective, () only the
     iteration numbers. What a recorded row costs, on large graphs: the residual a fifth to a third
-    of a PDMM step (a gather of x over the edges; free where the stopping test runs, which
+    of an edge-form PDMM step (more than a node-form step) (a gather of x over the edges; free where the stopping test runs, which
     computes it anyway), the objective 5-20 %, the error and the privacy measures a pass over the
     nodes or edges each, the counts nothing. record_every: record every k-th iteration (k, 2k, ...)
     and the iteration a run stops at by convergence, divergence or max_iter; history["iteration"]
@@ -127,7 +127,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     group, every rank calling solve alike; pdmm.distributed); partition: distributed only, None
     (METIS, else contiguous blocks) or the rank of each node.
     reorder (local backend): how the run numbers the nodes internally, for memory locality. None
-    (default): graphs with at least REORDER_EDGES directed edges are renumbered by reverse
+    (default): graphs with at least LARGE_GRAPH_EDGES directed edges are renumbered by reverse
     Cuthill-McKee when that brings neighbours closer (pdmm.compiled.locality_order), smaller ones
     are run as given; True: the same at any size; False: as given; or a permutation `order` of
     the node indices (run node k = node order[k]). Results are in the graph's own order either
@@ -139,7 +139,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     MATH.md 2 writes it); "nodes" sums that state out into two numbers per node
     (pdmm.methods.NodeForm: the same iterates, one sparse adjacency product per step), which
     needs pdmm or qa-pdmm, consensus constraints and no network; None (default) takes "nodes"
-    where it applies on graphs with at least REORDER_EDGES directed edges and "edges" otherwise.
+    where it applies on graphs with at least LARGE_GRAPH_EDGES directed edges and "edges" otherwise.
     Like renumbering, the node form agrees with the edge form to rounding error, not bit for bit.
     """
     if backend not in ("local", "distributed"):
@@ -473,13 +473,13 @@ def _node_form(form, method, problem, network):
            "a simulated network acts on each edge's messages" if network is not None else None)
     if form == "nodes" and why:
         raise ValueError(f"form='nodes' is not available here: {why} (use form='edges' or None)")
-    return why is None and (form == "nodes" or (form is None and problem.compiled.num_edges >= REORDER_EDGES))
+    return why is None and (form == "nodes" or (form is None and problem.compiled.num_edges >= LARGE_GRAPH_EDGES))
 
 
 def _node_order(problem, reorder):
     """The run's node order ((n,) int64 numpy, run node k = node order[k]) or None to run the graph as given."""
     if reorder is None or isinstance(reorder, bool):
-        if reorder is False or (reorder is None and problem.compiled.num_edges < REORDER_EDGES):
+        if reorder is False or (reorder is None and problem.compiled.num_edges < LARGE_GRAPH_EDGES):
             return None
         return locality_order(problem.compiled)
     order = np.asarray(reorder)

@@ -7,7 +7,7 @@ import torch
 
 import pdmm
 from pdmm.methods import METHODS, NodeForm
-from pdmm.solve import REORDER_EDGES, _node_form
+from pdmm.solve import LARGE_GRAPH_EDGES, _node_form
 
 GRAPHS = {
     "random_geometric": lambda: pdmm.topology("random_geometric", n=40, seed=3),
@@ -64,7 +64,7 @@ def test_the_first_iterations_agree_to_rounding():
 
 def test_solve_sums_the_edge_state_out_where_it_may():
     small = pdmm.averaging(nx.cycle_graph(50), np.arange(50.0))
-    large = pdmm.averaging(pdmm.Graph.random_regular(REORDER_EDGES // 4, degree=4), np.zeros(REORDER_EDGES // 4))
+    large = pdmm.averaging(pdmm.Graph.random_regular(LARGE_GRAPH_EDGES // 4, degree=4), np.zeros(LARGE_GRAPH_EDGES // 4))
     assert _node_form(None, "pdmm", large, None) and _node_form(None, "qa-pdmm", large, None)
     assert not _node_form(None, "pdmm", small, None)  # small graphs keep today's edge form, bit for bit
     assert not _node_form(None, "admm", large, None)

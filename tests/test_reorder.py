@@ -8,7 +8,8 @@ import torch
 
 import pdmm
 from pdmm.compiled import CompiledGraph, locality_order
-from pdmm.solve import REORDER_EDGES, _node_order
+from pdmm.solve import LARGE_GRAPH_EDGES, _node_order
+from test_inequality import mixed_constraints
 
 N, D = 40, 2
 
@@ -57,18 +58,6 @@ def test_the_relabelled_graph_is_the_graph_of_the_relabelled_nodes(graph):
     assert np.array_equal(order[new.dst.numpy()], compiled.dst.numpy()[edge_of])
 
 
-def edge_constraints(graph, seed=0):
-    """One random row per edge, every third an inequality, feasible at a random point (as in test_inequality)."""
-    rng = np.random.default_rng(seed)
-    p = {v: rng.normal(size=D) for v in graph}
-    out = {}
-    for k, (i, j) in enumerate(graph.edges):
-        A_ij, A_ji = rng.normal(size=(1, D)), rng.normal(size=(1, D))
-        b = A_ij @ p[i] + A_ji @ p[j]
-        out[(i, j)] = (A_ij, A_ji, b + rng.uniform(0, 1), "<=") if k % 3 == 0 else (A_ij, A_ji, b)
-    return out
-
-
 def problems(graph):
     rng = np.random.default_rng(3)
     H, y = rng.normal(size=(N, 4, D)), rng.normal(size=(N, 4))
@@ -78,7 +67,7 @@ def problems(graph):
         "least_squares": pdmm.least_squares(graph, H, y, ridge=0.1),
         "lasso": pdmm.lasso(graph, H, y, lam=0.5),
         "logistic": pdmm.logistic(graph, H, labels),
-        "edge_matrices": pdmm.least_squares(graph, H, y, constraints=edge_constraints(graph)),
+        "edge_matrices": pdmm.least_squares(graph, H, y, constraints=mixed_constraints(graph, dim=D)),
     }
 
 
@@ -140,8 +129,8 @@ def test_a_network_with_every_effect_off_is_the_ideal_network_when_renumbered(gr
 
 def test_by_default_only_large_graphs_are_renumbered():
     small = pdmm.averaging(shuffled(nx.cycle_graph(100)), np.arange(100.0))
-    large = pdmm.averaging(pdmm.Graph.from_networkx(shuffled(nx.cycle_graph(REORDER_EDGES // 2))),
-                           np.zeros(REORDER_EDGES // 2))
+    large = pdmm.averaging(pdmm.Graph.from_networkx(shuffled(nx.cycle_graph(LARGE_GRAPH_EDGES // 2))),
+                           np.zeros(LARGE_GRAPH_EDGES // 2))
     assert _node_order(small, None) is None and _node_order(small, True) is not None
     order = _node_order(large, None)
     assert order is not None and mean_distance(large.compiled, order) <= 2

@@ -17,7 +17,10 @@ milliseconds per iteration of:
             the edge state summed out (pdmm.methods.NodeForm: one sparse adjacency product), else
             the edge step
     solve   `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults (renumbered; stopping test
-            every 10 iterations; residual, messages, bits recorded at those tests), from Result.seconds
+            every 50 iterations in the node form, 10 in the edge form; residual, messages, bits
+            recorded at those tests), from Result.seconds; K = 200-2,000 iterations (the step
+            column is timed over the same K), so that the residual at iteration 1 and the test at
+            max_iter weigh as little as in a long run
     every   the same with record_every=1: the default history at every iteration
     lean    the same with history=(): the stopping test and the divergence test only
     copy    `copy_` of E d + 2 n d float64 values (edge state, node state, node data)
@@ -32,8 +35,9 @@ speed (the node form moves less: one int64 column index per edge and node-sized 
         x = (a - u) / (1 + rho * degree)                         # x_i^{k+1}
         z = (z + 2 * rho * s * x[src])[rev]                      # z_{j|i}^{k+1} = y_{i|j}
 
-Each repetition times K iterations of every variant in turn, so all see the same machine state;
-the table reports the median over --repeats after one warm-up repetition. Graph building is not
+Each repetition times every variant in turn (solve's step and solve over K iterations, the others over about
+2 10^7 edge-values), so all see the same machine state; the table reports the median over --repeats
+after one warm-up repetition. Graph building is not
 timed. First, at the largest size and dimension, the step runs with glibc's default allocator and
 then after pdmm.tune_allocator() (which pdmm.solve applies on such runs), beside a step that
 writes into preallocated buffers (`out=`), to show whether buffers would make the setting moot.
@@ -126,8 +130,14 @@ def renumbered(problem):
 
 
 def iterations(E, d):
-    """Iterations per sample: a multiple of 10 (solve's test interval), >= 20, about 2 10^7 edge-values."""
+    """Iterations per sample of the naive loop, the edge steps and the copy: >= 20, about 2 10^7 edge-values."""
     return 10 * max(2, 2 * 10**6 // (E * d))
+
+
+def solve_iterations(E, d):
+    """Iterations per sample of solve's step and of solve: a multiple of 50 (its test interval in the node form), 200
+    to 2,000, so that what a run does once (the residual at iteration 1, the test at max_iter) weighs as in a long run."""
+    return 10 * max(20, min(200, 4 * 10**7 // (E * d) // 50 * 5))
 
 
 def bench(G, d, device, repeats, compiled=False):
@@ -146,7 +156,7 @@ def bench(G, d, device, repeats, compiled=False):
     n, E = graph.n, graph.num_edges
     source = torch.randn(E * d + 2 * n * d, dtype=torch.float64, device=device)
     target = torch.empty_like(source)
-    k = iterations(E, d)
+    k, k_solve = iterations(E, d), solve_iterations(E, d)
 
     for _ in range(3):  # the naive loop computes the same iterates as the step, renumbered or not, in either form
         state["s"], state["given"] = algo.step(state["s"]), given.step(state["given"])
@@ -166,14 +176,14 @@ def bench(G, d, device, repeats, compiled=False):
         state["edges"] = edge_form.step(state["edges"])
 
     def solve(**options):
-        result = pdmm.solve(problem, max_iter=k, tol=0, device=device, compile=compiled, **options)
-        assert result.iterations == k, f"solve stopped after {result.iterations} of {k} iterations"
-        return result.seconds / k
+        result = pdmm.solve(problem, max_iter=k_solve, tol=0, device=device, compile=compiled, **options)
+        assert result.iterations == k_solve, f"solve stopped after {result.iterations} of {k_solve} iterations"
+        return result.seconds / k_solve
 
     samples = []
     for _ in range(repeats + 1):  # the first repetition is the warm-up
         samples.append((timed(naive.step, k, device), timed(step_as_given, k, device), timed(edge_step, k, device),
-                        timed(step, k, device),
+                        timed(step, k_solve, device),
                         solve(), solve(record_every=1), solve(history=()), timed(lambda: target.copy_(source), k, device)))
     return [1e3 * statistics.median(column) for column in zip(*samples[1:])], renumber_s
 

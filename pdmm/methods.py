@@ -143,15 +143,16 @@ class NodeForm:
         v^{k+1} = (1 - theta) v^k + theta (-2 rho d_i x_i^{k+1} - u^k)
 
     so a step is one sparse product with the adjacency matrix and node-sized work, where the edge
-    form reads and writes the E-row edge state three times. Equal in exact arithmetic; in floating
-    point the sums are formed in another order (tests/test_node_form.py).
+    form reads and writes the E-row edge state three times. The state carries -v ("minus_v"), so
+    that each of the two updates is one fused operation (addmm, addcmul) at theta = 1. Equal in
+    exact arithmetic; in floating point the sums are formed in another order (tests/test_node_form.py).
     """
 
     def __init__(self, algorithm):
         self.algorithm = algorithm
         graph = algorithm.graph
         self.theta, self.rho = algorithm.theta, algorithm.rho
-        self.degree = graph.degree.to(graph.sign.dtype).view(-1, 1, 1)
+        self.twice_rho_degree = (2 * self.rho * graph.degree.to(graph.sign.dtype)).view(-1, 1, 1)
         crow = torch.cat([graph.degree.new_zeros(1), torch.cumsum(graph.degree, 0)])
         with warnings.catch_warnings():  # "sparse CSR support is in beta"
             warnings.simplefilter("ignore", UserWarning)
@@ -161,17 +162,18 @@ class NodeForm:
     def init(self, x0):
         state = self.algorithm.init(x0)
         graph, w = self.algorithm.graph, state.pop("z")
-        return {**state, "u": graph.aggregate(w), "v": graph.aggregate(graph.exchange(w))}
+        return {**state, "u": graph.aggregate(w), "minus_v": -graph.aggregate(graph.exchange(w))}
 
     def step(self, state):
-        u, v = state["u"], state["v"]
+        u, minus_v = state["u"], state["minus_v"]
         new = self.algorithm.local_step(state, u)
         x = new["x"]
-        neighbours = (self.adjacency @ x.reshape(len(x), -1)).view(x.shape)
-        u_next, v_next = -2 * self.rho * neighbours - v, -2 * self.rho * self.degree * x - u
+        rows = lambda t: t.reshape(len(t), -1)  # noqa: E731  (n, B, d) -> (n, B d) for the sparse product
+        u_next = torch.addmm(rows(minus_v), self.adjacency, rows(x), alpha=-2 * self.rho).view(x.shape)
+        minus_v_next = torch.addcmul(u, self.twice_rho_degree, x)
         if self.theta != 1:
-            u_next, v_next = torch.lerp(u, u_next, self.theta), torch.lerp(v, v_next, self.theta)
-        return {**new, "u": u_next, "v": v_next}
+            u_next, minus_v_next = torch.lerp(u, u_next, self.theta), torch.lerp(minus_v, minus_v_next, self.theta)
+        return {**new, "u": u_next, "minus_v": minus_v_next}
 
 
 class ADMM:

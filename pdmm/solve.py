@@ -19,6 +19,7 @@ from .problem import _node_data
 DIVERGENCE_GROWTH = 1e6
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 CHECK_EVERY = 10  # iterations between stopping tests: each test reads a few numbers back from the device
+CHECK_EVERY_NODES = 50  # the same in the node form, where the test's edge residual costs 0.5-3 steps
 HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
 COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
 LARGE_GRAPH_EDGES = 2**16  # directed edges from which solve renumbers nodes (reorder=None) and sums the edge state
@@ -87,7 +88,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
     (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
     left is then up to about 10 tol. The test runs every `check_every` iterations (default 10;
-    1 with `target`) and at max_iter, so a run stops at a multiple of check_every: up to
+    50 in the node form, `form` below, where the residual the test computes over the edges costs
+    0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of check_every: up to
     check_every - 1 iterations after the first iteration that meets the test; the state returned
     is that of the iteration it stopped at. Between tests nothing is read back from the device.
     reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
@@ -98,13 +100,13 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     (cumulative counts, free on the ideal network) and, with network privacy, "privacy_x" and
     "privacy_messages"; None (default) records all that apply but the objective, () only the
     iteration numbers. What a recorded row costs, on large graphs: the residual a fifth to a third
-    of an edge-form PDMM step (more than a node-form step) (a gather of x over the edges; free where the stopping test runs, which
-    computes it anyway), the objective 5-20 %, the error and the privacy measures a pass over the
+    of an edge-form PDMM step or 0.5-3 node-form steps (a gather of x over the edges; free where
+    the stopping test runs, which computes it anyway), the objective 5-20 %, the error and the privacy measures a pass over the
     nodes or edges each, the counts nothing. record_every: record every k-th iteration (k, 2k, ...)
     and the iteration a run stops at by convergence, divergence or max_iter; history["iteration"]
     says which. None (default) records where the stopping test runs, every check_every-th
-    iteration and the last: the default history is thinned (iterations 10, 20, ..., last; every
-    iteration with `target`) and costs next to nothing. record_every=1 records every iteration.
+    iteration and the last: the default history is thinned (iterations 10, 20, ..., or 50,
+    100, ... in the node form, and the last; every iteration with `target`) and costs next to nothing. record_every=1 records every iteration.
     A row holds exactly what a record_every=1 run records there, and x does not depend on what is
     recorded.
     compile=True runs the step through torch.compile: 10-30 s to compile, then faster
@@ -167,8 +169,6 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
                          f"reference={'None' if reference is None else 'given'}")
     _check_count("record_every", record_every, optional=True)
     _check_count("check_every", check_every, optional=True)
-    check_every = (1 if target is not None else CHECK_EVERY) if check_every is None else check_every
-    record_every = check_every if record_every is None else record_every
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
     if network is not None and not isinstance(network, Network):
@@ -176,6 +176,10 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     if network is not None and network.privacy is not None and method == "admm":
         raise ValueError("network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
     names = _history_names(history, reference, network)
+    node_form = backend == "local" and _node_form(form, method, problem, network)
+    if check_every is None:
+        check_every = 1 if target is not None else CHECK_EVERY_NODES if node_form else CHECK_EVERY
+    record_every = check_every if record_every is None else record_every
     try:
         inspect.signature(METHODS[method]).bind(None, None, None, rho, **method_params)
         if "channel" in method_params:
@@ -199,7 +203,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype)
     algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel,
                                 **_renumbered_params(method_params, order, problem.n))
-    if _node_form(form, method, problem, network):
+    if node_form:
         algorithm = NodeForm(algorithm)
     x_star = _renumbered(_reference(problem, reference, device, dtype), order)
     state = algorithm.init(_renumbered(_initial_x(problem, x0, seed, device, dtype), order))

@@ -19,14 +19,14 @@ effects touch every row alike; --warmup untimed repeats come first. Targets (iss
 <= 1.05x, belief <= 1.08x, belief_star <= 1.15x of standard (the source papers report 1-4 % and
 4-10 % on GPU).
 
-A second table runs standard softmax attention on a sparse token graph (a random 8-regular graph
-with self loops over --sparse-tokens tokens, batch 1) along --sparse-paths: "dense", the (T, T)
-mask through scaled_dot_product_attention; "unblocked", the edge list with plain autograd
-(graph.sparse(block=0), which keeps (E, B, nh, hs) tensors for backward); "blocked", the edge list
-in blocks of edges (graph.sparse(), automatic block size; attention.sparse). Each repeat runs every
-path twice in a row, paths in a rotated order, and times the second call, as a training loop
-repeats one path (in one kernel-only run the blocked path took 1.12x the unblocked one's time
-when run right after it, 0.98x when run after itself).
+A second table runs standard softmax attention on a sparse token graph (a random regular graph of
+degree --sparse-degree, 8 by default, with self loops over --sparse-tokens tokens, batch 1) along
+--sparse-paths: "dense", the (T, T) mask through scaled_dot_product_attention; "unblocked", the
+edge list with plain autograd (graph.sparse(block=0), which keeps (E, B, nh, hs) tensors for
+backward); "blocked", the edge list in blocks of edges (graph.sparse(), automatic block size;
+attention.sparse). Each repeat runs every path twice in a row, paths in a rotated order, and times
+the second call, as a training loop repeats one path (in one kernel-only run the blocked path took
+1.12x the unblocked one's time when run right after it, 0.98x when run after itself).
 
     ms         median of one layer forward + backward (as above)
     ratio      median over repeats of (this path's time / the unblocked path's in the same repeat)
@@ -40,7 +40,7 @@ when run right after it, 0.98x when run after itself).
 
     python benchmarks/bench_attention.py [--device cpu] [--graph causal] [--batch 8] [--tokens 256]
         [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3] [--sparse-tokens 1024,4096]
-        [--sparse-paths dense,unblocked,blocked] [--no-variants]
+        [--sparse-paths dense,unblocked,blocked] [--sparse-degree 8] [--no-variants]
 """
 import argparse
 import itertools
@@ -55,7 +55,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import attention
 from attention.kernels import softmax_attention
 from attention.sparse import block_size
-from experiments.common import tune_allocator
+from pdmm import tune_allocator
 from machine import cpu_model
 
 # (residual, kernel, symmetric, target ratio or None)
@@ -117,6 +117,8 @@ def main():
     parser.add_argument("--sparse-tokens", default="1024,4096", help="token counts of the sparse-graph table")
     parser.add_argument("--sparse-paths", default="dense,unblocked,blocked",
                         help="rows of the sparse-graph table: any of dense, unblocked, blocked")
+    parser.add_argument("--sparse-degree", type=int, default=8,
+                        help="neighbours per token in the sparse-graph table, besides itself")
     parser.add_argument("--no-variants", action="store_true", help="skip the residual / kernel table")
     args = parser.parse_args()
     tuned = args.allocator == "tuned" and tune_allocator()
@@ -179,7 +181,8 @@ def sparse_table(args, device, tuned):
     paths = [p for p in args.sparse_paths.split(",") if p]
     if not paths or set(paths) - {"dense", "unblocked", "blocked"}:
         raise SystemExit(f"--sparse-paths takes dense, unblocked, blocked; got {args.sparse_paths!r}")
-    print(f"\nsparse graphs: device {device}, float32, B = 1, d_model = {args.d_model}, {args.heads} heads, "
+    print(f"\nsparse graphs: random {args.sparse_degree}-regular with self loops, device {device}, float32, B = 1, "
+          f"d_model = {args.d_model}, {args.heads} heads, "
           f"median of {max(3, args.repeats // 3)} repeats after {args.warmup} warm-up, "
           f"{'tuned' if tuned else 'default'} allocator, load average {os.getloadavg()[0]:.2f} at start\n")
     print("| tokens | edges | path | block | ms (forward + backward) | ratio to unblocked | layer peak MB "
@@ -187,7 +190,8 @@ def sparse_table(args, device, tuned):
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     C, nh = args.d_model, args.heads
     for T in (int(t) for t in args.sparse_tokens.split(",") if t):
-        regular = attention.TokenGraph.from_networkx(nx.random_regular_graph(8, T, seed=0), layout="sparse")
+        regular = attention.TokenGraph.from_networkx(nx.random_regular_graph(args.sparse_degree, T, seed=0),
+                                                     layout="sparse")
         graphs = {"dense": regular.dense(), "unblocked": regular.sparse(block=0), "blocked": regular.sparse()}
         generator = torch.Generator().manual_seed(0)
         x = torch.randn(1, T, C, generator=generator).to(device).requires_grad_()

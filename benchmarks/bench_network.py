@@ -21,7 +21,7 @@ import statistics
 import numpy as np
 import torch
 
-from experiments.common import tune_allocator
+from pdmm import tune_allocator
 from machine import cpu_model, timed
 from pdmm.compiled import CompiledGraph, locality_order
 from pdmm.graph import Graph

@@ -35,12 +35,12 @@ speed (the node form moves less: one int64 column index per edge and node-sized 
         x = (a - u) / (1 + rho * degree)                         # x_i^{k+1}
         z = (z + 2 * rho * s * x[src])[rev]                      # z_{j|i}^{k+1} = y_{i|j}
 
-Each repetition times every variant in turn (solve's step and solve over K iterations, the others over about
-2 10^7 edge-values), so all see the same machine state; the table reports the median over --repeats
-after one warm-up repetition. Graph building is not
-timed. First, at the largest size and dimension, the step runs with glibc's default allocator and
-then after pdmm.tune_allocator() (which pdmm.solve applies on such runs), beside a step that
-writes into preallocated buffers (`out=`), to show whether buffers would make the setting moot.
+Each repetition times every variant in turn (solve's step and solve over K iterations, the others
+over about 2 10^7 edge-values), so all see the same machine state; the table reports the median
+over --repeats after one warm-up repetition. Graph building is not timed. First, at the largest
+size and dimension, the step runs with glibc's default allocator and then after
+pdmm.tune_allocator() (which pdmm.solve applies on such runs), beside a step that writes into
+preallocated buffers (`out=`), to show whether buffers would make the setting moot.
 --compile adds rows at the largest size with the step under torch.compile and solve(compile=True)
 (the warm-up repetition compiles; the solve rows then reuse the compiled step).
 
@@ -135,8 +135,9 @@ def iterations(E, d):
 
 
 def solve_iterations(E, d):
-    """Iterations per sample of solve's step and of solve: a multiple of 50 (its test interval in the node form), 200
-    to 2,000, so that what a run does once (the residual at iteration 1, the test at max_iter) weighs as in a long run."""
+    """Iterations per sample of solve's step and of solve: a multiple of 50 (its test interval in the node form),
+    200 to 2,000, so that what a run does once (the residual at iteration 1, the test at max_iter) weighs as
+    in a long run."""
     return 10 * max(20, min(200, 4 * 10**7 // (E * d) // 50 * 5))
 
 

@@ -89,9 +89,9 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
     left is then up to about 10 tol. The test runs every `check_every` iterations (default 10;
     50 in the node form, `form` below, where the residual the test computes over the edges costs
-    0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of check_every: up to
-    check_every - 1 iterations after the first iteration that meets the test; the state returned
-    is that of the iteration it stopped at. Between tests nothing is read back from the device.
+    0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of
+    check_every: up to check_every - 1 iterations after the first iteration that meets the test;
+    the state returned is that of the iteration it stopped at. Between tests nothing is read back from the device.
     reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
     the relative error ||x - x*||_F / ||x*||_F per recorded iteration. x0: None (zeros), "random"
     (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
@@ -101,14 +101,14 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     "privacy_messages"; None (default) records all that apply but the objective, () only the
     iteration numbers. What a recorded row costs, on large graphs: the residual a fifth to a third
     of an edge-form PDMM step or 0.5-3 node-form steps (a gather of x over the edges; free where
-    the stopping test runs, which computes it anyway), the objective 5-20 %, the error and the privacy measures a pass over the
-    nodes or edges each, the counts nothing. record_every: record every k-th iteration (k, 2k, ...)
-    and the iteration a run stops at by convergence, divergence or max_iter; history["iteration"]
-    says which. None (default) records where the stopping test runs, every check_every-th
-    iteration and the last: the default history is thinned (iterations 10, 20, ..., or 50,
-    100, ... in the node form, and the last; every iteration with `target`) and costs next to nothing. record_every=1 records every iteration.
-    A row holds exactly what a record_every=1 run records there, and x does not depend on what is
-    recorded.
+    the stopping test runs, which computes it anyway), the objective 5-20 %, the error and the
+    privacy measures a pass over the nodes or edges each, the counts nothing. record_every: record
+    every k-th iteration (k, 2k, ...) and the iteration a run stops at by convergence, divergence
+    or max_iter; history["iteration"] says which. None (default) records where the stopping test
+    runs, every check_every-th iteration and the last: the default history is thinned (iterations
+    10, 20, ..., or 50, 100, ... in the node form, and the last; every iteration with `target`)
+    and costs next to nothing. record_every=1 records every iteration. A row holds exactly what a
+    record_every=1 run records there, and x does not depend on what is recorded.
     compile=True runs the step through torch.compile: 10-30 s to compile, then faster
     iterations on large graphs (see BENCHMARKS.md).
     network: a pdmm.Network (lost messages, sleeping nodes, changing edges, quantisation,

@@ -25,8 +25,8 @@ def least_squares(G, batch=2, dim=3, seed=0):
 @pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("method, params", [("pdmm", {}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {})])
 def test_each_node_step_is_the_edge_step_summed(graph, method, params):
-    """From the same state, one node-form step gives the x of the edge step and the sums u and -v of its new edge
-    state, at every one of 60 iterations."""
+    """From the same state, one node-form step gives the x of the edge step and the sums u and -v of its new
+    edge state, at every one of 60 iterations."""
     problem = least_squares(GRAPHS[graph]())
     g, local, edges = problem.compile("cpu", torch.float64)
     edge_form = METHODS[method](g, local, edges, 0.7, **params)
@@ -40,7 +40,8 @@ def test_each_node_step_is_the_edge_step_summed(graph, method, params):
         scale = float(state["z"].abs().max())
         torch.testing.assert_close(node["x"], state["x"], rtol=0, atol=1e-13 * max(scale, 1))
         torch.testing.assert_close(node["u"], g.aggregate(state["z"]), rtol=0, atol=1e-13 * max(scale, 1))
-        torch.testing.assert_close(node["minus_v"], -g.aggregate(g.exchange(state["z"])), rtol=0, atol=1e-13 * max(scale, 1))
+        torch.testing.assert_close(node["minus_v"], -g.aggregate(g.exchange(state["z"])), rtol=0,
+                                   atol=1e-13 * max(scale, 1))
 
 
 @pytest.mark.parametrize("method, params", [("pdmm", {}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {})])

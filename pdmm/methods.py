@@ -68,7 +68,7 @@ class PDMM:
         if self.channel is None:
             received = self.edges.reflect(y, self.graph.exchange(y))
         else:
-            received = self.channel.exchange(y, z, self.edges.reflect)
+            received = self.channel.exchange(y, z, None if self.edges.inequality is None else self.edges.reflect)
         if not torch.is_tensor(self.theta) and self.theta == 1:
             return received
         return torch.lerp(z, received, self.theta)

@@ -26,10 +26,12 @@ iteration (sent with them as one 64-bit number), with nearest rounding, subtract
 (Q(y + u) - u, u uniform on one step and known to both ends through the shared seed) or
 stochastic rounding (up with probability equal to the distance from the level below, in steps).
 Privacy (subspace perturbation, Li, Heusdens and Christensen) adds N(0, privacy^2) to every z^0.
-Randomness comes from one torch.Generator on the state's device, seeded by `seed`. Rare events (a
-probability of at most SPARSE) are drawn by their positions (`_Trials`: geometric gaps, exact to
-2^-31 per trial like a draw per trial), and the methods overwrite only the rows they touch
-(`Channel`), so an effect costs in proportion to its events rather than to the E B edges.
+The events draw counter-based numbers (pdmm.draws): trial i B + b of an event (node or edge i of
+instance b; edges by the receiving edge, an undirected edge by its place in compiled.forward) at
+iteration k is a function of (seed, the event's stream, k, i B + b), so every run is reproducible
+and the same on every device; each probability is exact to 2^-32. The dither, the stochastic
+rounding and the privacy perturbation draw from one torch.Generator on the state's device, seeded
+by `seed`. A schedule draws nothing.
 """
 import math
 import numbers
@@ -39,14 +41,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from . import draws, masked
+
 
 ROUNDINGS = {False: "nearest", True: "subtractive", "nearest": "nearest", "subtractive": "subtractive",
              "stochastic": "stochastic"}
 HEADER_BITS = 64  # an adaptive range travels with the message as one float64
 ONE = "one"  # wake="one": one node, uniform, awake per iteration
-SPARSE = 0.25  # trials whose success probabilities are all at most this draw the positions of the successes
-WHERE = 0.15  # a fix-up of more than this fraction of the rows goes through torch.where over its mask
-SPARE = 6  # standard deviations of the successes drawn beyond those expected (more are drawn when short)
+STREAMS = {"wake": 0, "up": 1, "drop": 2, "burst": 3, "one": 4}  # each kind of event draws its own numbers
 
 
 def _probability(name, value):
@@ -188,15 +190,11 @@ class Network:
 class Channel:
     """One run's network: draw() the iteration's events, then the methods call keep_asleep and exchange.
 
-    The events are kept as rows of the flattened node (n B) and edge (E B) tensors, row i B + b for
-    node or edge i of instance b, edges by the receiving edge (its sender is dst): the rows where
-    the usual case fails, the sleeping nodes, the edges that are sent nothing (sender asleep or edge
-    down: `silent`) and those that receive nothing (silent or lost). With wake="one", where being
-    awake is the exception, they list the other side instead (`listed`): the awake node and the
-    edges sent to and delivered to. An edge row may repeat (down and dropped both). keep_asleep and
-    exchange copy the old values into the new ones (or the new into the old) at those rows only,
-    O(rows) rather than O(E B); the masks `awake` (n, B), `sending`, `delivered` and `bad` (E, B)
-    are built when read. The row sets' sizes are read back from the device each iteration (a sync).
+    The events are boolean masks, drawn whole each iteration (pdmm.draws: trial i B + b of an event
+    is one counter-based draw, so a mask costs one vectorised pass and no read-back from the
+    device): `awake` (n, B) and, by receiving edge (its sender is dst), `sending` (sender awake and
+    edge up), `delivered` (sent, neither lost nor in a bad spell) and `bad` (E, B); None where the
+    event holds everywhere (for bad: without burst). keep_asleep and exchange are torch.where over them.
 
     Counts per instance: `messages` delivered and `bits` sent (a lost message is sent, a sleeping
     node or a down edge sends nothing), cumulative, (B,).
@@ -205,207 +203,91 @@ class Channel:
     def __init__(self, network, graph, batch, width, dtype):
         self.network, self.graph, self.batch, self.dtype = network, graph, batch, dtype
         device, E = graph.src.device, graph.num_edges
-        self.generator = torch.Generator(device=device).manual_seed(network.seed)
+        self.generator = torch.Generator(device=device).manual_seed(network.seed)  # dither and privacy
         self.listed = network.wake == ONE
-        wake = network.wake if self.listed or isinstance(network.wake, numbers.Real) else \
-            _node_probabilities(network.wake, graph)
-        self.sleep = None if self.listed else _Trials.of(1 - np.asarray(wake, dtype=np.float64), graph.n, batch, device)
+        self.wake = None
+        if not self.listed:
+            wake = network.wake if isinstance(network.wake, numbers.Real) else _node_probabilities(network.wake, graph)
+            self.wake = _bounds(wake, batch, device)
         drop = network.drop if isinstance(network.drop, numbers.Real) else _edge_probabilities(network.drop, graph)
-        self.drop = _Trials.of(drop, E, batch, device)
-        self.schedule = None if not network.scheduled else [
-            _rows(torch.nonzero(~up).squeeze(1), batch) for up in _schedule(network.edge_up, graph)]
-        self.down = None if network.scheduled else _Trials.of(1 - network.edge_up, len(graph.forward), batch, device)
-        self.pair_edges = graph.forward, graph.rev[graph.forward]  # the two directed edges of each undirected one
+        self.kept = _bounds(1 - np.asarray(drop, dtype=np.float64), batch, device)
+        self.schedule = _schedule(network.edge_up, graph) if network.scheduled else None
+        self.up = None if network.scheduled else _bounds(network.edge_up, batch, device)
+        index = torch.int32 if E < 2 ** 31 else torch.int64  # half the index traffic of the masks and exchange
+        self.dst, self.rev, self.undirected = graph.dst.to(index), graph.rev.to(index), None
+        if self.up is not None:  # each directed edge's undirected one: its place among the forward edges
+            places = torch.arange(len(graph.forward), dtype=index, device=device)
+            self.undirected = torch.empty(E, dtype=index, device=device)
+            self.undirected[graph.forward] = places
+            self.undirected[graph.rev[graph.forward]] = places
         if network.burst is not None:
             p_gb, p_bg = network.burst
-            self.first_bad, self.enter = (_Trials.of(p, E, batch, device) for p in (p_gb / (p_gb + p_bg), p_gb))
-            self.stay, self.bad_now = _bound(1 - p_bg), torch.zeros(E * batch, dtype=torch.bool, device=device)
-        self.first_edge = torch.cumsum(graph.degree, 0) - graph.degree  # node i's edges are first_edge[i] + 0, 1, ...
-        self.seen = torch.zeros(E * batch, dtype=torch.bool, device=device)  # scratch of _marked, all False between
+            self.chain = tuple(draws.bound(p) for p in (p_gb / (p_gb + p_bg), 1 - p_bg, p_gb))  # first, stay, enter
         number = torch.finfo(dtype).bits if network.bits is None else network.bits
         header = HEADER_BITS if network.bits is not None and network.limit is None else 0
         self.message_bits = width * number + header
         self.messages = torch.zeros(batch, dtype=torch.float64, device=device)
         self.bits = torch.zeros(batch, dtype=torch.float64, device=device)
         self.iteration = 0
-        self.node_rows = self.sending_rows = self.delivered_rows = self.own_rows = self.bad_rows = self.sent = None
+        self.awake = self.sending = self.delivered = self.bad = self.sent = None
 
     def _uniform(self, *shape):
         return torch.rand(shape, generator=self.generator, dtype=self.dtype, device=self.graph.src.device)
 
+    def _key(self, stream):
+        return draws.stream_key(self.network.seed, STREAMS[stream], self.iteration)
+
+    def _below(self, stream, count, bounds):
+        """(count, B) bool: this iteration's trials of `stream` below their bounds (pdmm.draws.below)."""
+        return draws.below(self._key(stream), count * self.batch, bounds, self.graph.src.device).view(count, -1)
+
     def draw(self):
-        """This iteration's events (module docstring), as rows (class docstring); None where everything happens."""
+        """This iteration's events (module docstring) as masks (class docstring)."""
         g, B, E = self.graph, self.batch, self.graph.num_edges
-        down = self._down()
-        bad = None if self.network.burst is None else self._chain()
-        dropped = None if self.drop is None else self.drop.draw(self.generator)
+        awake = None
         if self.listed:  # wake="one": exactly one node per instance
-            device = g.src.device
-            awake = self._join(torch.randint(g.n, (B,), generator=self.generator, device=device),
-                               torch.arange(B, device=device))
-            sending = self._minus(self._edges(awake, g.rev), [down])
-            delivered = self._minus(sending, [bad, dropped])
-            self.node_rows, self.sending_rows, self.delivered_rows = awake, sending, delivered
-            self.messages += self._count(delivered)
-            self.bits += self.message_bits * self._count(sending)
-        else:
-            asleep = None if self.sleep is None else self.sleep.draw(self.generator)
-            unheard = None if asleep is None else self._edges(asleep, g.rev)  # the edges sleeping nodes send to
-            silent = [rows for rows in (unheard, down) if rows is not None]
-            lost = silent + [rows for rows in (bad, dropped) if rows is not None]
-            self.node_rows, self.sending_rows, self.delivered_rows = asleep, _cat(silent), _cat(lost)
-            self.messages += E - self._distinct(lost)
-            self.bits += self.message_bits * (E - self._distinct(silent))
-        self.own_rows = None  # the rows of node_rows' own edges, found when keep_asleep_edges first asks
-        self.iteration += 1
-
-    def _down(self):
-        """The rows of the edges down this iteration, both directions of each; None if every edge is up."""
+            key = self._key("one")
+            chosen = torch.tensor([draws.index(key, b, g.n) * B + b for b in range(B)], device=g.src.device)
+            awake = torch.zeros(g.n * B, dtype=torch.bool, device=g.src.device).index_fill_(0, chosen, True)
+            awake = awake.view(g.n, B)
+        elif self.wake is not None:
+            awake = self._below("wake", g.n, self.wake)
+        up = None
         if self.schedule is not None:
-            return self.schedule[self.iteration % len(self.schedule)]
-        if self.down is None:
-            return None
-        k, b = self._split(self.down.draw(self.generator))  # undirected edge k of instance b
-        return torch.cat([self._join(ends.index_select(0, k), b) for ends in self.pair_edges])
-
-    def _chain(self):
-        """The rows of the links in the bad state this iteration (also marked in bad_now): stationary at the
-        first draw, then one step of the chain."""
-        if self.bad_rows is None:
-            rows = self.first_bad.draw(self.generator)
-            self.bad_now.index_fill_(0, rows, True)
-        else:
-            stay = _bits(self.generator, len(self.bad_rows)) <= self.stay
-            enter = self.enter.draw(self.generator)
-            enter = enter[~self.bad_now.index_select(0, enter)]  # the enter draws of bad links go unused
-            self.bad_now.index_put_((self.bad_rows,), stay)
-            self.bad_now.index_fill_(0, enter, True)
-            rows = torch.cat([self.bad_rows[stay], enter])
-        self.bad_rows = rows
-        return rows
-
-    def _edges(self, nodes, to=None):
-        """The rows (e B + b) of the edges e of node rows (i B + b), src[e] = i, node by node; to = graph.rev: of
-        the edges that i sends to instead (dst[e] = i)."""
-        node, b = self._split(nodes)
-        degree, first = self.graph.degree.index_select(0, node), self.first_edge.index_select(0, node)
-        ends = torch.cumsum(degree, 0)
-        if not len(nodes) or not int(ends[-1]):  # (read back from the device)
-            return nodes.new_empty(0)
-        # first, first + 1, ... node by node: a running sum of ones, with a jump from one node's last edge to the
-        # next node's first
-        jump = first.clone()
-        jump[1:] -= first[:-1] + degree[:-1] - 1
-        edge = torch.ones(int(ends[-1]), dtype=torch.int64, device=nodes.device).index_copy_(0, ends - degree, jump)
-        edge = edge.cumsum_(0) if to is None else to.index_select(0, edge.cumsum_(0))
-        return self._join(edge, b if self.batch == 1 else torch.repeat_interleave(b, degree))
-
-    def _split(self, rows):
-        """(i, b) of rows i B + b (b = 0, a number, with one instance)."""
-        if self.batch == 1:
-            return rows, 0
-        i = torch.div(rows, self.batch, rounding_mode="floor")
-        return i, rows - i * self.batch
-
-    def _join(self, i, b):
-        """The rows i B + b."""
-        return i if self.batch == 1 else i * self.batch + b
-
-    def _minus(self, rows, parts):
-        """rows less those in any of parts (row sets, or None)."""
-        parts = [part for part in parts if part is not None]
-        if parts:
-            rows = rows[~self._marked(parts).index_select(0, rows)]
-            self.seen.zero_()
-        return rows
-
-    def _distinct(self, parts):
-        """(B,) how many distinct rows the row sets `parts` hold per instance: each part's rows not in those before."""
-        if len(parts) < 2:
-            return self._count(parts[0]) if parts else 0
-        count = self._count(parts[0])
-        for before, part in zip(parts, parts[1:]):
-            count = count + self._count(part, ~self._marked([before]).index_select(0, part))
-        self.seen.zero_()
-        return count
-
-    def _marked(self, parts):
-        """The scratch mask `seen` (E B,), True at the rows of parts (the caller clears it)."""
-        for part in parts:
-            self.seen.index_fill_(0, part, True)
-        return self.seen
-
-    def _count(self, rows, keep=None):
-        """(B,) how many of the rows (i B + b), or of those where keep, each instance has."""
-        B = self.batch
-        if B == 1:
-            return len(rows) if keep is None else keep.sum()
-        return torch.bincount(rows % B, None if keep is None else keep.double(), minlength=B)
-
-    def _mask(self, rows, count):
-        """(count, B) bool, True where the event happens, from its rows (None: everywhere)."""
-        if rows is None:
-            return None
-        mask = torch.full((count * self.batch,), not self.listed, dtype=torch.bool, device=rows.device)
-        return mask.index_fill_(0, rows, self.listed).view(count, self.batch)
-
-    @property
-    def awake(self):
-        """(n, B) bool: the nodes awake this iteration; None when all are."""
-        return self._mask(self.node_rows, self.graph.n)
-
-    @property
-    def sending(self):
-        """(E, B) bool, by receiving edge: the edges sent a message (sender awake, edge up); None when all are."""
-        return self._mask(self.sending_rows, self.graph.num_edges)
-
-    @property
-    def delivered(self):
-        """(E, B) bool, by receiving edge: the edges that receive a message; None when all do."""
-        return self._mask(self.delivered_rows, self.graph.num_edges)
-
-    @property
-    def bad(self):
-        """(E, B) bool, by receiving edge: the links in the bad state of the burst chain; None without burst."""
-        return None if self.bad_rows is None else self.bad_now.view(-1, self.batch).clone()
+            up = self.schedule[self.iteration % len(self.schedule)].unsqueeze(1).expand(E, B)
+        elif self.up is not None:
+            up = self._below("up", len(g.forward), self.up)
+        kept = None if self.kept is None else self._below("drop", E, self.kept)
+        if self.network.burst is not None:  # one draw per link: below the bound of the state it is in
+            first, stay, enter = self.chain
+            self.bad = self._below("burst", E, first if self.bad is None else torch.where(self.bad.view(-1), stay, enter))
+            kept = ~self.bad if kept is None else kept & ~self.bad
+        sending, delivered = masked.edge_masks(awake, self.dst, up, self.undirected, kept)
+        self.awake, self.sending, self.delivered = awake, sending, delivered
+        self.messages += E if delivered is None else masked.count(delivered)
+        self.bits += self.message_bits * (E if sending is None else masked.count(sending))
+        self.iteration += 1
 
     def keep_asleep(self, new, old):
         """new where the node is awake, old where it sleeps: node tensors (n, B, ...)."""
-        return self._patch(new, old, self.node_rows)
+        return new if self.awake is None else masked.choose(self.awake, new, old)
 
     def keep_asleep_edges(self, new, old):
         """new on the edges of awake nodes, old on those of sleeping ones: edge tensors (E, B, ...), by src."""
-        if self.node_rows is not None and self.own_rows is None:
-            self.own_rows = self._edges(self.node_rows)
-        return self._patch(new, old, self.own_rows)
+        return new if self.awake is None else masked.choose(self.awake.index_select(0, self.graph.src), new, old)
 
     def exchange(self, y, held, reflect=None):
         """What edge i->j receives: Q(y) of its reverse edge where delivered, else what it `held`;
         reflect(y, received), when given, turns the received messages into the new state first."""
         if self.network.privacy is not None:
             self.sent = y  # for the privacy measures
-        received = self.graph.exchange(y if self.network.bits is None else self.quantise(y))
+        sent = y if self.network.bits is None else self.quantise(y)
+        if reflect is None and self.delivered is not None:
+            return masked.exchanged(self.delivered, sent, self.rev, held)
+        received = self.graph.exchange(sent)
         if reflect is not None:
             received = reflect(y, received)
-        return self._patch(received, held, self.delivered_rows, fresh=True)
-
-    def _patch(self, new, old, rows, fresh=False):
-        """new with old's values at the rows of the flattened (N B, ...) tensors, or, listed, old with new's:
-        torch.where(mask, new, old) for the event's mask, in O(rows) (or by torch.where where the rows are more
-        than a fraction WHERE, as scattered writes cost more per row). fresh: new may be overwritten."""
-        if rows is None:
-            return new
-        if len(rows) > WHERE * len(new) * self.batch:
-            mask = self._mask(rows, len(new))
-            return torch.where(mask.view(*mask.shape, *[1] * (new.dim() - 2)), new, old)
-        into, source = (old, new) if self.listed else (new, old)
-        if math.prod(into.shape[2:]) == 1:  # one number per row: scatter, 3x faster than index_copy in 1-D
-            flat = into.reshape(-1)
-            values = source.reshape(-1).index_select(0, rows)
-            return (flat.scatter_ if fresh and not self.listed else flat.scatter)(0, rows, values).view(into.shape)
-        flat = into.reshape(-1, *into.shape[2:])
-        values = source.reshape(flat.shape).index_select(0, rows)
-        return (flat.index_copy_ if fresh and not self.listed else flat.index_copy)(0, rows, values).view(into.shape)
+        return received if self.delivered is None else masked.choose(self.delivered, received, held)
 
     def quantise(self, y):
         """b-bit uniform quantisation of the messages y (E, B, m), as the receiver reconstructs them."""
@@ -431,76 +313,18 @@ class Channel:
                                                       device=z.device)
 
 
-def _bound(p):
-    """The threshold of a 31-bit draw: 31 random bits are <= round(p 2^31) - 1 with probability p (to 2^-31);
-    the bound fits in int32 also at p = 1."""
-    return round(p * 2 ** 31) - 1
-
-
-def _bits(generator, count):
-    """count random 31-bit integers, int32 in [0, 2^31 - 1], on the generator's device."""
-    return torch.empty(count, dtype=torch.int32, device=generator.device).random_(generator=generator)
-
-
-def _cat(parts):
-    """The row sets `parts` as one (rows may repeat), or None for none."""
-    return None if not parts else parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def _rows(index, batch):
-    """The rows i B + b, b = 0..B-1, of each i in index (k,): (k B,)."""
-    return (index.unsqueeze(1) * batch + torch.arange(batch, device=index.device)).reshape(-1)
-
-
-class _Trials:
-    """count B independent Bernoulli trials per draw, trial k B + b a success with probability p_k (one p for
-    all k, or one per k); draw() returns the sorted positions of the successes.
-
-    Rare successes (every p_k <= SPARSE) are drawn by position, at a cost proportional to their number:
-    the gaps between the successes of trials of one probability p are independent geometric variables,
-    floor(log(U) / log(1 - p)) + 1 for U uniform on [0, 1) (53 bits); with one p_k per trial, those
-    drawn at p = max p_k are kept with probability p_k / p (thinning). Otherwise each trial draws 31
-    random bits, a success when they are <= _bound(p_k). Every trial is exact to 2^-31.
-    """
-
-    def __init__(self, p, count, batch, device):
-        self.count, self.p = count * batch, float(np.max(p))
-        self.sparse = self.p <= SPARSE
-        if np.ndim(p) == 0:
-            self.bounds = None if self.sparse else _bound(self.p)  # the 31-bit test's bound: of p, or of p_k / p
-        else:
-            bounds = np.round(np.repeat(p / self.p if self.sparse else p, batch) * 2.0 ** 31) - 1  # as _bound
-            self.bounds = torch.from_numpy(bounds.astype(np.int32)).to(device)
-
-    @classmethod
-    def of(cls, p, count, batch, device):
-        """Trials with probability p (a number, or count of them; all equal: one number); None if every p is 0."""
-        p = np.asarray(p, dtype=np.float64)
-        if p.ndim and (p == p[0]).all():
-            p = p[0]
-        return None if not p.any() else cls(p, count, batch, device)
-
-    def draw(self, generator):
-        if not self.sparse:
-            return torch.nonzero(_bits(generator, self.count) <= self.bounds).squeeze(1)
-        positions = self._geometric(generator)
-        if self.bounds is None:
-            return positions
-        return positions[_bits(generator, len(positions)) <= self.bounds.index_select(0, positions)]
-
-    def _geometric(self, generator):
-        """The sorted positions < count of the successes of trials of probability p each (0 < p < 1): SPARE
-        standard deviations more gaps than the successes expected, and more while they fall short."""
-        log_q, parts, last = math.log1p(-self.p), [], -1
-        while last < self.count:
-            expected = (self.count - 1 - last) * self.p
-            u = torch.rand(math.ceil(expected + SPARE * math.sqrt(expected)) + 10, dtype=torch.float64,
-                           generator=generator, device=generator.device)
-            gaps = u.log_().div_(log_q).clamp_(max=self.count).long().add_(1)  # U = 0 (p 2^-53): past the end
-            parts.append(gaps.cumsum_(0).add_(last))
-            last = int(parts[-1][-1])  # read back from the device
-        positions = torch.cat(parts) if len(parts) > 1 else parts[0]
-        return positions[:int(torch.searchsorted(positions, self.count))]
+def _bounds(p, batch, device):
+    """The draws' bounds of trials with success probability p (a number, or one per item: a (count,) int64
+    tensor over the count B trials i B + b); None when every p is 1 (the event always happens)."""
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim and (p == p[0]).all():
+        p = p[0]
+    if (p == 1).all():
+        return None
+    if not p.ndim:
+        return draws.bound(p)
+    bounds = torch.from_numpy(np.round(p * 2.0 ** 32).astype(np.int64)).to(device)  # as draws.bound
+    return bounds.repeat_interleave(batch) if batch > 1 else bounds
 
 
 def _node_probabilities(wake, graph):

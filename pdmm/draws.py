@@ -1,0 +1,108 @@
+"""Counter-based random draws for simulated networks: trial t of a stream's iteration k is one number.
+
+    u(key, t) = mix(key + (t + 1) gamma) >> 32        (a uniform 32-bit integer; arithmetic mod 2^64)
+    mix(z)    = z ^= z >> 30; z *= C1; z ^= z >> 27; z *= C2; z ^= z >> 31
+
+which is output t + 1 of SplitMix64 (Steele, Lea and Flood, OOPSLA 2014) from the state `key`, and
+key = stream_key(seed, stream, k) is itself a SplitMix64 output of the seed, the stream and k. A
+trial with probability p succeeds when u < round(p 2^32) (`bound`), exact to 2^-32. As every draw
+is a function of its address, a trial costs the same anywhere: the whole iteration's trials are one
+vectorised pass with no sequential generator state, the CPU kernels (numba, compiled once and
+cached) and the torch expression (any device; the reference the kernels are tested against) give
+the same bits, and nothing is read back from the device.
+"""
+import numpy as np
+import torch
+
+try:
+    import numba
+except ImportError:  # no wheel for this platform: the torch expression serves the CPU too, more slowly
+    numba = None
+
+MASK = (1 << 64) - 1
+GAMMA, C1, C2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+SHIFTS = (30, 27, 31)
+
+
+def mix(z):
+    """SplitMix64's output function on a Python integer mod 2^64."""
+    z = ((z ^ (z >> SHIFTS[0])) * C1) & MASK
+    z = ((z ^ (z >> SHIFTS[1])) * C2) & MASK
+    return z ^ (z >> SHIFTS[2])
+
+
+def stream_key(seed, stream, iteration):
+    """The key of draw `iteration` of `stream` (small integers naming the kind of event) under `seed`."""
+    key = mix((seed * GAMMA) & MASK)
+    key = mix((key + (stream + 1) * GAMMA) & MASK)
+    return mix((key + (iteration + 1) * GAMMA) & MASK)
+
+
+def uniform(key, t):
+    """u(key, t) for a Python integer t: the reference of one draw."""
+    return mix((key + (t + 1) * GAMMA) & MASK) >> 32
+
+
+def index(key, t, n):
+    """A uniform integer in [0, n) from the 64 bits of draw t (bias below n / 2^64): the reference and only form."""
+    return (mix((key + (t + 1) * GAMMA) & MASK) * n) >> 64
+
+
+def bound(p):
+    """The threshold of a 32-bit draw: u < bound(p) with probability p (to 2^-32); 2^32 at p = 1."""
+    return round(float(p) * 2 ** 32)
+
+
+def below(key, count, bounds, device, kernel=True):
+    """(count,) bool: trial t a success when u(key, t) < its bound (bounds: one int for all, or a (count,)
+    int64 tensor). kernel: the numba kernel where the tensors are on the CPU (else the torch expression)."""
+    if kernel and numba is not None and torch.device(device).type == "cpu":
+        out = torch.empty(count, dtype=torch.bool)
+        if torch.is_tensor(bounds):
+            _below_each_numba(out.numpy(), np.uint64(key), bounds.numpy())
+        else:
+            _below_one_numba(out.numpy(), np.uint64(key), bounds)
+        return out
+    return _uniform_tensor(key, torch.arange(count, dtype=torch.int64, device=device)) < bounds
+
+
+def _signed(value):
+    """An integer mod 2^64 as the int64 with the same bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift(z, s):
+    """The logical right shift of int64 bits (torch's >> is arithmetic)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def _uniform_tensor(key, t):
+    """u(key, t) for an int64 tensor t: the torch expression of `uniform` (int64 products wrap mod 2^64)."""
+    z = (t + 1) * _signed(GAMMA) + _signed(key)
+    z = (z ^ _shift(z, SHIFTS[0])) * _signed(C1)
+    z = (z ^ _shift(z, SHIFTS[1])) * _signed(C2)
+    z = z ^ _shift(z, SHIFTS[2])
+    return _shift(z, 32)
+
+
+if numba is not None:
+    @numba.njit(inline="always")
+    def _uniform_numba(key, t):
+        u64 = numba.uint64
+        z = u64(key) + u64(t + 1) * u64(GAMMA)
+        z = (z ^ (z >> u64(SHIFTS[0]))) * u64(C1)
+        z = (z ^ (z >> u64(SHIFTS[1]))) * u64(C2)
+        z = z ^ (z >> u64(SHIFTS[2]))
+        return numba.int64(z >> u64(32))
+
+    @numba.njit(nogil=True, cache=True)
+    def _below_one_numba(out, key, limit):
+        """`below` with one bound for all trials."""
+        for t in range(len(out)):
+            out[t] = _uniform_numba(key, t) < limit
+
+    @numba.njit(nogil=True, cache=True)
+    def _below_each_numba(out, key, limits):
+        """`below` with one bound per trial."""
+        for t in range(len(out)):
+            out[t] = _uniform_numba(key, t) < limits[t]

@@ -7,6 +7,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,10 @@ def test_twenty_seeded_random_sigkills_then_resume_give_the_uninterrupted_bits(t
     each followed by what a user does: --resume when a checkpoint exists, else start again with --force."""
     longer = [*ARGV, "--set=train.max_iters=60"]
     whole_run(longer, tmp_path / "whole")
+    start = time.perf_counter()  # an uninterrupted run as a process: the kills fall within its duration
+    timing = subprocess.run([*PYTHON, *longer, "--out", str(tmp_path / "timing")], capture_output=True, env=ENV)
+    duration = time.perf_counter() - start
+    assert timing.returncode == 0
     argv = [*PYTHON, *longer, "--out", str(tmp_path / "killed")]
     rng = random.Random(0)
     killed = 0
@@ -154,7 +159,7 @@ def test_twenty_seeded_random_sigkills_then_resume_give_the_uninterrupted_bits(t
         again = ["--resume"] if has_checkpoint(out) else ["--force"] if out.exists() else []
         process = subprocess.Popen([*argv, *again], stderr=subprocess.PIPE, text=True, env=ENV)
         try:
-            process.wait(timeout=rng.uniform(0.5, 4.0))
+            process.wait(timeout=rng.uniform(0.05, 0.8) * duration)
         except subprocess.TimeoutExpired:
             process.kill()
             killed += 1

@@ -57,6 +57,8 @@ def process_group(device, backend=None, timeout=DIST_TIMEOUT):
         raise UsageError(f"cannot start the {backend} process group as rank {rank} of {size}: {first}") from None
     try:
         yield
+        dist.barrier()  # every rank done with its collectives before any tears the group down: gloo aborts
+        # a process ("terminate called without an active exception") whose peer left mid-teardown
     finally:
         dist.destroy_process_group()
 

@@ -194,7 +194,8 @@ class Channel:
     is one counter-based draw, so a mask costs one vectorised pass and no read-back from the
     device): `awake` (n, B) and, by receiving edge (its sender is dst), `sending` (sender awake and
     edge up), `delivered` (sent, neither lost nor in a bad spell) and `bad` (E, B); None where the
-    event holds everywhere (for bad: without burst). keep_asleep and exchange are torch.where over them.
+    event holds everywhere (for bad: without burst). keep_asleep and exchange select by them
+    (pdmm.masked: numba kernels on the CPU, torch.where elsewhere and under autograd).
 
     Counts per instance: `messages` delivered and `bits` sent (a lost message is sent, a sleeping
     node or a down edge sends nothing), cumulative, (B,).
@@ -264,8 +265,9 @@ class Channel:
             kept = ~self.bad if kept is None else kept & ~self.bad
         sending, delivered = masked.edge_masks(awake, self.dst, up, self.undirected, kept)
         self.awake, self.sending, self.delivered = awake, sending, delivered
-        self.messages += E if delivered is None else masked.count(delivered)
-        self.bits += self.message_bits * (E if sending is None else masked.count(sending))
+        sent = E if sending is None else masked.count(sending)
+        self.messages += sent if delivered is sending else masked.count(delivered)
+        self.bits += self.message_bits * sent
         self.iteration += 1
 
     def keep_asleep(self, new, old):

@@ -66,6 +66,18 @@ def below(key, count, bounds, device, kernel=True):
     return _uniform_tensor(key, torch.arange(count, dtype=torch.int64, device=device)) < bounds
 
 
+def below_at(key, index, bound, batch, device, kernel=True):
+    """(len(index) * batch,) bool: entry e B + b is trial index[e] B + b, a success when its draw is below
+    `bound` (one int): a node's or an undirected edge's event read off per directed edge, drawn where it is
+    used rather than gathered (the same draws as `below` over the trials)."""
+    if kernel and numba is not None and torch.device(device).type == "cpu":
+        out = torch.empty(len(index) * batch, dtype=torch.bool)
+        _below_at_numba(out.numpy(), np.uint64(key), index.numpy(), bound, batch)
+        return out
+    trials = index.to(torch.int64).unsqueeze(1) * batch + torch.arange(batch, device=device)
+    return _uniform_tensor(key, trials.reshape(-1)) < bound
+
+
 def _signed(value):
     """An integer mod 2^64 as the int64 with the same bits."""
     return value - (1 << 64) if value >= 1 << 63 else value
@@ -100,6 +112,17 @@ if numba is not None:
         """`below` with one bound for all trials."""
         for t in range(len(out)):
             out[t] = _uniform_numba(key, t) < limit
+
+    @numba.njit(nogil=True, cache=True)
+    def _below_at_numba(out, key, index, limit, batch):
+        """`below_at`."""
+        if batch == 1:
+            for e in range(len(index)):
+                out[e] = _uniform_numba(key, index[e]) < limit
+            return
+        for e in range(len(index)):
+            for b in range(batch):
+                out[e * batch + b] = _uniform_numba(key, index[e] * batch + b) < limit
 
     @numba.njit(nogil=True, cache=True)
     def _below_each_numba(out, key, limits):

@@ -1,9 +1,9 @@
-"""Selection by row masks, as pdmm.network applies its events: torch.where, fused into one pass on the CPU.
+"""Selection by row masks, as pdmm.network applies its events: torch.where, or numba kernels on the CPU.
 
     choose(mask, new, old)             = torch.where(mask, new, old)          over rows (N, B, ...)
     exchanged(mask, y, rev, held)      = torch.where(mask, y[rev], held)      the exchange of what is delivered
     count(mask)                        = mask.sum(0)                          (B,) int64
-    edge_masks(awake, dst, up, ..., kept) = sending = awake[dst] & up, delivered = sending & kept   (E, B)
+    gathered(mask, index)              = mask[index]                          node masks read per edge
 
 On the CPU, with numba and no gradient to track: rows of one number go through numba kernels (the
 gather, then a branch-free blend of bit patterns, no branch to mispredict); rows of several numbers
@@ -71,7 +71,7 @@ def _by_rows(mask, new, old, rev=None):
         return out.view(rows, -1).index_copy_(0, fix, old.reshape(rows, -1).index_select(0, fix)).view(out.shape)
     out = old.clone(memory_format=torch.contiguous_format)
     fix = torch.nonzero(flat).squeeze(1)
-    source = fix if rev is None else rev.to(torch.int64).index_select(0, fix // B) * B + fix % B
+    source = fix if rev is None else rev.index_select(0, fix // B).to(torch.int64) * B + fix % B
     return out.view(rows, -1).index_copy_(0, fix, new.reshape(rows, -1).index_select(0, source)).view(out.shape)
 
 
@@ -84,51 +84,26 @@ def count(mask):
     return out
 
 
-def edge_masks(awake, dst, up, undirected, kept):
-    """(sending, delivered), (E, B) bool: sending = awake[dst] & up, delivered = sending & kept, by receiving
-    edge; awake (n, B) by node, up (F, B) by undirected edge (undirected (E,): each edge's) or, undirected None,
-    (E, B) by edge; kept (E, B). Any of awake, up, kept None for all True; sending None if awake and up are."""
-    if awake is None and up is None:
-        return None, kept
-    if draws.numba is None or dst.device.type != "cpu" or (up is not None and undirected is None):
-        sending = _and(None if awake is None else awake.index_select(0, dst),
-                       None if up is None else up if undirected is None else up.index_select(0, undirected))
-        return sending, _and(sending, kept)
-    E, B = len(dst), (awake if awake is not None else up).shape[1]
-    sending = torch.empty(E, B, dtype=torch.bool)
-    delivered = sending if kept is None else torch.empty(E, B, dtype=torch.bool)
-    none = torch.empty(0, dtype=torch.bool).numpy()
-    flat = [none if m is None else m.contiguous().view(-1).numpy() for m in (awake, up, kept)]
-    _edge_masks_numba(sending.view(-1).numpy(), delivered.view(-1).numpy(), *flat, dst.numpy(),
-                      (dst if up is None else undirected).numpy(), B)
-    return sending, delivered
-
-
-def _and(a, b):
-    """a & b of two masks, either None for all True."""
-    return b if a is None else a if b is None else a & b
+def gathered(mask, index):
+    """mask[index]: (n, B) bool rows gathered to (E, B) by an int32 or int64 index (E,)."""
+    if draws.numba is None or index.device.type != "cpu":
+        return mask.index_select(0, index)
+    out = torch.empty(len(index), mask.shape[1], dtype=torch.bool)
+    _gathered_numba(out.view(-1).numpy(), mask.contiguous().view(-1).numpy(), index.numpy(), mask.shape[1])
+    return out
 
 
 if numba is not None:
     @numba.njit(nogil=True, cache=True)
-    def _edge_masks_numba(sending, delivered, awake, up, kept, dst, undirected, batch):
-        """edge_masks over flattened rows e B + b; an empty awake, up or kept is all True (branch-free bytes)."""
-        wake, link, keep = len(awake) > 0, len(up) > 0, len(kept) > 0
-        if batch == 1:  # one instance: loops the compiler keeps tight
-            for e in range(len(dst)):
-                sending[e] = (awake[dst[e]] if wake else True) & (up[undirected[e]] if link else True)
-            if keep:
-                for e in range(len(dst)):
-                    delivered[e] = sending[e] & kept[e]
+    def _gathered_numba(out, mask, index, batch):
+        """`gathered` over flattened rows."""
+        if batch == 1:
+            for e in range(len(index)):
+                out[e] = mask[index[e]]
             return
-        for e in range(len(dst)):
-            sender, pair = dst[e] * batch, (undirected[e] if link else 0) * batch
+        for e in range(len(index)):
             for b in range(batch):
-                r = e * batch + b
-                s = (awake[sender + b] if wake else True) & (up[pair + b] if link else True)
-                sending[r] = s
-                if keep:
-                    delivered[r] = s & kept[r]
+                out[e * batch + b] = mask[index[e] * batch + b]
 
     @numba.njit(nogil=True, cache=True)
     def _choose_numba(out, new, old, mask):

@@ -245,25 +245,29 @@ class Channel:
     def draw(self):
         """This iteration's events (module docstring) as masks (class docstring)."""
         g, B, E = self.graph, self.batch, self.graph.num_edges
-        awake = None
+        device, awake, sender_awake, up = g.src.device, None, None, None
         if self.listed:  # wake="one": exactly one node per instance
             key = self._key("one")
-            chosen = torch.tensor([draws.index(key, b, g.n) * B + b for b in range(B)], device=g.src.device)
-            awake = torch.zeros(g.n * B, dtype=torch.bool, device=g.src.device).index_fill_(0, chosen, True)
-            awake = awake.view(g.n, B)
+            chosen = torch.tensor([draws.index(key, b, g.n) * B + b for b in range(B)], device=device)
+            awake = torch.zeros(g.n * B, dtype=torch.bool, device=device).index_fill_(0, chosen, True).view(g.n, B)
         elif self.wake is not None:
-            awake = self._below("wake", g.n, self.wake)
-        up = None
+            key = self._key("wake")
+            awake = draws.below(key, g.n * B, self.wake, device).view(g.n, B)
+            if not torch.is_tensor(self.wake):  # one probability: each edge draws its sender's trial itself
+                sender_awake = draws.below_at(key, self.dst, self.wake, B, device).view(E, B)
+        if awake is not None and sender_awake is None:
+            sender_awake = masked.gathered(awake, self.dst)
         if self.schedule is not None:
             up = self.schedule[self.iteration % len(self.schedule)].unsqueeze(1).expand(E, B)
-        elif self.up is not None:
-            up = self._below("up", len(g.forward), self.up)
+        elif self.up is not None:  # both directions of an edge draw its trial, by its place in compiled.forward
+            up = draws.below_at(self._key("up"), self.undirected, self.up, B, device).view(E, B)
         kept = None if self.kept is None else self._below("drop", E, self.kept)
         if self.network.burst is not None:  # one draw per link: below the bound of the state it is in
             first, stay, enter = self.chain
             self.bad = self._below("burst", E, first if self.bad is None else torch.where(self.bad.view(-1), stay, enter))
             kept = ~self.bad if kept is None else kept & ~self.bad
-        sending, delivered = masked.edge_masks(awake, self.dst, up, self.undirected, kept)
+        sending = _both(sender_awake, up)
+        delivered = _both(sending, kept)
         self.awake, self.sending, self.delivered = awake, sending, delivered
         sent = E if sending is None else masked.count(sending)
         self.messages += sent if delivered is sending else masked.count(delivered)
@@ -327,6 +331,11 @@ def _bounds(p, batch, device):
         return draws.bound(p)
     bounds = torch.from_numpy(np.round(p * 2.0 ** 32).astype(np.int64)).to(device)  # as draws.bound
     return bounds.repeat_interleave(batch) if batch > 1 else bounds
+
+
+def _both(a, b):
+    """a & b of two masks, either None for all True."""
+    return b if a is None else a if b is None else a & b
 
 
 def _node_probabilities(wake, graph):

@@ -30,6 +30,17 @@ def test_kernel_and_torch_expression_draw_the_reference_bits(key, kernel):
     assert np.array_equal(draws.below(key, count, bounds, "cpu", kernel=kernel).numpy(), u < bounds.numpy())
 
 
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_below_at_reads_the_trials_of_below_per_index(kernel, batch):
+    """An event of node (or undirected edge) i read off per directed edge: trial index[e] B + b of the stream."""
+    key, bound = draws.stream_key(2, 1, 9), draws.bound(0.4)
+    index = torch.randint(50, (300,), generator=torch.Generator().manual_seed(batch), dtype=torch.int32)
+    whole = np.array([draws.uniform(key, t) < bound for t in range(50 * batch)]).reshape(50, batch)
+    at = draws.below_at(key, index, bound, batch, "cpu", kernel=kernel).view(-1, batch).numpy()
+    assert np.array_equal(at, whole[index.numpy()])
+
+
 def test_the_kernel_is_the_path_taken_on_the_cpu():
     if draws.numba is None:
         pytest.skip("numba is not installed: the torch expression serves the CPU (tested above)")

@@ -55,23 +55,13 @@ def test_choose_keeps_its_inputs_and_takes_non_contiguous_ones(path):
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_edge_masks_equal_their_definition(path, batch):
+def test_gathered_equals_a_loop(path, batch):
     generator = torch.Generator().manual_seed(batch)
-    n, E, F = 10, 30, 15
-    dst = torch.randint(n, (E,), generator=generator)
-    undirected = torch.randint(F, (E,), generator=generator)
-    awake, up, kept = (torch.rand(size, batch, generator=generator) < 0.6 for size in (n, F, E))
-    for a, u, k in [(awake, None, None), (None, up, None), (awake, up, kept), (None, up, kept), (None, None, kept)]:
-        sending, delivered = masked.edge_masks(a, dst.to(torch.int32), u, None if u is None else undirected, k)
-        expected = torch.ones(E, batch, dtype=torch.bool)
-        for e in range(E):
-            for b in range(batch):
-                expected[e, b] = (a is None or a[dst[e], b]) and (u is None or u[undirected[e], b])
-        if a is None and u is None:
-            assert sending is None
-        else:
-            assert torch.equal(sending, expected)
-        assert torch.equal(delivered, expected & (True if k is None else k))
+    mask = torch.rand(10, batch, generator=generator) < 0.6
+    index = torch.randint(10, (30,), generator=generator)
+    expected = torch.tensor([[bool(mask[i, b]) for b in range(batch)] for i in index.tolist()])
+    for kind in (torch.int32, torch.int64):
+        assert torch.equal(masked.gathered(mask, index.to(kind)), expected)
 
 
 def test_gradients_flow_through_the_torch_path():

@@ -13,10 +13,14 @@ read about once, as in the bare exchange. Elsewhere, and where autograd must see
 """
 import math
 
+import numpy as np
 import torch
 
 from . import draws
 from .draws import numba
+
+if numba is not None:
+    from .draws import _uniform_numba
 
 INTEGER_VIEWS = {8: torch.int64, 4: torch.int32, 2: torch.int16}  # element size -> integer of the same bits
 
@@ -82,6 +86,67 @@ def count(mask):
     out = torch.zeros(mask.shape[1], dtype=torch.int64)
     _count_numba(mask.contiguous().view(-1).numpy(), out.numpy())
     return out
+
+
+def drawn_in_kernel(y, held, drawn):
+    """Whether exchanged_drawn serves this exchange: numba, the CPU, one instance and one number per row, no
+    gradient to track, and the channel's sender and link events drawn per edge (`drawn`)."""
+    return drawn and math.prod(held.shape[1:]) == 1 and _kernel_for(held, y, held)
+
+
+def exchanged_drawn(y, rev, held, sender, link, kept, dropped):
+    """(out, sent, delivered): exchanged(mask, y, rev, held) for one instance and one number per row with the mask
+    drawn inside the kernel's blend loop, mask[e] = sending[e] & kept[e], sending[e] the draws of sender and link,
+    each (key, index (E,), bound) for trial index[e] of a stream (pdmm.draws.below_at) or None (always); kept
+    (E,) bool, or (key, bound) for trial e of a stream (`dropped`: drawn here), or both None. sent and
+    delivered: (1,) int64 counts of the sending and delivered rows."""
+    none = torch.empty(0, dtype=rev.dtype).numpy()
+    (key_s, index_s, bound_s), (key_l, index_l, bound_l) = (
+        (0, none, 0) if draw is None else (np.uint64(draw[0]), draw[1].numpy(), draw[2]) for draw in (sender, link))
+    key_d, bound_d = (0, 0) if dropped is None else dropped
+    out = torch.empty_like(held, memory_format=torch.contiguous_format)
+    kernel = _exchanged_drawn_kernel(sender is not None, link is not None, kept is not None, dropped is not None)
+    sent, delivered = kernel(
+        _bits(out), _bits(y), rev.numpy(), _bits(held), np.uint64(key_s), index_s, bound_s, np.uint64(key_l), index_l,
+        bound_l, torch.empty(0, dtype=torch.bool).numpy() if kept is None else kept.reshape(-1).numpy(),
+        np.uint64(key_d), bound_d)
+    return out, torch.tensor([sent]), torch.tensor([delivered])
+
+
+_DRAWN_KERNELS = {}
+
+
+def _exchanged_drawn_kernel(has_s, has_l, has_k, has_d):
+    """The numba kernel of exchanged_drawn for one combination of events, compiled at its first use in a process
+    (about 0.5 s): the flags are constants of the closure, so each loop carries only its own draws and stays
+    vectorised (one kernel testing four flags per row ran 1.5x slower)."""
+    flags = has_s, has_l, has_k, has_d
+    if flags not in _DRAWN_KERNELS:
+        @numba.njit(nogil=True)
+        def kernel(out, y, rev, held, key_s, index_s, bound_s, key_l, index_l, bound_l, kept, key_d, bound_d):
+            for e in range(len(rev)):
+                out[e] = y[rev[e]]
+            sent, delivered = 0, 0
+            for e in range(len(rev)):
+                s = True
+                if has_s:
+                    s = _uniform_numba(key_s, index_s[e]) < bound_s
+                if has_l:
+                    s = s & (_uniform_numba(key_l, index_l[e]) < bound_l)
+                d = s
+                if has_k:
+                    d = d & kept[e]
+                if has_d:
+                    d = d & (_uniform_numba(key_d, e) < bound_d)
+                sent += s
+                delivered += d
+                keep = numba.int64(d) - 1
+                a, b = out[e], held[e]
+                out[e] = a ^ ((a ^ b) & keep)
+            return sent, delivered
+
+        _DRAWN_KERNELS[flags] = kernel
+    return _DRAWN_KERNELS[flags]
 
 
 def gathered(mask, index):

@@ -230,7 +230,8 @@ class Channel:
         self.messages = torch.zeros(batch, dtype=torch.float64, device=device)
         self.bits = torch.zeros(batch, dtype=torch.float64, device=device)
         self.iteration = 0
-        self.awake = self.sending = self.delivered = self.bad = self.sent = None
+        self.awake = self.bad = self.sent = self._kept = self._masks = None
+        self._edge_draws, self._uncounted, self._dropped = (None, None), False, None
 
     def _uniform(self, *shape):
         return torch.rand(shape, generator=self.generator, dtype=self.dtype, device=self.graph.src.device)
@@ -243,9 +244,10 @@ class Channel:
         return draws.below(self._key(stream), count * self.batch, bounds, self.graph.src.device).view(count, -1)
 
     def draw(self):
-        """This iteration's events (module docstring) as masks (class docstring)."""
+        """This iteration's events (module docstring): the node mask `awake`, the per-edge draws of the senders'
+        wake and the links' state (`_edge_draws`), kept (not lost, not in a bad spell) as a mask."""
         g, B, E = self.graph, self.batch, self.graph.num_edges
-        device, awake, sender_awake, up = g.src.device, None, None, None
+        device, awake, sender, link = g.src.device, None, None, None
         if self.listed:  # wake="one": exactly one node per instance
             key = self._key("one")
             chosen = torch.tensor([draws.index(key, b, g.n) * B + b for b in range(B)], device=device)
@@ -254,25 +256,59 @@ class Channel:
             key = self._key("wake")
             awake = draws.below(key, g.n * B, self.wake, device).view(g.n, B)
             if not torch.is_tensor(self.wake):  # one probability: each edge draws its sender's trial itself
-                sender_awake = draws.below_at(key, self.dst, self.wake, B, device).view(E, B)
-        if awake is not None and sender_awake is None:
-            sender_awake = masked.gathered(awake, self.dst)
-        if self.schedule is not None:
-            up = self.schedule[self.iteration % len(self.schedule)].unsqueeze(1).expand(E, B)
-        elif self.up is not None:  # both directions of an edge draw its trial, by its place in compiled.forward
-            up = draws.below_at(self._key("up"), self.undirected, self.up, B, device).view(E, B)
-        kept = None if self.kept is None else self._below("drop", E, self.kept)
+                sender = key, self.dst, self.wake
+        if self.up is not None:  # both directions of an edge draw its trial, by its place in compiled.forward
+            link = self._key("up"), self.undirected, self.up
+        kept, dropped = None, None
         if self.network.burst is not None:  # one draw per link: below the bound of the state it is in
             first, stay, enter = self.chain
             self.bad = self._below("burst", E, first if self.bad is None else torch.where(self.bad.view(-1), stay, enter))
-            kept = ~self.bad if kept is None else kept & ~self.bad
-        sending = _both(sender_awake, up)
-        delivered = _both(sending, kept)
-        self.awake, self.sending, self.delivered = awake, sending, delivered
-        sent = E if sending is None else masked.count(sending)
-        self.messages += sent if delivered is sending else masked.count(delivered)
-        self.bits += self.message_bits * sent
+            kept = ~self.bad
+        if self.kept is not None and kept is None and not torch.is_tensor(self.kept):
+            dropped = self._key("drop"), self.kept  # one probability: drawn where it is applied (_edge_masks)
+        elif self.kept is not None:
+            kept = self._below("drop", E, self.kept) if kept is None else self._below("drop", E, self.kept) & kept
+        self.awake, self._edge_draws, self._kept, self._dropped, self._masks = awake, (sender, link), kept, dropped, None
+        self._uncounted = True  # the exchange counts what this iteration sends and delivers
         self.iteration += 1
+
+    @property
+    def sending(self):
+        """(E, B) bool, by receiving edge: sent a message (sender awake, edge up); None when all are."""
+        return self._edge_masks()[0]
+
+    @property
+    def delivered(self):
+        """(E, B) bool, by receiving edge: receives a message (sent, neither lost nor in a bad spell); None
+        when all do."""
+        return self._edge_masks()[1]
+
+    def _edge_masks(self):
+        """(sending, delivered), built from this iteration's draws when first asked for."""
+        if self._masks is None:
+            B, E = self.batch, self.graph.num_edges
+            sender, link = self._edge_draws
+            if sender is not None:
+                sender = draws.below_at(*sender, B, self.graph.src.device).view(E, B)
+            elif self.awake is not None:
+                sender = masked.gathered(self.awake, self.dst)
+            if self.schedule is not None:
+                link = self.schedule[(self.iteration - 1) % len(self.schedule)].unsqueeze(1).expand(E, B)
+            elif link is not None:
+                link = draws.below_at(*link, B, self.graph.src.device).view(E, B)
+            sending = _both(sender, link)
+            kept = self._kept if self._dropped is None else \
+                draws.below(*self._dropped[:1], E * B, self._dropped[1], self.graph.src.device).view(E, B)
+            self._masks = sending, _both(sending, kept)
+        return self._masks
+
+    def _count(self, sent, delivered):
+        """Add the drawn iteration's messages delivered and bits sent, once (counts per instance, None: all)."""
+        if self._uncounted:
+            E = self.graph.num_edges
+            self.messages += E if delivered is None else delivered
+            self.bits += self.message_bits * (E if sent is None else sent)
+            self._uncounted = False
 
     def keep_asleep(self, new, old):
         """new where the node is awake, old where it sleeps: node tensors (n, B, ...)."""
@@ -287,13 +323,23 @@ class Channel:
         reflect(y, received), when given, turns the received messages into the new state first."""
         if self.network.privacy is not None:
             self.sent = y  # for the privacy measures
-        sent = y if self.network.bits is None else self.quantise(y)
-        if reflect is None and self.delivered is not None:
-            return masked.exchanged(self.delivered, sent, self.rev, held)
-        received = self.graph.exchange(sent)
+        message = y if self.network.bits is None else self.quantise(y)
+        drawn = self.schedule is None and (self.awake is None or self._edge_draws[0] is not None)  # no mask to read
+        events = self._edge_draws != (None, None) or self._kept is not None or self._dropped is not None
+        if reflect is None and self._masks is None and events and masked.drawn_in_kernel(message, held, drawn):
+            out, sending, delivered = masked.exchanged_drawn(message, self.rev, held, *self._edge_draws, self._kept,
+                                                             self._dropped)
+            self._count(sending, delivered)
+            return out
+        sending, delivered = self._edge_masks()
+        sent = None if sending is None else masked.count(sending)
+        self._count(sent, sent if delivered is sending else None if delivered is None else masked.count(delivered))
+        if reflect is None and delivered is not None:
+            return masked.exchanged(delivered, message, self.rev, held)
+        received = self.graph.exchange(message)
         if reflect is not None:
             received = reflect(y, received)
-        return received if self.delivered is None else masked.choose(self.delivered, received, held)
+        return received if delivered is None else masked.choose(delivered, received, held)
 
     def quantise(self, y):
         """b-bit uniform quantisation of the messages y (E, B, m), as the receiver reconstructs them."""

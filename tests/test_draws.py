@@ -76,12 +76,13 @@ def test_index_is_uniform_over_n():
     assert binomtest(int(counts[0]), count, 1 / n).pvalue > 1e-4
 
 
+@pytest.mark.parametrize("batch, dim", [(3, 2), (1, 1)])  # (1, 1): the events drawn inside the exchange
 @pytest.mark.parametrize("method", ["pdmm", "admm"])
-def test_a_run_is_the_same_on_both_paths_bit_for_bit(monkeypatch, method):
+def test_a_run_is_the_same_on_both_paths_bit_for_bit(monkeypatch, method, batch, dim):
     """A solve over a network with every drawn effect, on the numba kernels (draws and pdmm.masked) and on
     the torch expressions."""
     problem = pdmm.averaging(pdmm.topology("random_geometric", n=25, seed=3),
-                             np.random.default_rng(0).normal(size=(3, 25, 2)))
+                             np.random.default_rng(0).normal(size=(batch, 25, dim)))
     network = Network(drop=0.2, wake=0.8, edge_up=0.9, burst=(0.1, 0.4), seed=4)
     runs = []
     for path in ("kernel", "torch"):

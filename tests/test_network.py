@@ -615,3 +615,27 @@ def test_every_method_applies_the_channel_masks_as_a_per_row_loop_does_bit_for_b
             for key, value in expected.items():
                 assert torch.equal(after[key], value), (network, key)
             state = after
+
+
+@pytest.mark.parametrize("method, params", [(PDMM, {}), (PDMM, {"theta": 0.5}), (ADMM, {})])
+def test_one_instance_of_one_number_draws_its_masks_inside_the_exchange_as_the_masks_say(graph, method, params):
+    """B = 1, d = 1 on the CPU: the exchange draws the senders' and links' events in its own loop
+    (pdmm.masked.exchanged_drawn); the step equals the per-row loop over the masks built afterwards from the
+    same draws, and the counts equal the masks' sums."""
+    problem = pdmm.averaging(graph, np.random.default_rng(5).normal(size=(30, 1)))
+    compiled, local, edges = problem.compile("cpu", torch.float64)
+    x0 = torch.randn(30, 1, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for network in mask_networks(compiled.num_edges, compiled.n):
+        channel = Channel(network, compiled, 1, 1, torch.float64)
+        algorithm = method(compiled, local, edges, 1.0, channel=channel, **params)
+        state = algorithm.init(x0)
+        for _ in range(3):
+            channel.draw()
+            messages, bits = channel.messages.clone(), channel.bits.clone()
+            after = algorithm.step(state)
+            expected = method(compiled, local, edges, 1.0, channel=LoopChannel(channel), **params).step(state)
+            for key, value in expected.items():
+                assert torch.equal(after[key], value), (network, key)
+            sending, delivered = (mask_or_none(m, (compiled.num_edges, 1)) for m in (channel.sending, channel.delivered))
+            assert channel.messages - messages == delivered.sum() and channel.bits - bits == sending.sum() * 64
+            state = after

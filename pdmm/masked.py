@@ -2,14 +2,16 @@
 
     choose(mask, new, old)             = torch.where(mask, new, old)          over rows (N, B, ...)
     exchanged(mask, y, rev, held)      = torch.where(mask, y[rev], held)      the exchange of what is delivered
+    exchanged_drawn(y, rev, held, ...) = exchanged with the mask drawn in the kernel (pdmm.draws), B = 1, one number
     count(mask)                        = mask.sum(0)                          (B,) int64
     gathered(mask, index)              = mask[index]                          node masks read per edge
 
 On the CPU, with numba and no gradient to track: rows of one number go through numba kernels (the
 gather, then a branch-free blend of bit patterns, no branch to mispredict); rows of several numbers
 start from the side most rows take and copy the others' rows over it (index_copy_), so each row is
-read about once, as in the bare exchange. Elsewhere, and where autograd must see the selection
-(bridge.UnrolledPDMM), torch.where runs. All give the same bits.
+read about once, as in the bare exchange. With one instance and one number per row, the exchange
+can draw the mask itself (exchanged_drawn), so no mask is written and read back. Elsewhere, and
+where autograd must see the selection (bridge.UnrolledPDMM), torch.where runs. All give the same bits.
 """
 import math
 

@@ -190,15 +190,18 @@ class Network:
 class Channel:
     """One run's network: draw() the iteration's events, then the methods call keep_asleep and exchange.
 
-    The events are boolean masks, drawn whole each iteration (pdmm.draws: trial i B + b of an event
-    is one counter-based draw, so a mask costs one vectorised pass and no read-back from the
-    device): `awake` (n, B) and, by receiving edge (its sender is dst), `sending` (sender awake and
-    edge up), `delivered` (sent, neither lost nor in a bad spell) and `bad` (E, B); None where the
-    event holds everywhere (for bad: without burst). keep_asleep and exchange select by them
+    Every event is a counter-based draw (pdmm.draws: trial i B + b of an event is a function of its
+    address, so drawing costs one vectorised pass and reads nothing back from the device). draw()
+    makes the node mask `awake` (n, B) and the loss mask (where there is no simpler form), and keeps
+    the keys of the rest; the edge masks, by receiving edge (its sender is dst), `sending` (sender
+    awake and edge up) and `delivered` (sent, neither lost nor in a bad spell), (E, B), are built
+    from those draws when read, or, for one instance of one number per row on the CPU, drawn inside
+    the exchange itself (pdmm.masked.exchanged_drawn); `bad` (E, B) is the burst chain's state.
+    None stands for an event that holds everywhere. keep_asleep and exchange select by the masks
     (pdmm.masked: numba kernels on the CPU, torch.where elsewhere and under autograd).
 
     Counts per instance: `messages` delivered and `bits` sent (a lost message is sent, a sleeping
-    node or a down edge sends nothing), cumulative, (B,).
+    node or a down edge sends nothing), cumulative, (B,), taken by the exchange once per draw.
     """
 
     def __init__(self, network, graph, batch, width, dtype):
@@ -262,13 +265,15 @@ class Channel:
         kept, dropped = None, None
         if self.network.burst is not None:  # one draw per link: below the bound of the state it is in
             first, stay, enter = self.chain
-            self.bad = self._below("burst", E, first if self.bad is None else torch.where(self.bad.view(-1), stay, enter))
+            bounds = first if self.bad is None else torch.where(self.bad.view(-1), stay, enter)
+            self.bad = self._below("burst", E, bounds)
             kept = ~self.bad
         if self.kept is not None and kept is None and not torch.is_tensor(self.kept):
             dropped = self._key("drop"), self.kept  # one probability: drawn where it is applied (_edge_masks)
         elif self.kept is not None:
             kept = self._below("drop", E, self.kept) if kept is None else self._below("drop", E, self.kept) & kept
-        self.awake, self._edge_draws, self._kept, self._dropped, self._masks = awake, (sender, link), kept, dropped, None
+        self.awake, self._edge_draws, self._kept, self._dropped = awake, (sender, link), kept, dropped
+        self._masks = None
         self._uncounted = True  # the exchange counts what this iteration sends and delivers
         self.iteration += 1
 
@@ -284,7 +289,10 @@ class Channel:
         return self._edge_masks()[1]
 
     def _edge_masks(self):
-        """(sending, delivered), built from this iteration's draws when first asked for."""
+        """(sending, delivered), built from this iteration's draws when first asked for (all None before the
+        first draw: the ideal network)."""
+        if self._masks is None and self.iteration == 0:
+            return None, None
         if self._masks is None:
             B, E = self.batch, self.graph.num_edges
             sender, link = self._edge_draws
@@ -297,8 +305,10 @@ class Channel:
             elif link is not None:
                 link = draws.below_at(*link, B, self.graph.src.device).view(E, B)
             sending = _both(sender, link)
-            kept = self._kept if self._dropped is None else \
-                draws.below(*self._dropped[:1], E * B, self._dropped[1], self.graph.src.device).view(E, B)
+            kept = self._kept
+            if self._dropped is not None:
+                key, bound = self._dropped
+                kept = draws.below(key, E * B, bound, self.graph.src.device).view(E, B)
             self._masks = sending, _both(sending, kept)
         return self._masks
 

@@ -223,7 +223,7 @@ a = np.random.default_rng(0).normal(size=(2, 16, 3))
 result = pdmm.solve(pdmm.averaging(G, a), backend="distributed", max_iter=2000)
 assert result.converged and np.abs(result.x - a.mean(1, keepdims=True)).max() < 1e-8, result
 assert np.abs(pdmm.solve(pdmm.averaging(G, a), max_iter=2000).x - result.x).max() <= 1e-12
-print("rank", torch.distributed.get_rank(), "ok", result.iterations)
+sys.stdout.write(f"rank {torch.distributed.get_rank()} ok {result.iterations}\\n")  # one write: lines stay whole
 """
 
 

@@ -636,6 +636,7 @@ def test_one_instance_of_one_number_draws_its_masks_inside_the_exchange_as_the_m
             expected = method(compiled, local, edges, 1.0, channel=LoopChannel(channel), **params).step(state)
             for key, value in expected.items():
                 assert torch.equal(after[key], value), (network, key)
-            sending, delivered = (mask_or_none(m, (compiled.num_edges, 1)) for m in (channel.sending, channel.delivered))
+            E = compiled.num_edges
+            sending, delivered = (mask_or_none(m, (E, 1)) for m in (channel.sending, channel.delivered))
             assert channel.messages - messages == delivered.sum() and channel.bits - bits == sending.sum() * 64
             state = after

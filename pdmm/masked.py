@@ -7,7 +7,8 @@
     gathered(mask, index)              = mask[index]                          node masks read per edge
 
 On the CPU, with numba and no gradient to track: rows of one number go through numba kernels (the
-gather, then a branch-free blend of bit patterns, no branch to mispredict); rows of several numbers
+gather, then a branch-free blend of bit patterns, no branch to mispredict; exchanged is
+exchanged_drawn with its mask given); rows of several numbers
 start from the side most rows take and copy the others' rows over it (index_copy_), so each row is
 read about once, as in the bare exchange. With one instance and one number per row, the exchange
 can draw the mask itself (exchanged_drawn), so no mask is written and read back. Elsewhere, and
@@ -61,9 +62,7 @@ def exchanged(mask, y, rev, held):
         return torch.where(_widen(mask, held), y.index_select(0, rev), held)
     if math.prod(held.shape[1:]) > 1:
         return _by_rows(mask, y, held, rev)
-    out = torch.empty_like(held, memory_format=torch.contiguous_format)
-    _exchanged_numba(_bits(out), _bits(y), rev.numpy(), _bits(held), mask.contiguous().view(-1).numpy())
-    return out
+    return exchanged_drawn(y, rev, held, None, None, mask.contiguous(), None)[0]  # the mask given, nothing drawn
 
 
 def _by_rows(mask, new, old, rev=None):
@@ -179,17 +178,6 @@ if numba is not None:
             keep = numba.int64(mask[r]) - 1  # 0 where new is chosen, all ones where old is
             a, b = new[r], old[r]
             out[r] = a ^ ((a ^ b) & keep)
-
-    @numba.njit(nogil=True, cache=True)
-    def _exchanged_numba(out, y, rev, held, mask):
-        """Row e: y[rev[e]] where mask[e], else held[e] (one number per row): the gather, then a blend over
-        contiguous rows (vectorised; no branch to mispredict)."""
-        for e in range(len(rev)):
-            out[e] = y[rev[e]]
-        for e in range(len(rev)):
-            keep = numba.int64(mask[e]) - 1
-            a, b = out[e], held[e]
-            out[e] = a ^ ((a ^ b) & keep)
 
     @numba.njit(nogil=True, cache=True)
     def _count_numba(mask, out):

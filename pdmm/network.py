@@ -271,7 +271,7 @@ class Channel:
         if self.kept is not None and kept is None and not torch.is_tensor(self.kept):
             dropped = self._key("drop"), self.kept  # one probability: drawn where it is applied (_edge_masks)
         elif self.kept is not None:
-            kept = self._below("drop", E, self.kept) if kept is None else self._below("drop", E, self.kept) & kept
+            kept = _both(self._below("drop", E, self.kept), kept)
         self.awake, self._edge_draws, self._kept, self._dropped = awake, (sender, link), kept, dropped
         self._masks = None
         self._uncounted = True  # the exchange counts what this iteration sends and delivers

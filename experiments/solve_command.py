@@ -5,10 +5,13 @@
 
     pdmm-bridge solve --compare pdmm,pdmm:theta=0.5,admm --drop 0.2 --wake 0.8 --bits 12 --dither --out runs/lossy
     pdmm-bridge solve --method pdmm:theta=0.5 --burst 0.05,0.3 --wake one --out runs/bursty
+    pdmm-bridge solve --compare pdmm,gossip,chebyshev,chebyshev:mixing=lazy_metropolis:low=0:high=0.99 --out runs/avg
 
-A method spec is METHOD[:KEY=VALUE...] with KEY rho or one of the method's parameters (theta,
-eta); each spec is one run, labelled by the spec as written, and --rho / --theta / --eta are
-the values of the runs that do not set their own.
+A method spec is METHOD[:KEY=VALUE...] with KEY rho (pdmm, qa-pdmm, admm) or one of the method's
+parameters (theta, eta; mixing for gossip and chebyshev, a kind of pdmm.mixing_matrix; low and
+high, given together, for chebyshev's eigenvalue interval); each spec is one run, labelled by the
+spec as written, and --rho / --theta / --eta are the values of the runs that take them and do not
+set their own. gossip and chebyshev solve --problem averaging only, on the ideal network.
 
 --out (refused when it exists and is not empty, unless --force) receives config.json (resolved
 arguments, version, graph size, per-run summary), history.csv (method label, iteration,
@@ -46,6 +49,8 @@ import torch
 
 import pdmm
 import pdmm.distributed
+import pdmm.methods
+import pdmm.mixing
 from pdmm.synthetic import KINDS, make_data, make_problem
 
 from .common import UsageError, build_graph, claim_output_dir, device, key_value, package_version, positive
@@ -58,8 +63,9 @@ DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10
 
 
 def _value(key, text):
-    """A method parameter from its text: rho a number > 0, theta a number, eta "L", "safe" or a number > 0."""
-    parse = {"rho": positive(float), "theta": float, "eta": _eta}[key]
+    """A method parameter from its text: rho a number > 0, theta a number, eta "L", "safe" or a number > 0,
+    mixing a kind of pdmm.mixing_matrix, low and high numbers (their range is the method's to check)."""
+    parse = {"rho": positive(float), "theta": float, "eta": _eta, "mixing": _mixing, "low": float, "high": float}[key]
     try:
         return parse(text)
     except (ValueError, argparse.ArgumentTypeError) as err:
@@ -69,14 +75,15 @@ def _value(key, text):
 def _spec(text):
     """"pdmm:theta=0.5:rho=2" -> ("pdmm:theta=0.5:rho=2", "pdmm", {"theta": 0.5, "rho": 2.0}).
 
-    The label is the spec as written (a plain method name labels itself); the keys are rho and
-    the parameters of the method's constructor (theta, eta).
+    The label is the spec as written (a plain method name labels itself); the keys are rho where the
+    method has one and the parameters of the method's constructor (theta, eta, mixing), with chebyshev's
+    interval written as low and high: "chebyshev:low=-0.5:high=0.9" -> {"interval": (-0.5, 0.9)}.
     """
     method, *assignments = [part.strip() for part in text.strip().split(":")]
     if method not in pdmm.METHODS:
         raise argparse.ArgumentTypeError(f"unknown method {method!r} in {text!r}; choose from "
                                          f"{', '.join(pdmm.METHODS)}")
-    accepted = ["rho", *(name for name in _defaults(method))]
+    accepted = _accepted(method)
     params = {}
     for assignment in assignments:
         key, sep, value = (part.strip() for part in assignment.partition("="))
@@ -84,7 +91,19 @@ def _spec(text):
             raise argparse.ArgumentTypeError(f"bad parameter {assignment!r} in {text!r}: {method} takes "
                                              f"{', '.join(f'{name}=VALUE' for name in accepted)}, each once")
         params[key] = _value(key, value)
-    return ":".join([method, *(f"{key}={_text(value)}" for key, value in params.items())]), method, params
+    label = ":".join([method, *(f"{key}={_text(value)}" for key, value in params.items())])
+    if ("low" in params) != ("high" in params):
+        raise argparse.ArgumentTypeError(f"{text!r}: give low and high together (the interval [low, high])")
+    if "low" in params:
+        params["interval"] = (params.pop("low"), params.pop("high"))
+    return label, method, params
+
+
+def _accepted(method):
+    """The KEYs of a spec of `method`: rho where it has one, its constructor's parameters, the interval as low and
+    high (a spec cannot hold a pair: commas separate the specs)."""
+    names = ["rho"] * pdmm.METHODS[method].uses_rho + list(_defaults(method))
+    return [key for name in names for key in (("low", "high") if name == "interval" else (name,))]
 
 
 def _text(value):
@@ -107,6 +126,12 @@ def _eta(text):
         return positive(float)(text)
     except (ValueError, argparse.ArgumentTypeError):
         raise argparse.ArgumentTypeError(f"must be 'L', 'safe' or a number > 0, got {text!r}") from None
+
+
+def _mixing(text):
+    if text not in pdmm.mixing.KINDS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(pdmm.mixing.KINDS)}, got {text!r}")
+    return text
 
 
 def _wake(text):
@@ -154,12 +179,13 @@ def add_parser(subparsers):
     which = solver.add_mutually_exclusive_group()
     which.add_argument("--method", type=_spec, default="pdmm", metavar="SPEC",
                        help=f"one method ({', '.join(pdmm.METHODS)}), optionally with parameters, e.g. "
-                            "pdmm:theta=0.5")
+                            "pdmm:theta=0.5 or chebyshev:mixing=lazy_metropolis")
     which.add_argument("--compare", type=_specs, metavar="SPEC,SPEC,...",
-                       help="several runs in one output, each METHOD[:KEY=VALUE...] with KEY rho, theta or eta, "
-                            "e.g. pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe")
-    solver.add_argument("--rho", type=positive(float), default=1.0, help="penalty parameter of every run "
-                        "without its own rho")
+                       help="several runs in one output, each METHOD[:KEY=VALUE...] with KEY rho, theta, eta, mixing, "
+                            "low, high, e.g. pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe,gossip,"
+                            "chebyshev:low=-0.5:high=0.95")
+    solver.add_argument("--rho", type=positive(float), help="penalty parameter of the pdmm, qa-pdmm and admm runs "
+                        "without their own rho (default 1)")
     solver.add_argument("--theta", type=float, help="averaging of the pdmm / qa-pdmm runs without their own "
                         "theta (1 = PDMM, 0.5 = averaged)")
     solver.add_argument("--eta", type=_eta, help="qa-pdmm proximal weight (L, safe or a number) of the runs "
@@ -284,10 +310,13 @@ def _solve_all(problem, specs, params, x_star, args, network):
 
 
 def _method_params(args, specs):
-    """{label: {"rho": ..., "theta": ..., "eta": ...}}: the spec's own values over --rho / --theta / --eta."""
-    given = {name: getattr(args, name) for name in ("theta", "eta") if getattr(args, name) is not None}
-    params = {label: {"rho": args.rho, **{name: value for name, value in given.items() if name in _defaults(method)},
-                      **own} for label, method, own in specs}
+    """{label: {"rho": ..., "theta": ..., "eta": ...}}: the spec's own values over --rho / --theta / --eta, each
+    for the runs whose method takes it (rho: pdmm, qa-pdmm and admm, 1 unless given); a flag that no run takes is
+    an error."""
+    given = {name: getattr(args, name) for name in ("rho", "theta", "eta") if getattr(args, name) is not None}
+    defaults = {"rho": 1.0, **given}
+    params = {label: {**{name: value for name, value in defaults.items() if name in _accepted(method)}, **own}
+              for label, method, own in specs}
     unused = [name for name in given if not any(name in p for p in params.values())]
     if unused:
         raise UsageError(f"--{unused[0]} does not apply to {', '.join(label for label, _, _ in specs)}")
@@ -316,7 +345,9 @@ def _check_methods(problem, specs, params, args, network):
             raise UsageError(f"{label}: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
         values = dict(params[label])
         try:
-            pdmm.METHODS[method](*parts, values.pop("rho"), **values)
+            if not pdmm.METHODS[method].uses_rho:
+                pdmm.methods.check_averaging_options(method, network=network)
+            pdmm.METHODS[method](*parts, values.pop("rho", None), **values)
             if args.nproc > 1:
                 pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
         except (ValueError, TypeError) as err:

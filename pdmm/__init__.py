@@ -1,14 +1,17 @@
-"""pdmm: batched PDMM, averaged PDMM, QA-PDMM and consensus ADMM on networkx graphs.
+"""pdmm: batched PDMM, averaged PDMM, QA-PDMM and consensus ADMM on networkx graphs; gossip and
+Chebyshev-accelerated gossip for averaging (pdmm.mixing, docs/averaging.md).
 
     G = pdmm.topology("random_geometric", n=100, seed=0)
     result = pdmm.solve(pdmm.averaging(G, a), method="pdmm", rho=1.0)
     lossy = pdmm.solve(pdmm.averaging(G, a), network=pdmm.Network(drop=0.1, bits=8, dither=True))
+    fast = pdmm.solve(pdmm.averaging(G, a), method="chebyshev", mixing="metropolis")
 """
 from .compiled import CompiledGraph
 from .graph import Graph
 from .graphs import TOPOLOGIES, load_graph, topology
 from .local import Lasso, LocalFunction, Logistic, Quadratic
 from .methods import METHODS
+from .mixing import check_mixing, mixing_matrix, spectral_interval
 from .network import Network
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
 from .reference import reference
@@ -18,5 +21,5 @@ __all__ = [
     "CompiledGraph", "TOPOLOGIES", "load_graph", "topology", "LocalFunction", "Quadratic", "Lasso", "Logistic",
     "METHODS", "Network", "Problem", "averaging", "lasso", "least_squares", "logistic", "quadratic", "reference",
     "DivergenceError", "Result", "solve", "tune_allocator",
-    "Graph",
+    "Graph", "mixing_matrix", "check_mixing", "spectral_interval",
 ]

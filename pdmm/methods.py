@@ -1,4 +1,5 @@
-"""Update rules: PDMM (MATH.md 2), QA-PDMM (MATH.md 3) and edge-based consensus ADMM.
+"""Update rules: PDMM (MATH.md 2), QA-PDMM (MATH.md 3), edge-based consensus ADMM, and gossip and
+Chebyshev-accelerated gossip for averaging problems (docs/averaging.md).
 
 Each method is one step over the whole graph at once, written as the three named phases
     gather   u_i  <- what node i collects from its edges          (edge -> node)
@@ -10,14 +11,20 @@ rules run with consensus or general edge matrices; all edge traffic passes throu
 A `pdmm.network.Channel` (keyword `channel`; the caller draws each iteration's events before
 the step) simulates them there: sleeping nodes keep x, an edge that receives nothing keeps its
 state. Without one the step is the ideal network's, unchanged.
-State tensors: x (n, B, d), edge state (E, B, m).
+State tensors: x (n, B, d), edge state (E, B, m). `uses_rho`: whether the method has the penalty
+parameter rho (pdmm.solve's default rho=None means 1.0 for those that do).
 """
 import warnings
 
 import torch
 
 from .constraints import Consensus
-from .local.base import add, spd_solver
+from .local import Quadratic
+from .local.base import add, is_scalar, spd_solver
+from .mixing import as_mixing, spectral_interval
+from .network import private_point
+
+MIN_WIDTH = 1e-6  # chebyshev: the least width of a default interval (a graph whose W has one eigenvalue besides 1)
 
 
 def _check_theta(theta):
@@ -33,6 +40,8 @@ class PDMM:
         x_i^{k+1}     = argmin_x f_i(x) + u_i^T x + 1/2 x^T C_i x,  u_i = sum_j A_ij^T (z_{i|j} - c b_ij / 2)
         z_{j|i}^{k+1} = (1 - theta) z_{j|i}^k + theta (z_{i|j}^k + 2c (A_ij x_i^{k+1} - b_ij / 2))
     """
+
+    uses_rho = True
 
     def __init__(self, graph, local, edges, rho, theta=1.0, *, channel=None):
         self.graph, self.local, self.edges, self.rho, self.channel = graph, local, edges, rho, channel
@@ -187,6 +196,8 @@ class ADMM:
     message leaves r stale and a sleeping node keeps x_i, w_{i,e} and u_{i,e}.
     """
 
+    uses_rho = True
+
     def __init__(self, graph, local, edges, rho, *, channel=None):
         if edges.inequality is not None:
             raise ValueError("admm does not take inequality constraints (A_ij x_i + A_ji x_j <= b_ij); "
@@ -214,4 +225,145 @@ class ADMM:
                 "r": r}
 
 
-METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM, "admm": ADMM}
+def check_averaging_options(method, rho=None, network=None, x0=None, backend="local", compile=False):
+    """ValueError for an option that gossip and chebyshev do not take: they have no penalty parameter,
+    start from x^0 = a and run on the ideal network in one process (docs/averaging.md section 6); and
+    chebyshev is not compiled, as every round has its own Python float omega (a recompilation each)."""
+    if rho is not None:
+        raise ValueError(f"{method} has no penalty parameter: leave rho out (it applies to pdmm, qa-pdmm and admm)")
+    if network is not None:
+        raise ValueError("network effects are not implemented for gossip/chebyshev; use the PDMM family or ADMM")
+    if x0 is not None:
+        raise ValueError(f"{method} starts from the node values, x^0 = a; x0= does not apply")
+    if backend != "local":
+        raise ValueError(f"backend={backend!r} is not implemented for gossip/chebyshev; use backend='local'")
+    if compile and method == "chebyshev":
+        raise ValueError("compile=True is not implemented for chebyshev (each round's omega would recompile the "
+                         "step); run it eagerly: one sparse product per round")
+
+
+class Gossip:
+    """Gossip averaging (docs/averaging.md section 2): x^0 = a = argmin f_i, then
+
+        x^{k+1} = W x^k,
+
+    W a mixing matrix (pdmm.mixing: a kind, default "metropolis", or the user's own), one sparse
+    product per round, batched over (B, d). Converges to the mean with rate max(|lambda_min|,
+    |lambda_2|) of W. Averaging problems only: consensus and f_i(x) = 1/2 ||x - a_i||^2.
+    """
+
+    uses_rho = False
+
+    def __init__(self, graph, local, edges, rho, mixing="metropolis", *, channel=None):
+        check_averaging_options(type(self).__name__.lower(), rho=rho, network=channel)
+        self.a = _node_values(local, edges)
+        self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
+        self.product = _SparseProduct(self.W, graph.sign)
+
+    def init(self, x0):
+        """x^0 = a, whatever x0 holds (it only has the shape of x: pdmm.solve refuses x0= here)."""
+        return {"x": self.a}
+
+    def step(self, state):
+        return {"x": self.product(state["x"])}
+
+
+class Chebyshev(Gossip):
+    """Chebyshev-accelerated gossip (docs/averaging.md section 3). With the eigenvalues of W other
+    than 1 assumed in [low, high], t(l) = (2 l - low - high) / (high - low) and t1 = t(1) > 1,
+
+        x^r = T_r(t(W)) a / T_r(t1),
+
+    the polynomial p of degree r with p(1) = 1 that is smallest in max norm on [low, high]. One product
+    with W per round, by the three-term recurrence in ratio form (section 3), s = low + high:
+
+        x^1     = (2 W - s I) x^0 / (2 - s)                                   (= t(W) x^0 / t1)
+        x^{r+1} = omega_{r+1} (2 W - s I) x^r / (2 - s) + (1 - omega_{r+1}) x^{r-1}
+        omega_2 = 2 t1^2 / (2 t1^2 - 1),   omega_{r+1} = 1 / (1 - omega_r / (4 t1^2))
+
+    the omegas Python floats (no device reads). interval: None (default) for spectral_interval(W),
+    widened to at least MIN_WIDTH, or a pair (low, high) with -1 <= low < high < 1. An interval that
+    misses eigenvalues of W can make the iteration diverge (section 5).
+    """
+
+    def __init__(self, graph, local, edges, rho, mixing="metropolis", interval=None, *, channel=None):
+        super().__init__(graph, local, edges, rho, mixing, channel=channel)
+        self.low, self.high = _interval(interval, self.W)
+        self.t1 = (2 - self.low - self.high) / (self.high - self.low)
+        self.omegas = [1.0, 2 * self.t1 ** 2 / (2 * self.t1 ** 2 - 1)]  # omega_1 (no x^{-1}), omega_2
+
+    def init(self, x0):
+        return {"x": self.a, "previous": self.a, "round": 0}
+
+    def omega(self, r):
+        """omega_r (r >= 1), by the recursion, kept for the later calls."""
+        while len(self.omegas) < r:
+            self.omegas.append(1 / (1 - self.omegas[-1] / (4 * self.t1 ** 2)))
+        return self.omegas[r - 1]
+
+    def step(self, state):
+        x, r = state["x"], state["round"]
+        omega, s = self.omega(r + 1), self.low + self.high
+        base = x.mul(-omega * s / (2 - s)).add_(state["previous"], alpha=1 - omega)
+        return {"x": self.product(x, base, 2 * omega / (2 - s)), "previous": x, "round": r + 1}
+
+
+class _SparseProduct:
+    """x -> base + alpha W x over (n, B, d) tensors: one torch sparse CSR product on the graph's device and
+    dtype (like), with x and base seen as (n, B d) matrices."""
+
+    def __init__(self, W, like):
+        W = W.sorted_indices()
+        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            self.W = torch.sparse_csr_tensor(torch.from_numpy(W.indptr).to(torch.int64), torch.from_numpy(W.indices)
+                                             .to(torch.int64), torch.from_numpy(W.data), W.shape,
+                                             check_invariants=False).to(like.device, like.dtype)
+
+    def __call__(self, x, base=None, alpha=1.0):
+        rows = x.reshape(len(x), -1)
+        if base is None:
+            return (self.W @ rows).view(x.shape)
+        return torch.addmm(base.reshape(rows.shape), self.W, rows, alpha=alpha).view(x.shape)
+
+
+def _node_values(local, edges):
+    """a = argmin f_i, (n, B, d), of an averaging problem; ValueError for any other problem."""
+    if type(local) is not Quadratic:
+        what = f"{type(local).__name__} local functions"
+    elif not _is_identity(local.P):
+        what = "quadratic local functions with P_i != I"
+    elif not isinstance(edges, Consensus):
+        what = "edge-matrix constraints"
+    else:
+        return private_point(local, local.q)
+    raise ValueError("gossip/chebyshev solve averaging problems only (consensus constraints and "
+                     f"f_i(x) = 1/2 ||x - a_i||^2, pdmm.averaging); this problem has {what}")
+
+
+def _is_identity(P):
+    """Whether every P_i, stored as scalars (n, B) or matrices (n, B, d, d), is the identity."""
+    one = 1 if is_scalar(P) else torch.eye(P.shape[-1], dtype=P.dtype, device=P.device)
+    return bool((P == one).all())
+
+
+def _interval(interval, W):
+    """(low, high) of Chebyshev's interval, checked: -1 <= low < high < 1 (docs/averaging.md section 5)."""
+    if interval is None:
+        low, high = spectral_interval(W)
+        if low >= -1 - 1e-12:  # else refused below; -1 up to rounding (a bipartite W) counts as -1
+            pad = max(MIN_WIDTH - (high - max(low, -1.0)), 0) / 2
+            low, high = max(low - pad, -1.0), high + pad
+        given = "W's spectral interval"
+    else:
+        try:
+            low, high = (float(v) for v in interval)
+        except (TypeError, ValueError):
+            raise ValueError(f"interval must be None or a pair (low, high) of numbers, got {interval!r}") from None
+        given = "interval"
+    if not (-1 <= low < high < 1):
+        raise ValueError(f"chebyshev needs -1 <= low < high < 1, got {given} ({low:.6g}, {high:.6g})")
+    return low, high
+
+
+METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM, "admm": ADMM, "gossip": Gossip, "chebyshev": Chebyshev}

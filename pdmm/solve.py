@@ -12,7 +12,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .compiled import locality_order
-from .methods import METHODS, NodeForm
+from .methods import METHODS, NodeForm, check_averaging_options
+from .mixing import check_mixing
 from .network import Channel, Network, private_point, privacy_gaps
 from .problem import _node_data
 
@@ -79,11 +80,16 @@ def tune_allocator():
     return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
-def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=None, device="cpu",
+def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=None, device="cpu",
           dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
           history=None, record_every=None, check_every=None, backend="local", partition=None, reorder=None,
           form=None, **method_params):
-    """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm".
+    """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm", or an
+    averaging problem (pdmm.averaging) with "gossip" or "chebyshev" (mixing, interval; docs/averaging.md).
+
+    rho: the penalty parameter of pdmm, qa-pdmm and admm, None meaning 1.0; gossip and chebyshev have
+    none and refuse it, as they refuse x0, network and backend="distributed" (they start from
+    x^0 = a on the ideal network; docs/averaging.md section 6).
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
     (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
@@ -156,8 +162,7 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
         raise ValueError("reorder= applies to backend='local'; the distributed engine numbers nodes by its partition")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
-        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    rho = _resolved_rho(method, rho, network, x0, backend, compile)
     _check_count("max_iter", max_iter)
     if dtype not in DEFAULT_TOL:
         raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
@@ -201,8 +206,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     width = edges.state_shape(problem.batch, problem.dim)[2]
     _tune_for(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
     channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype)
-    algorithm = METHODS[method](graph, local, edges, float(rho), channel=channel,
-                                **_renumbered_params(method_params, order, problem.n))
+    algorithm = METHODS[method](graph, local, edges, None if rho is None else float(rho), channel=channel,
+                                **_renumbered_params(method_params, order, problem))
     if node_form:
         algorithm = NodeForm(algorithm)
     x_star = _renumbered(_reference(problem, reference, device, dtype), order)
@@ -212,8 +217,8 @@ def solve(problem, method="pdmm", rho=1.0, max_iter=1000, tol=None, reference=No
     per_iteration = graph.num_edges, graph.num_edges * width * torch.finfo(dtype).bits  # the ideal network
     book = _Bookkeeping(names, local, edges, channel, x_star, private, rho, per_iteration, record_every,
                         min(max_iter // record_every + 1, 4096))
-    run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=network,
-               order=order)
+    params = dict(method_params) if rho is None else {"rho": rho, **method_params}
+    run = dict(problem=problem, method=method, params=params, x_star=x_star, network=network, order=order)
 
     so_far = _Progress((state, 0, 0))
     start = time.perf_counter()
@@ -271,7 +276,7 @@ def _iterate(step, progress, book, max_iter, record_every, check_every, tol, tar
         if not finite or grown:
             message = (f"{method} diverged at iteration {k}: " + (
                 "the iterates or the objective are no longer finite" if not finite else
-                f"the residual grew from {first.max():.3g} to {largest:.3g} (rho={rho})"))
+                f"the residual grew from {first.max():.3g} to {largest:.3g}") + (f" (rho={rho})" if rho else ""))
             raise DivergenceError(message, finish(False))
         if bar is not None:
             bar.update(k - shown)
@@ -421,6 +426,18 @@ def _history_names(history, reference, network):
     return [name for name in HISTORY if name in names]
 
 
+def _resolved_rho(method, rho, network, x0, backend, compile):
+    """rho as the run uses it: 1.0 for None, else checked, for the methods with a penalty parameter; None for
+    gossip and chebyshev, which refuse rho and the other options they do not take."""
+    if not METHODS[method].uses_rho:
+        check_averaging_options(method, rho, network, x0, backend, compile)
+        return None
+    rho = 1.0 if rho is None else rho
+    if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
+        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    return rho
+
+
 def _is_real(value):
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -494,9 +511,13 @@ def _node_order(problem, reorder):
     return order.astype(np.int64)
 
 
-def _renumbered_params(params, order, n):
-    """The method parameters for the run's node order: a per-node eta (first axis n) reordered with the nodes."""
-    eta = params.get("eta")
+def _renumbered_params(params, order, problem):
+    """The method parameters for the run's node order: a per-node eta (first axis n) reordered with the nodes, a
+    mixing matrix (checked in the graph's own order, so that errors name its nodes) permuted to W[order][:, order]."""
+    eta, mixing, n = params.get("eta"), params.get("mixing"), problem.n
+    if order is not None and mixing is not None and not isinstance(mixing, str):
+        index = order.cpu().numpy()
+        return {**params, "mixing": check_mixing(mixing, problem.compiled)[index][:, index]}
     if order is None or eta is None or isinstance(eta, str) or np.ndim(eta) == 0 or len(eta) != n:
         return params
     eta = eta.detach().cpu() if torch.is_tensor(eta) else torch.as_tensor(np.asarray(eta, dtype=np.float64))

@@ -27,6 +27,11 @@ class AttentionConfig:
     self_loops: whether each token attends to itself in the token graph a model builds (ViT's full
         graph); False drops the diagonal, the AttentionX paper's ViT setting (alpha_kk = 0, MATH.md 5).
         GPT (token 0 would attend to nothing) and GraphTransformer (its graph is passed in) refuse False.
+    send_width: the numbers a token sends each neighbour per layer. None: its key and value, d_model
+        each (2 d_model). An integer w >= 2: keys and queries are w_k = w // 2 wide and values
+        w_v = w - w_k, each split over the n_head heads (n_head must divide both); the residual signal
+        acts on the w_v-wide heads and values, and W^o (and W^s) maps w_v (2 w_v for concat) back to
+        d_model. GraphAttention refuses it.
     """
     d_model: int = 128
     n_head: int = 4
@@ -39,6 +44,7 @@ class AttentionConfig:
     bias: bool = True
     probe: bool = False
     self_loops: bool = True
+    send_width: int | None = None
 
     def __post_init__(self):
         for name in ("d_model", "n_head"):
@@ -55,15 +61,47 @@ class AttentionConfig:
             value = getattr(self, name)
             if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value < math.inf):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.kernel == "diff" and self.head_size % 2:
-            raise ValueError(f"kernel 'diff' splits each head in two; the head size d_model / n_head = "
-                             f"{self.head_size} must be even")
+        if self.send_width is not None:
+            self.check_send_width()
+        if self.kernel == "diff" and self.key_head_size % 2:
+            size = "d_model / n_head" if self.send_width is None else "of the keys, (send_width // 2) / n_head"
+            raise ValueError(f"kernel 'diff' splits each head in two; the head size {size} = "
+                             f"{self.key_head_size} must be even")
         if not (isinstance(self.dropout, numbers.Real) and not isinstance(self.dropout, bool) and 0 <= self.dropout < 1):
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         for name in ("symmetric", "bias", "probe", "self_loops"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
+    def check_send_width(self):
+        """Raise unless send_width is an integer >= 2 whose key and value widths n_head divides."""
+        w = self.send_width
+        if not (isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 2):
+            raise ValueError(f"send_width must be None (2 d_model numbers) or an integer >= 2, got {w!r}")
+        if self.key_width % self.n_head or self.value_width % self.n_head:
+            raise ValueError(f"send_width = {w} makes keys {self.key_width} and values {self.value_width} "
+                             f"wide; n_head = {self.n_head} must divide both (n_head = 1 always does)")
+
     @property
     def head_size(self):
         return self.d_model // self.n_head
+
+    @property
+    def key_width(self) -> int:
+        """Width of Q and of K: w_k = send_width // 2, or d_model when send_width is None."""
+        return self.d_model if self.send_width is None else self.send_width // 2
+
+    @property
+    def value_width(self) -> int:
+        """Width of V (and of MH): w_v = send_width - send_width // 2, or d_model when send_width is None."""
+        return self.d_model if self.send_width is None else self.send_width - self.send_width // 2
+
+    @property
+    def key_head_size(self) -> int:
+        """Per-head width of Q and K: key_width / n_head."""
+        return self.key_width // self.n_head
+
+    @property
+    def value_head_size(self) -> int:
+        """Per-head width of V: value_width / n_head."""
+        return self.value_width // self.n_head

@@ -23,12 +23,20 @@ class GraphAttention(MultiHeadAttention):
     def __init__(self, config, layer_index=None):
         if config.kernel != "softmax" or config.symmetric:
             raise ValueError("GraphAttention has its own additive score: use kernel='softmax', symmetric=False")
+        if config.send_width is not None:
+            raise ValueError("GraphAttention sends W h_j, d_model numbers per edge; send_width is for "
+                             "MultiHeadAttention only")
         super().__init__(config, layer_index)
         nh, hs = config.n_head, config.head_size
         self.att_dst = nn.Parameter(torch.randn(nh, hs) / hs ** 0.5)
         self.att_src = nn.Parameter(torch.randn(nh, hs) / hs ** 0.5)
 
     def projection_width(self):
+        return self.config.d_model
+
+    @property
+    def numbers_sent(self) -> int:
+        """d_model: a token sends W h_j, from which its neighbour forms the score c_src . W h_j and the value."""
         return self.config.d_model
 
     def project(self, x):

@@ -43,6 +43,12 @@ class GraphTransformer(nn.Module):
         self.readout = nn.Linear(config.d_model, out_features)
         init_weights(self, n_layer)
 
+    @property
+    def numbers_sent(self) -> int:
+        """Numbers a node sends each neighbour per round (layer): its attention layer's numbers_sent,
+        2 d_model by default (key and value), config.send_width when set, d_model for layer="gat"."""
+        return self.blocks[0].attn.numbers_sent
+
     def forward(self, x, graph, rounds=None):
         """x: (B, n, in_features) node features; graph: the TokenGraph over the n nodes.
 

@@ -14,16 +14,18 @@ from .kernels import linear_attention, softmax_attention, softmax_entropy
 class MultiHeadAttention(nn.Module):
     """forward(x, graph) = R W^o + b: the update a block adds to x, R the configured residual signal.
 
-    Parameters: c_attn = [W^Q W^K W^V] (W^K absent when symmetric), c_proj = W^o (2 d_model wide
-    for "concat"), c_proj_s = W^s for "belief_star" only; "diff" adds lambda_q1, lambda_k1,
-    lambda_q2, lambda_k2 (hs/2 each) and head_norm's gain (hs), i.e. 3 hs per layer.
+    Parameters: c_attn = [W^Q W^K W^V] (W^K absent when symmetric), d_model -> w_k + w_k + w_v,
+    c_proj = W^o: w_v -> d_model (2 w_v wide for "concat"), c_proj_s = W^s: w_v -> d_model for
+    "belief_star" only; "diff" adds lambda_q1, lambda_k1, lambda_q2, lambda_k2 (hs_k/2 each) and
+    head_norm's gain (hs_v), i.e. 3 hs per layer when hs_k = hs_v = hs. w_k = w_v = d_model unless
+    config.send_width sets them (AttentionConfig); hs_k = w_k / n_head, hs_v = w_v / n_head.
     `layer_index` (from 1) sets diff's lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)).
     """
 
     def __init__(self, config, layer_index=None):
         super().__init__()
         self.config = config
-        C, hs = config.d_model, config.head_size
+        C, w_v = config.d_model, config.value_width
         if layer_index is not None and not (isinstance(layer_index, numbers.Integral) and not isinstance(layer_index, bool)
                                             and layer_index >= 1):
             raise ValueError(f"layer_index counts layers from 1, got {layer_index!r}")
@@ -33,11 +35,11 @@ class MultiHeadAttention(nn.Module):
         if config.kernel == "diff":
             self.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * (layer_index - 1))
             self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
-                nn.Parameter(torch.randn(hs // 2) * 0.1) for _ in range(4))
-            self.head_norm = nn.RMSNorm(hs, eps=1e-5)
-        self.c_proj = nn.Linear(2 * C if config.residual == "concat" else C, C, bias=config.bias)
+                nn.Parameter(torch.randn(config.key_head_size // 2) * 0.1) for _ in range(4))
+            self.head_norm = nn.RMSNorm(config.value_head_size, eps=1e-5)
+        self.c_proj = nn.Linear(2 * w_v if config.residual == "concat" else w_v, C, bias=config.bias)
         if config.residual == "belief_star":
-            self.c_proj_s = nn.Linear(C, C, bias=config.bias)
+            self.c_proj_s = nn.Linear(w_v, C, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.probes = {}
 
@@ -47,10 +49,10 @@ class MultiHeadAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected input of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         graph = resolve(graph, x.shape[1])
-        q, k, v = self.project(x)             # (B, nh, T, hs) each
-        heads = self.attend(q, k, v, graph)   # (B, nh, T, hs)
-        mh, v_all = merge(heads), merge(v)    # (B, T, C)
-        r = self.residual_signal(mh, v_all)   # (B, T, C), (B, T, 2C) for concat
+        q, k, v = self.project(x)             # (B, nh, T, hs_k), twice, and (B, nh, T, hs_v)
+        heads = self.attend(q, k, v, graph)   # (B, nh, T, hs_v)
+        mh, v_all = merge(heads), merge(v)    # (B, T, w_v)
+        r = self.residual_signal(mh, v_all)   # (B, T, w_v), (B, T, 2 w_v) for concat
         y = self.c_proj(r)
         if self.config.residual == "belief_star":  # + Concat(Delta^s_1..Delta^s_M) W^s
             y = y + self.c_proj_s(orthogonal_part(split(mh, self.config.n_head), split(v_all, self.config.n_head)).flatten(-2))
@@ -63,12 +65,24 @@ class MultiHeadAttention(nn.Module):
 
     def projection_width(self):
         """Output width of c_attn: Q, K, V (K = Q when symmetric)."""
-        return (2 if self.config.symmetric else 3) * self.config.d_model
+        return sum(self.projection_sizes())
+
+    def projection_sizes(self):
+        """Widths of c_attn's parts: (w_k, w_k, w_v), or (w_k, w_v) when symmetric (K = Q)."""
+        w_k, w_v = self.config.key_width, self.config.value_width
+        return (w_k, w_v) if self.config.symmetric else (w_k, w_k, w_v)
+
+    @property
+    def numbers_sent(self) -> int:
+        """Numbers a token sends each neighbour per layer: its key and its value, w_k + w_v (2 d_model
+        by default, send_width when set). With symmetric the key is the sender's query, sent all the same;
+        the receiver forms its own query locally."""
+        return self.config.key_width + self.config.value_width
 
     def project(self, x):
-        """Q, K, V as (B, nh, T, hs); K is Q when symmetric."""
-        B, T, C = x.shape
-        parts = self.c_attn(x).split(C, dim=2)
+        """Q, K as (B, nh, T, hs_k), V as (B, nh, T, hs_v); K is Q when symmetric."""
+        B, T, _ = x.shape
+        parts = self.c_attn(x).split(self.projection_sizes(), dim=2)
         q, k, v = (parts[0], parts[0], parts[1]) if self.config.symmetric else parts
         return tuple(t.view(B, T, self.config.n_head, -1).transpose(1, 2) for t in (q, k, v))
 
@@ -79,12 +93,12 @@ class MultiHeadAttention(nn.Module):
             return softmax_attention(q, k, v, graph, p)
         if self.config.kernel == "linear":
             return linear_attention(q, k, v, graph)
-        # differential: (softmax(Q1 K1^T / sqrt(hs/2)) - lambda softmax(Q2 K2^T / sqrt(hs/2))) V, per head
+        # differential: (softmax(Q1 K1^T / sqrt(hs_k/2)) - lambda softmax(Q2 K2^T / sqrt(hs_k/2))) V, per head
         # RMS-normalised (in the gain's dtype: float32 under autocast) and scaled by (1 - lambda_init).
         # Both maps are linear in V: two SDPA calls, with Q and K halves zero-padded to V's head size
         # (same scores) so SDPA can use its fused kernel. No attention dropout: two masks would not cancel.
         half = q.shape[-1] // 2
-        q1, q2, k1, k2 = (F.pad(t, (0, half)) for t in (*q.chunk(2, -1), *k.chunk(2, -1)))
+        q1, q2, k1, k2 = (F.pad(t, (0, v.shape[-1] - half)) for t in (*q.chunk(2, -1), *k.chunk(2, -1)))
         heads = (softmax_attention(q1, k1, v, graph, scale=half ** -0.5)
                  - self.diff_lambda() * softmax_attention(q2, k2, v, graph, scale=half ** -0.5))
         return self.head_norm(heads.to(self.head_norm.weight.dtype)).type_as(heads) * (1 - self.lambda_init)
@@ -99,7 +113,7 @@ class MultiHeadAttention(nn.Module):
         return softmax_entropy(q, k, graph) if self.config.kernel == "softmax" else None
 
     def residual_signal(self, mh, v):
-        """R from MH(X) and V(X), both (B, T, C) (MATH.md 5)."""
+        """R from MH(X) and V(X), both (B, T, w_v) (MATH.md 5)."""
         residual, gamma = self.config.residual, self.config.gamma
         if residual in ("standard", "accumulated"):
             return mh

@@ -24,7 +24,7 @@ IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of 
 ONLY_WHEN = {"model.gamma": ("model.residual", "attentionx"), "model.beta": ("model.residual", "accumulated"),
              "model.gates": ("model.kind", "convex"), "model.group_lasso": ("model.kind", "convex")}
 TRANSFORMER_KEYS = ("model.n_layer", "model.n_head", "model.dropout", "model.bias", "model.residual", "model.gamma",
-                    "model.beta", "model.kernel", "model.symmetric")  # unused by model.kind = "convex"
+                    "model.beta", "model.kernel", "model.symmetric", "model.send_width")  # unused by model.kind = "convex"
 
 
 class TornLine(UserWarning):

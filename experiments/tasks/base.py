@@ -57,7 +57,8 @@ def attention_config(model):
     try:
         return attention.AttentionConfig(d_model=model.d_model, n_head=model.n_head, residual=model.residual,
                                          gamma=model.gamma, beta=model.beta, kernel=model.kernel, symmetric=model.symmetric,
-                                         dropout=model.dropout, bias=model.bias, self_loops=model.self_loops)
+                                         dropout=model.dropout, bias=model.bias, self_loops=model.self_loops,
+                                         send_width=model.send_width or None)
     except ValueError as err:
         raise UsageError(f"[model]: {err}") from None
 

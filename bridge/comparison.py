@@ -1,26 +1,35 @@
-"""Transformers against PDMM on distributed averaging, round by round and over seeds.
+"""Transformers against the classical methods on distributed averaging, round by round and over seeds.
 
 Seed s draws its own instances: held-out sets (bridge.consensus: the training family, larger graphs
-of the same mean degree, rings and square grids, whose diameters exceed the round budget) and
-tuning instances of the training family. Every method runs on the same instances (paired) from
-x_i^0 = a_i, what the transformer sees, so round r has used r exchanges with the neighbours. The
-statistic of one seed, method, set and round is the mean over instances of log10 e, e = ||x^r - x*||
-/ ||a - x*||; across seeds a cell is the mean of those with a 95 % t interval (shown as 10^: a
-geometric mean), and two methods are compared by their paired per-seed differences.
+of the same mean degree, rings and square grids, whose diameters exceed the round budget), tuning
+instances and validation instances of the training family. Every method runs on the same
+instances (paired) from x_i^0 = a_i, what the transformer sees, so round r has used r exchanges
+with the neighbours. The statistic of one seed, method, set and round is the mean over instances
+of log10 e, e = ||x^r - x*|| / ||a - x*||; across seeds a cell is the mean of those with a 95 % t
+interval (shown as 10^: a geometric mean), and two methods are compared by their paired per-seed
+differences. Rounds run 1..R and, for the classical rows, on to every round at which some
+transformer row has sent as many numbers per edge as they have (Setting.checkpoints): a classical
+method sends 1 number per edge and round, so its round c is the transformer's budget after
+c / w rounds of w numbers.
 
 Rows (evaluate_seed):
-- "ball oracle": the r-hop ball average (bridge.oracle), the best estimate from what a node can
-  know after r rounds when the common offset of the values is unknown;
-- "bayes oracle (knows prior and s)": the posterior mean given the ball under the instances' own
-  prior (offset ~ N(0, mu_scale^2), spread s known): the lower bound in expectation for any method,
-  below the ball average because a model can learn the offset prior of its training data;
-- "pdmm", "averaged pdmm" (theta 1/2), "qa-pdmm" (eta = L: on averaging PDMM exactly) and "admm",
-  each at one rho of RHO_GRID tuned for the last round on the tuning instances (what a user runs);
-- "pdmm, oracle rho schedule": round r at the rho best for round r, an envelope no single run reaches;
-- "learned pdmm": bridge.UnrolledPDMM with per-round rho_k, theta_k fitted to the tuning instances;
-- "pdmm-transformer (hand-set)": bridge.pdmm_transformer at PDMM's rho, equal to the "pdmm" row;
-  "pdmm-transformer (trained from pdmm)" / "(trained from random)": that architecture, depth K,
-  fitted to the tuning instances from the PDMM weights / from random weights;
+- bounds, not algorithms: "ball oracle" (the r-hop ball average, bridge.oracle), "bayes oracle"
+  (the posterior mean given the ball under the instances' own prior and spread), and the "best
+  polynomial of W per graph" (bridge.polynomial: the best expected error any scheme that applies
+  a fixed polynomial of the graph's Metropolis matrix can reach, knowing the graph's spectrum);
+- classical methods tuned per round: "pdmm", "averaged pdmm" (theta 1/2) and "admm" (rho of RHO_GRID),
+  "gossip" (Metropolis weights, nothing to tune), "chebyshev" (Chebyshev-accelerated gossip, its
+  spectral interval of INTERVAL_GRID) and the "polynomial filter" fitted on the tuning graphs'
+  spectra with the safeguard |p| <= 1 on [-1, 1] (bridge.polynomial). "Tuned per round": the value at
+  round r is one run with the parameter best at round r on the tuning instances, what a user who
+  knows their round budget runs; the same methods tuned for the last round R only are kept as
+  "(tuned for round R)" rows, and "chebyshev (own spectral interval)" uses each graph's own
+  spectrum, which no node knows (pdmm.solve's default);
+- "best classical (chosen on tuning data)": per round, the per-round-tuned row with the smallest
+  tuning error at that round (never chosen on held-out sets), the reference of every verdict;
+- "learned pdmm" (bridge.UnrolledPDMM, per-round rho_k, theta_k) and the PDMM-transformer
+  (bridge.pdmm_transformer: hand-set, trained from PDMM and from random weights), fitted to the
+  tuning instances until the validation instances' loss plateaus (bridge.fitting);
 - every trained GraphTransformer passed in: untied ones up to their depth, tied ones every round.
 """
 import math
@@ -38,22 +47,51 @@ from .consensus import GraphFamily, disagreement_error, node_features, sample_in
 from .learned import fit
 from .oracle import ball_oracle, bayes_ball_oracle
 from .pdmm_transformer import D_MODEL, fit_graph_model, pdmm_features, pdmm_transformer, weight_shift
+from .polynomial import apply_filter, fit_filter, nontrivial_spectrum, oracle_filter
 from .unrolled import UnrolledPDMM
 
 RHO_GRID = np.logspace(-2, 2, 33)
+INTERVAL_GRID = [(low, high) for low in (-0.9, -0.6, -0.3, 0.0) for high in 1 - np.logspace(-3.5, -0.5, 13)]
+MIXING = "metropolis"  # the weights of gossip, Chebyshev and the polynomial rows
+FILTER_ROUNDS = 64  # polynomial rows up to this degree (one quadratic program per degree and seed)
 FLOOR = 1e-15  # errors below float64 resolution count as this
-CLASSICAL = {"pdmm": ("pdmm", {"theta": 1.0}), "averaged pdmm": ("pdmm", {"theta": 0.5}),
-             "qa-pdmm": ("qa-pdmm", {}), "admm": ("admm", {})}
-ORACLE, SCHEDULE, LEARNED = "ball oracle", "pdmm, oracle rho schedule", "learned pdmm"
-BAYES = "bayes oracle (knows prior and s)"
+
+ORACLE, BAYES = "ball oracle", "bayes oracle (knows prior and s)"
+POLY_ORACLE = "best polynomial of W per graph (bound)"
+FILTER = "polynomial filter (fitted per round, safeguarded)"
+OWN_INTERVAL = "chebyshev (own spectral interval)"
+BEST = "best classical (chosen on tuning data)"
+LEARNED = "learned pdmm"
 HAND_SET = "pdmm-transformer (hand-set)"
 FROM_PDMM, FROM_RANDOM = "pdmm-transformer (trained from pdmm)", "pdmm-transformer (trained from random)"
+BOUNDS = (ORACLE, BAYES, POLY_ORACLE)
+
+# name: (pdmm method, fixed parameters, the tuned parameter and its grid)
+TUNED = {"pdmm": ("pdmm", {"theta": 1.0}, "rho", RHO_GRID),
+         "averaged pdmm": ("pdmm", {"theta": 0.5}, "rho", RHO_GRID),
+         "admm": ("admm", {}, "rho", RHO_GRID),
+         "gossip": ("gossip", {"mixing": MIXING}, None, [None]),
+         "chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", INTERVAL_GRID)}
+
+
+def per_round(name):
+    """The row label of classical method `name` tuned per round."""
+    return name if TUNED[name][2] is None else f"{name} (tuned per round)"
+
+
+def for_horizon(name, rounds):
+    """The row label of classical method `name` tuned for the last round only."""
+    return f"{name} (tuned for round {rounds})"
+
+
+CANDIDATES = [per_round(name) for name in TUNED] + [FILTER]  # what "best classical" chooses from
 
 
 @dataclass(frozen=True)
 class Setting:
     """What one comparison runs: the training family, the transformers' depth K, the horizon R >= K
-    rounds, instance counts (graphs x value vectors per graph) and the fitting budgets."""
+    rounds, further rounds at which the classical rows are evaluated (checkpoints: equal numbers
+    sent), instance counts (graphs x value vectors per graph) and the fitting caps."""
     family: GraphFamily
     depth: int = 8
     rounds: int = 32
@@ -61,15 +99,28 @@ class Setting:
     tune_graphs: int = 4
     batch: int = 16
     mu_scale: float = 1.0
-    learned_steps: int = 100
-    finetune_steps: int = 200
+    learned_steps: int = 2000
+    finetune_steps: int = 600
     finetune_lr: tuple = (1e-4, 1e-2)  # Adam's lr from the PDMM weights, from random weights
+    checkpoints: tuple = ()
+    val_graphs: int = 2
 
     def __post_init__(self):
         if not 1 <= self.depth <= self.rounds:
             raise ValueError(f"need 1 <= depth <= rounds, got depth {self.depth}, rounds {self.rounds}")
-        if min(self.test_graphs, self.tune_graphs, self.batch) < 1:
-            raise ValueError("test_graphs, tune_graphs and batch must be >= 1")
+        if min(self.test_graphs, self.tune_graphs, self.batch, self.val_graphs) < 1:
+            raise ValueError("test_graphs, tune_graphs, val_graphs and batch must be >= 1")
+        if any(not (isinstance(c, int) and c >= 1) for c in self.checkpoints):
+            raise ValueError(f"checkpoints must be rounds >= 1, got {self.checkpoints}")
+
+    @property
+    def horizon(self):
+        """The last round any row is evaluated at."""
+        return max(self.rounds, *self.checkpoints)
+
+    def classical_rounds(self):
+        """The rounds at which the classical rows are evaluated: 1..R and the checkpoints."""
+        return sorted(set(range(1, self.rounds + 1)) | set(self.checkpoints))
 
     def held_out(self):
         """{set name: GraphFamily}: the training family, 3x larger graphs (radius / sqrt 3 keeps the mean
@@ -81,13 +132,16 @@ class Setting:
                 "ring": GraphFamily("ring", 2 * r + 2, 4 * r), "grid": GraphFamily("grid", k * k, (k + 6) ** 2)}
 
     def draw(self, seed):
-        """({set name: [(graph, a)]}, tuning [(graph, a)]) of seed `seed`; the same for every method."""
+        """({set name: [(graph, a, s)]}, tuning, validation) of seed `seed`; the same for every method. Tuning
+        and validation instances come from the training family, drawn apart from the held-out sets."""
         rng = np.random.default_rng([seed, 1])
         sets = {name: sample_instances(family, self.test_graphs, self.batch, rng, self.mu_scale)
                 for name, family in self.held_out().items()}
         tuning = sample_instances(self.family, self.tune_graphs, self.batch, np.random.default_rng([seed, 2]),
                                   self.mu_scale)
-        return sets, tuning
+        validation = sample_instances(self.family, self.val_graphs, self.batch, np.random.default_rng([seed, 3]),
+                                      self.mu_scale)
+        return sets, tuning, validation
 
 
 def averaging_problem(G, a):
@@ -118,12 +172,15 @@ def compiled(instances):
 
 
 @torch.no_grad()
-def classical_errors(method, params, rho, rounds, instances):
+def classical_errors(method, params, rounds, instances):
     """(rounds, instances) errors of pdmm's `method` step (pdmm.methods, as in pdmm.solve) run from
-    x0 = a; `instances` from compiled()."""
+    x0 = a with `params` (rho among them for the methods that take one); `instances` from compiled()."""
+    params = dict(params)
+    rho = params.pop("rho", None)
+    rho = None if rho is None else float(rho)
     out = []
     for graph, local, edges, a in instances:
-        algorithm = METHODS[method](graph, local, edges, float(rho), **params)
+        algorithm = METHODS[method](graph, local, edges, rho, **params)
         state = algorithm.init(a.T[..., None])  # pdmm's state layout: x (n, B, 1)
         iterates = []
         for _ in range(rounds):
@@ -133,18 +190,24 @@ def classical_errors(method, params, rho, rounds, instances):
     return torch.cat(out, dim=1)
 
 
-def tune_rho(method, params, rounds, instances):
-    """(rho best after the last round, (rounds,) rho best after each round) of RHO_GRID on `instances`."""
-    scores = np.stack([torch.log10(classical_errors(method, params, rho, rounds, instances)).mean(1).numpy()
-                       for rho in RHO_GRID])  # (grid, rounds)
-    best = np.nanargmin(scores, axis=0)
-    return float(RHO_GRID[best[-1]]), RHO_GRID[best]
+def mean_log(errors):
+    """(rounds, instances) errors -> (rounds,) mean log10 error, errors below FLOOR counted as FLOOR and
+    non-finite ones (a diverged run) as +inf."""
+    logs = torch.log10(errors.clamp_min(FLOOR)).nan_to_num(nan=math.inf)
+    return logs.mean(1).numpy()
 
 
-def schedule_errors(method, params, rhos, instances):
-    """(rounds, instances): round r's errors at rhos[r] (one run per distinct rho)."""
-    runs = {rho: classical_errors(method, params, rho, len(rhos), instances) for rho in set(rhos.tolist())}
-    return torch.stack([runs[rho][r] for r, rho in enumerate(rhos.tolist())])
+def filter_errors(coefficients_of, instances):
+    """{round: (instances,) errors} of the polynomial filters {round: coefficients} of each graph's Metropolis
+    matrix, coefficients_of(W) giving them per graph (or the same for every graph)."""
+    out = {}
+    for G, a, *_ in instances:
+        W = pdmm.mixing_matrix(G, MIXING)
+        a = np.asarray(a, dtype=np.float64)
+        for r, c in coefficients_of(W).items():
+            e = disagreement_error(torch.as_tensor(apply_filter(W, a, c)), torch.as_tensor(a))
+            out.setdefault(r, []).append(e)
+    return {r: torch.cat(e) for r, e in out.items()}
 
 
 @torch.no_grad()
@@ -167,79 +230,163 @@ def depth_of(model, rounds):
 
 @dataclass
 class SeedResult:
-    """One seed's mean log10 errors {(method, set): (rounds,) array, nan past a method's depth} and
-    what was fitted on the way (tuned rhos, learned schedules, weight shifts)."""
+    """One seed's mean log10 errors {(method, set): (horizon,) array, nan at rounds a method is not shown}
+    and what was fitted on the way (tuned parameters, learned schedules, weight shifts, choices)."""
     log_errors: dict = field(default_factory=dict)
     fitted: dict = field(default_factory=dict)
 
 
-def evaluate_seed(setting, seed, transformers, progress=lambda text: None):
+class _Recorder:
+    """Writes rows of one seed's SeedResult: rows are (horizon,) arrays, nan where a method has no value."""
+
+    def __init__(self, setting, result):
+        self.horizon, self.result = setting.horizon, result
+
+    def rounds(self, label, name, values, rounds=None):
+        """values[k] is the mean log10 error at round rounds[k] (default 1, 2, ...)."""
+        row = np.full(self.horizon, np.nan)
+        rounds = np.arange(1, len(values) + 1) if rounds is None else np.asarray(rounds)
+        row[rounds - 1] = values
+        self.result.log_errors[(label, name)] = row
+
+    def errors(self, label, name, errors):
+        """errors: (rounds, instances) from round 1."""
+        self.rounds(label, name, mean_log(errors))
+
+
+def tune_classical(name, setting, tuning, sets, record, result):
+    """Rows of classical method `name` (TUNED) tuned per round and for the last round; returns its per-round
+    tuning scores {round: mean log10 tuning error}."""
+    method, fixed, key, grid = TUNED[name]
+    rounds, R = setting.classical_rounds(), setting.rounds
+    params = [dict(fixed) if value is None else {**fixed, key: value} for value in grid]
+    scores = np.stack([mean_log(classical_errors(method, p, rounds[-1], tuning)) for p in params])  # (grid, horizon)
+    choice = {r: int(np.argmin(scores[:, r - 1])) for r in rounds}
+    needed = {}  # the grid entries the held-out sets run, and up to which round
+    for r, g in choice.items():
+        needed[g] = max(needed.get(g, 0), r)
+    needed[choice[R]] = max(needed[choice[R]], R)
+    for set_name, instances in sets.items():
+        runs = {g: mean_log(classical_errors(method, params[g], last, instances)) for g, last in needed.items()}
+        record.rounds(per_round(name), set_name, [runs[choice[r]][r - 1] for r in rounds], rounds)
+        if key is not None:
+            record.rounds(for_horizon(name, R), set_name, runs[choice[R]][:R])
+    if key is not None:
+        result.fitted[f"{name}: {key} per round"] = {r: _plain(grid[g]) for r, g in choice.items()}
+    return {r: float(scores[g, r - 1]) for r, g in choice.items()}
+
+
+def _plain(value):
+    """A grid value as JSON: a float or a list of floats."""
+    return [float(v) for v in value] if isinstance(value, tuple) else float(value)
+
+
+def polynomial_rows(setting, tuning, sets, record, result):
+    """The fitted filter rows and the per-graph polynomial bound; returns the filter's tuning scores."""
+    degrees = [r for r in setting.classical_rounds() if r <= FILTER_ROUNDS]
+    spectra = [nontrivial_spectrum(pdmm.mixing_matrix(G, MIXING)) for G, *_ in tuning]
+    fitted = {r: fit_filter(spectra, r) for r in degrees}
+    scores = {r: float(mean_log(e[None])[0]) for r, e in filter_errors(lambda W: fitted, tuning).items()}
+    for set_name, instances in sets.items():
+        errors = filter_errors(lambda W: fitted, instances)
+        record.rounds(FILTER, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
+        bound = filter_errors(lambda W: {r: oracle_filter(nontrivial_spectrum(W), r) for r in degrees}, instances)
+        record.rounds(POLY_ORACLE, set_name, [float(mean_log(bound[r][None])[0]) for r in degrees], degrees)
+    result.fitted["polynomial filter coefficients (chebyshev basis)"] = {r: c.tolist() for r, c in fitted.items()
+                                                                         if r in (1, setting.depth, setting.rounds)}
+    return scores
+
+
+def best_classical(setting, scores, sets, record, result):
+    """The BEST row: per round, the candidate with the smallest tuning score there."""
+    rounds = setting.classical_rounds()
+    chosen = {r: min((label for label in CANDIDATES if r in scores[label]), key=lambda label: scores[label][r])
+              for r in rounds}
+    for set_name in sets:
+        record.rounds(BEST, set_name, [result.log_errors[(chosen[r], set_name)][r - 1] for r in rounds], rounds)
+    result.fitted["best classical per round"] = chosen
+
+
+def evaluate_seed(setting, seed, transformers, progress=lambda text: None, training=None):
     """SeedResult of every row (module docstring) on seed `seed`'s instances; `transformers` maps a row
-    label to that seed's trained GraphTransformer."""
-    sets, tuning = setting.draw(seed)
+    label to that seed's trained GraphTransformer; `training` (optional) what training them took,
+    {label: {...}}, kept in the result."""
+    sets, tuning, validation = setting.draw(seed)
     R, K = setting.rounds, setting.depth
     compiled_sets, compiled_tuning = {name: compiled(inst) for name, inst in sets.items()}, compiled(tuning)
     result = SeedResult()
+    record = _Recorder(setting, result)
 
-    def record(label, errors_of, precompiled=False):
-        for name, instances in sets.items():
-            e = errors_of(compiled_sets[name] if precompiled else instances)
-            row = np.full(R, np.nan)
-            row[:len(e)] = torch.log10(e.clamp_min(FLOOR)).mean(1).numpy()
-            result.log_errors[(label, name)] = row
+    progress("oracles")
+    for name, instances in sets.items():
+        record.errors(ORACLE, name, oracle_errors(instances, R))
+        record.errors(BAYES, name, bayes_oracle_errors(instances, R, setting.mu_scale ** 2))
+    scores = {}
+    for name in TUNED:
+        progress(f"tuning {name}")
+        scores[per_round(name)] = tune_classical(name, setting, compiled_tuning, compiled_sets, record, result)
+    for name, instances in compiled_sets.items():
+        record.errors(OWN_INTERVAL, name, classical_errors("chebyshev", {"mixing": MIXING}, R, instances))
+    progress("polynomial filters")
+    scores[FILTER] = polynomial_rows(setting, tuning, sets, record, result)
+    best_classical(setting, scores, sets, record, result)
+    result.fitted["tuning scores"] = {label: {r: s for r, s in values.items()} for label, values in scores.items()}
 
-    progress("ball oracle")
-    record(ORACLE, lambda inst: oracle_errors(inst, R))
-    record(BAYES, lambda inst: bayes_oracle_errors(inst, R, setting.mu_scale ** 2))
-    rhos = {}
-    for label, (method, params) in CLASSICAL.items():
-        progress(f"tuning {label}")
-        rhos[label], schedule = tune_rho(method, params, R, compiled_tuning)
-        record(label, lambda inst, m=method, p=params, rho=rhos[label]: classical_errors(m, p, rho, R, inst), True)
-        if label == "pdmm":
-            record(SCHEDULE, lambda inst: schedule_errors(method, params, schedule, inst), True)
-            result.fitted["oracle rho schedule"] = schedule.tolist()
-    result.fitted["rho tuned for the last round"] = rhos
-
+    rho = result.fitted["pdmm: rho per round"][R]
     progress("learned pdmm")
-    problems = [(averaging_problem(G, a), torch.as_tensor(a.mean(1, keepdims=True)[..., None]).expand(*a.shape, 1),
-                 a[..., None]) for G, a, _ in tuning]
-    learned = UnrolledPDMM(R, rho=rhos["pdmm"], learnable=True)
-    fit(learned, problems, setting.learned_steps)
-    record(LEARNED, lambda inst: torch.cat([disagreement_error(learned(averaging_problem(G, a), x0=a[..., None])[..., 0]
-                                                               .detach(), torch.as_tensor(a)) for G, a, *_ in inst], 1))
+    problems = lambda data: [(averaging_problem(G, a), torch.as_tensor(a.mean(1, keepdims=True)[..., None])  # noqa: E731
+                              .expand(*a.shape, 1), a[..., None]) for G, a, _ in data]
+    learned = UnrolledPDMM(R, rho=rho, learnable=True)
+    log = fit(learned, problems(tuning), setting.learned_steps, validation=problems(validation))
+    for name, instances in sets.items():
+        record.errors(LEARNED, name, torch.cat([disagreement_error(learned(averaging_problem(G, a), x0=a[..., None])
+                                                                   [..., 0].detach(), torch.as_tensor(a))
+                                                for G, a, *_ in instances], 1))
     result.fitted["learned rho_k"] = learned.rho().tolist()
     result.fitted["learned theta_k"] = learned.theta().tolist()
+    result.fitted[f"{LEARNED}: fit"] = _fit_summary(log)
 
     progress("pdmm-transformer")
-    rho = rhos["pdmm"]
     features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
     hand_set = pdmm_transformer(rho, R, start="a")
-    record(HAND_SET, lambda inst: model_errors(hand_set, inst, features=features, self_loops=False))
+    for name, instances in sets.items():
+        record.errors(HAND_SET, name, model_errors(hand_set, instances, features=features, self_loops=False))
     reference = pdmm_transformer(rho, K, start="a")
     for label, init, lr in ((FROM_PDMM, "pdmm", setting.finetune_lr[0]), (FROM_RANDOM, "random", setting.finetune_lr[1])):
         model = pdmm_transformer(rho, K, start="a", init=init, seed=seed)
-        losses = fit_graph_model(model, [(G, a) for G, a, _ in tuning], setting.finetune_steps, lr, features)
-        record(label, lambda inst, m=model: model_errors(m, inst, features=features, self_loops=False))
-        result.fitted[f"{label}: loss first, best"] = [losses[0], min(losses)]
+        log = fit_graph_model(model, [(G, a) for G, a, _ in tuning], setting.finetune_steps, lr, features,
+                              validation=[(G, a) for G, a, _ in validation])
+        for name, instances in sets.items():
+            record.errors(label, name, model_errors(model, instances, features=features, self_loops=False))
+        result.fitted[f"{label}: fit"] = _fit_summary(log)
         result.fitted[f"{label}: weight shift from pdmm"] = weight_shift(model, reference)
 
     for label, model in transformers.items():
         progress(label)
         model.eval()
-        record(label, lambda inst, m=model: model_errors(m, inst, rounds=depth_of(m, R)))
+        for name, instances in sets.items():
+            record.errors(label, name, model_errors(model, instances, rounds=depth_of(model, R)))
+    if training:
+        result.fitted["training"] = training
     return result
 
 
-def numbers_sent(label, d_model=None):
-    """Numbers a node sends per edge and round for row `label`: None for the oracles (every value in the
-    ball), the key and value widths 2 d_model of a transformer layer (the PDMM-transformer's D_MODEL = 7),
-    else 1 (PDMM-like methods send one number per edge at d = 1)."""
-    if label in (ORACLE, BAYES):
+def _fit_summary(log):
+    """What a full-batch fit did, for compare.json: first and best losses, steps, best step, why it stopped."""
+    watched = log.validation or log.losses
+    return {"loss first": log.losses[0], "validation best": watched[log.best_step], "steps": len(log.losses) - 1,
+            "best step": log.best_step, "stopped by": log.stopped_by}
+
+
+def numbers_sent(label, model=None):
+    """Numbers a node sends per edge and round for row `label`: None for the bounds (every value in the
+    ball; the spectrum), a trained transformer's keys and values (model.numbers_sent), the PDMM-
+    transformer's 2 D_MODEL = 14, else 1 (every classical method sends one number per edge at d = 1)."""
+    if label in BOUNDS:
         return None
     if label in (HAND_SET, FROM_PDMM, FROM_RANDOM):
         return 2 * D_MODEL
-    return 1 if d_model is None else 2 * d_model
+    return 1 if model is None else model.numbers_sent
 
 
 def compare(setting, seeds, transformers=lambda seed: {}, progress=lambda text: None):
@@ -249,8 +396,7 @@ def compare(setting, seeds, transformers=lambda seed: {}, progress=lambda text: 
     for seed in seeds:
         models = transformers(seed)
         results[seed] = evaluate_seed(setting, seed, models, progress)
-        sent.update({label: numbers_sent(label, models[label].blocks[0].attn.config.d_model if label in models else None)
-                     for label, _ in results[seed].log_errors})
+        sent.update({label: numbers_sent(label, models.get(label)) for label, _ in results[seed].log_errors})
     return CompareTable.from_seeds(setting, results, sent)
 
 
@@ -264,14 +410,18 @@ def t_interval(values, confidence=0.95):
     return mean, mean - half, mean + half
 
 
+SEED_COLUMNS = ("method", "set", "seed", "round", "log10_error", "numbers_sent")
+
+
 @dataclass
 class CompareTable:
-    """Per-seed mean log10 errors of every (method, set), stacked: log_errors[(method, set)] is (seeds, rounds)."""
+    """Per-seed mean log10 errors of every (method, set), stacked: log_errors[(method, set)] is (seeds, horizon),
+    nan at rounds where the method has no value."""
     seeds: list
     rounds: int
     depth: int
     log_errors: dict
-    sent: dict          # method -> numbers sent per edge and round (None: unbounded, the oracle)
+    sent: dict          # method -> numbers sent per edge and round (None: unbounded, the bounds)
     fitted: dict        # seed -> what was fitted
 
     @classmethod
@@ -283,6 +433,32 @@ class CompareTable:
                    {k: np.stack([results[s].log_errors[k] for s in seeds]) for k in keys}, sent,
                    {s: results[s].fitted for s in seeds})
 
+    def seed_rows(self):
+        """The per-seed values, one dict per (method, set, seed, round) with a value (SEED_COLUMNS; numbers_sent
+        cumulative per edge, empty for the bounds): what compare writes to seeds.csv."""
+        out = []
+        for (method, name), values in self.log_errors.items():
+            sent = self.sent.get(method)
+            for r in self.available(method):
+                for seed, value in zip(self.seeds, values[:, r - 1]):
+                    out.append({"method": method, "set": name, "seed": seed, "round": int(r),
+                                "log10_error": repr(float(value)), "numbers_sent": "" if sent is None else sent * int(r)})
+        return out
+
+    @classmethod
+    def from_seed_rows(cls, rows, rounds, depth, fitted=None):
+        """The table of seed_rows() output (e.g. read back from seeds.csv with csv.DictReader)."""
+        seeds = sorted({int(row["seed"]) for row in rows})
+        horizon = max(int(row["round"]) for row in rows)
+        log_errors, sent = {}, {}
+        for row in rows:
+            key = (row["method"], row["set"])
+            if key not in log_errors:
+                log_errors[key] = np.full((len(seeds), horizon), np.nan)
+            log_errors[key][seeds.index(int(row["seed"])), int(row["round"]) - 1] = float(row["log10_error"])
+            sent[row["method"]] = int(row["numbers_sent"]) // int(row["round"]) if row["numbers_sent"] != "" else None
+        return cls(seeds, rounds, depth, log_errors, sent, fitted or {})
+
     @property
     def methods(self):
         return list(dict.fromkeys(m for m, _ in self.log_errors))
@@ -291,42 +467,58 @@ class CompareTable:
     def sets(self):
         return list(dict.fromkeys(s for _, s in self.log_errors))
 
+    @property
+    def horizon(self):
+        return next(iter(self.log_errors.values())).shape[1]
+
+    def available(self, method):
+        """The rounds (1-based, ascending) at which `method` has a value on every seed."""
+        values = self.log_errors[(method, self.sets[0])]
+        return [r + 1 for r in np.flatnonzero(~np.isnan(values).any(axis=0))]
+
+    def has(self, method, r):
+        return 1 <= r <= self.horizon and not np.isnan(self.log_errors[(method, self.sets[0])][:, r - 1]).any()
+
     def shown(self, method):
-        """Rounds (1-based) at which `method` has a value."""
-        row = self.log_errors[(method, self.sets[0])][0]
-        return int(np.sum(~np.isnan(row)))
+        """The last round up to R at which `method` has a value (its depth for untied transformers)."""
+        return max(r for r in self.available(method) if r <= self.rounds)
 
     def cell(self, method, name, r):
         """(geometric-mean error, 95 % low, high) over seeds after round r (1-based)."""
         mean, low, high = t_interval(self.log_errors[(method, name)][:, r - 1])
         return float(10 ** mean), float(10 ** low), float(10 ** high)
 
-    def paired(self, method, other, name, r):
-        """Paired comparison after round r: (ratio of geometric means, 95 % low, high, p of scipy's
-        ttest_rel) over seeds; ratio < 1: `method` has the smaller error."""
-        a, b = self.log_errors[(method, name)][:, r - 1], self.log_errors[(other, name)][:, r - 1]
+    def paired(self, method, other, name, r, r_other=None):
+        """Paired comparison of `method` after round r with `other` after round r_other (default r): (ratio of
+        geometric means, 95 % low, high, p of scipy's ttest_rel) over seeds; ratio < 1: `method` has the smaller
+        error."""
+        a = self.log_errors[(method, name)][:, r - 1]
+        b = self.log_errors[(other, name)][:, (r if r_other is None else r_other) - 1]
         mean, low, high = t_interval(a - b)
         p = float(stats.ttest_rel(a, b).pvalue) if len(a) > 1 and np.any(a != b) else math.nan
         return float(10 ** mean), float(10 ** low), float(10 ** high), p
 
     def rows(self):
-        """CSV rows: method, set, round, the cell and its interval, the paired ratio to the ball oracle."""
+        """Summary CSV rows: method, set, round, the cell and its interval, the paired ratio to the best classical
+        row at the same round (where it has a value) and the numbers sent per edge so far."""
         out = []
         for (method, name), values in self.log_errors.items():
-            for r in range(1, self.shown(method) + 1):
+            for r in self.available(method):
                 error, low, high = self.cell(method, name, r)
-                ratio, r_low, r_high, _ = self.paired(method, ORACLE, name, r)
+                ratio, r_low, r_high, _ = (self.paired(method, BEST, name, r) if (BEST, name) in self.log_errors
+                                           and self.has(BEST, r) else (math.nan,) * 4)
                 out.append({"method": method, "set": name, "round": r, "seeds": len(self.seeds),
                             "error": error, "error_low": low, "error_high": high,
-                            "vs_oracle": ratio, "vs_oracle_low": r_low, "vs_oracle_high": r_high,
+                            "vs_best_classical": ratio, "vs_best_classical_low": r_low,
+                            "vs_best_classical_high": r_high,
                             "sent_per_edge": None if self.sent.get(method) is None else self.sent[method] * r})
         return out
 
-    def verdict(self, method, other, name, r):
+    def verdict(self, method, other, name, r, r_other=None):
         """'better' / 'worse' where the paired 95 % interval of the log ratio excludes 0, else 'not separable'."""
-        _, low, high, _ = self.paired(method, other, name, r)
+        _, low, high, _ = self.paired(method, other, name, r, r_other)
         if len(self.seeds) < 2 or math.isnan(low):
-            return "not separable (one seed)"
+            return "not separable (one seed)" if len(self.seeds) < 2 else "not separable"
         return "better" if high < 1 else "worse" if low > 1 else "not separable"
 
     def trend(self, method, name):

@@ -44,18 +44,19 @@ def relative_errors(iterates, x_star):
     return (iterates - x_star).square().sum((-2, -1)).sqrt() / x_star.square().sum((-2, -1)).sqrt()
 
 
-def fit(model, instances, steps, lr=None):
+def fit(model, instances, steps, lr=None, validation=None):
     """Adam (lr 0.2 / K by default) on the model's rho_k, theta_k, full batch over the training
-    `instances` [(problem, x*)] or [(problem, x*, x0)]; the model ends with the parameters of the
-    lowest training loss (bridge.fitting.adam_keep_best).
-    Returns the loss (mean log e_K^2 over every instance) before every step and after the last."""
-    count = sum(len(instance[1]) for instance in instances)
+    `instances` [(problem, x*)] or [(problem, x*, x0)], for `steps` steps or, given `validation`
+    instances, until their loss plateaus (bridge.fitting.adam_keep_best); the model ends with the
+    parameters of the lowest training (validation) loss. Returns the FitLog of the losses, the mean
+    log e_K^2 over every instance."""
+    def loss_on(data):
+        count = sum(len(instance[1]) for instance in data)
+        return lambda: sum(torch.log(relative_errors(model(problem, *start), x_star)[-1].square() + 1e-300).sum()
+                           for problem, x_star, *start in data) / count
 
-    def loss():
-        return sum(torch.log(relative_errors(model(problem, *start), x_star)[-1].square() + 1e-300).sum()
-                   for problem, x_star, *start in instances) / count
-
-    return adam_keep_best(model, loss, steps, 0.2 / model.layers if lr is None else lr)
+    return adam_keep_best(model, loss_on(instances), steps, 0.2 / model.layers if lr is None else lr,
+                          None if validation is None else loss_on(validation))
 
 
 @torch.no_grad()
@@ -105,7 +106,7 @@ def learned_vs_constant(layers, train_graphs=16, test_graphs=16, steps=150, seed
         rho = best_constant_rho(K, train_set)
         constant = UnrolledPDMM(K, rho=rho)
         learned = UnrolledPDMM(K, rho=rho, learnable=True)
-        losses = fit(learned, train_set, steps)
+        losses = fit(learned, train_set, steps).losses
         training[K] = {"seconds": time.perf_counter() - start, "best_constant_rho": rho,
                        "rho_k": learned.rho().tolist(), "theta_k": learned.theta().tolist(),
                        "loss_first": losses[0], "loss_best": min(losses)}

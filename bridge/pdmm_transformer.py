@@ -120,7 +120,7 @@ def graph_errors(model, instances, features_fn, self_loops=False):
         return errors(model, prepare(model, instances, features_fn, self_loops))
 
 
-def fit_graph_model(model, instances, steps, lr, features_fn, self_loops=False):
+def fit_graph_model(model, instances, steps, lr, features_fn, self_loops=False, validation=None):
     """Full-batch Adam on mean(e^2) over layers and instances; returns the losses before every step
     and after the last (`steps + 1`, fewer if the loss stopped being finite). The model ends with the
     parameters of the lowest loss seen, as bridge.learned.fit does (a run that blows up keeps its best
@@ -135,7 +135,9 @@ def fit_graph_model(model, instances, steps, lr, features_fn, self_loops=False):
     if not instances:
         raise ValueError("fit_graph_model needs at least one (graph, a) instance")
     prepared = prepare(model, instances, features_fn, self_loops)
-    return adam_keep_best(model, lambda: errors(model, prepared).square().mean(), steps, lr)
+    held = None if validation is None else prepare(model, validation, features_fn, self_loops)
+    return adam_keep_best(model, lambda: errors(model, prepared).square().mean(), steps, lr,
+                          None if held is None else lambda: errors(model, held).square().mean())
 
 
 def weight_shift(model, reference):

@@ -48,6 +48,8 @@ class ModelConfig:
     kernel: str = "softmax"
     symmetric: bool = False
     self_loops: bool = True         # false: no token attends to itself (ViT only; AttentionX's ViT setting)
+    send_width: int = 0             # numbers a token sends each neighbour per layer: keys send_width // 2 wide,
+                                    # values the rest (0: key and value d_model wide each, 2 d_model)
     kind: str = "transformer"       # "convex": ConvexTokenClassifier over fixed embeddings; "convex_blocks":
                                     # n_layer convex attention + FCN blocks over trained embeddings (MATH.md 6;
                                     # both task modular only)
@@ -76,6 +78,9 @@ class TrainConfig:
     compile: bool = False
     stop_metric: str = ""           # e.g. "val_acc": stop at the first evaluation where it reaches stop_value
     stop_value: float = 0.0
+    patience: int = 0               # 0: off; else stop after this many evaluations in a row without improvement
+    min_delta: float = 0.0          # an improvement beats the best so far by more than this fraction of it
+    plateau_metric: str = ""        # what patience watches; "": the task's first metric (val_loss)
 
 
 @dataclass
@@ -88,7 +93,8 @@ class RunConfig:
 TABLES = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
 PLAN_TABLES = ("sweep", "report")
 NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma", "beta",
-                "gates", "group_lasso"}
+                "gates", "group_lasso", "send_width",
+                "patience", "min_delta"}
 MODEL_KINDS = ("transformer", "convex", "convex_blocks")
 
 
@@ -212,7 +218,7 @@ def checked(name, value, kind):
 
 
 def check_ranges(config):
-    """Sizes, rates and intervals > 0; NON_NEGATIVE ones >= 0; betas and dropout below 1."""
+    """Sizes, rates and intervals > 0; NON_NEGATIVE ones >= 0; betas, dropout and min_delta below 1."""
     for table in ("model", "train"):
         for f in dataclasses.fields(TABLES[table]):
             value = getattr(getattr(config, table), f.name)
@@ -222,9 +228,11 @@ def check_ranges(config):
                 if f.name not in NON_NEGATIVE and f.name != "stop_value" and value <= 0:
                     raise UsageError(f"{table}.{f.name} must be > 0, got {value}")
     for name, value in (("model.dropout", config.model.dropout), ("train.beta1", config.train.beta1),
-                        ("train.beta2", config.train.beta2)):
+                        ("train.beta2", config.train.beta2), ("train.min_delta", config.train.min_delta)):
         if value >= 1:
             raise UsageError(f"{name} must be < 1, got {value}")
+    if config.model.send_width == 1:
+        raise UsageError("model.send_width must be 0 (key and value d_model wide each) or >= 2, got 1")
     if config.model.kind not in MODEL_KINDS:
         raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {config.model.kind!r}")
     try:

@@ -71,14 +71,18 @@ def plot_runs(curves, metric, path, title=None):
     return fig
 
 
-def plot_training(rows, path, title):
-    """Save training loss (every logged step) and validation loss (evaluation steps) against step."""
+def plot_training(rows, path, title, best_step=None):
+    """Save training loss (every logged step) and validation loss (evaluation steps) against step; returns the
+    Figure. `best_step` (the plateau rule's best evaluation, whose weights are best.pt) is marked by a vertical line."""
     fig = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = fig.subplots()
     ax.plot([r["step"] for r in rows], [r["train_loss"] for r in rows], lw=0.8, alpha=0.6, label="train loss")
     evals = [r for r in rows if "val_loss" in r]
     ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="validation loss")
+    if best_step is not None:
+        ax.axvline(best_step, color="black", ls="--", lw=0.8, label=f"best (step {best_step})")
     ax.set(xlabel="step", ylabel="loss", title=title)
     ax.grid(True, alpha=0.4)
     ax.legend()
     fig.savefig(path, dpi=120)
+    return fig

@@ -4,7 +4,8 @@
 
 A run directory holds config.toml (resolved), meta.json (package version, git commit, torch,
 device, command line, extensions), metrics.jsonl (one row per logged step), ckpt.pt (every
-checkpoint_interval steps and at the end) with the one before it in ckpt.prev.pt, summary.json and
+checkpoint_interval steps and at the end) with the one before it in ckpt.prev.pt, best.pt (the
+weights of the best evaluation, under the plateau rule: train.patience > 0), summary.json and
 curves.png at the end, and sample.txt for language models. Every file but metrics.jsonl is written
 to a temporary file, fsynced and renamed; metrics.jsonl is fsynced before each checkpoint, and a
 resume truncates it to the checkpoint's position, so a torn last row is dropped and recomputed. Batches are drawn from a generator seeded by
@@ -35,6 +36,7 @@ import threading
 import time
 import tomllib
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,13 +46,14 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from .common import UsageError, WriteError, is_leftover, package_version, write_atomic
-from .config import from_tables, to_tables, to_toml
+from .config import TrainConfig, from_tables, load_config, to_tables, to_toml
 from .plots import plot_training
 from .runs import read_metrics
 from .tasks import build_task
 from .world import DataParallel, World
 
 CHECKPOINT, PREVIOUS = "ckpt.pt", "ckpt.prev.pt"  # the newest checkpoint, and the one before it
+BEST = "best.pt"  # the model weights at the best evaluation, kept under the plateau rule (train.patience > 0)
 EXTENDABLE = ("max_iters", "warmup_iters", "lr", "min_lr")  # [train] keys --extend may change: the schedule
 RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT, PREVIOUS)  # what marks a directory as a run
 
@@ -190,6 +193,15 @@ def load_checkpoint(path, keys=("model",)):
     return checkpoint
 
 
+def best_weights(run_dir) -> Path:
+    """The weights file that stands for run `run_dir` (read it with load_weights): best.pt when the run
+    trained under the plateau rule (train.patience > 0), else ckpt.pt."""
+    config = Path(run_dir) / "config.toml"
+    if not config.is_file():
+        raise UsageError(f"{run_dir} is not a run directory: it has no config.toml")
+    return Path(run_dir) / (BEST if load_config(config).train.patience else CHECKPOINT)
+
+
 def load_weights(model, path):
     """Load the model weights of checkpoint `path` into `model`; weights that do not fit it are a UsageError."""
     try:
@@ -275,8 +287,10 @@ def extension(stored, config, out):
 def record_extension(out, changed, state, config):
     """Reopen a run for --extend: drop summary.json, note the change in meta.json, then store the new config."""
     if state.get("stopped"):
-        raise UsageError(f"cannot extend {out}: it stopped early at step {state['step']} when train.stop_metric "
-                         "was reached, and would stop there again")
+        how = ("by the plateau rule (train.patience evaluations without improvement)"
+               if stop_reason(state, config.train) == "plateau" else "when train.stop_metric was reached")
+        raise UsageError(f"cannot extend {out}: it stopped early at step {state['step']} {how}, "
+                         "and would stop there again")
     (out / "summary.json").unlink(missing_ok=True)
     meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").is_file() else {}
     meta.setdefault("extended", []).append({
@@ -354,13 +368,18 @@ def run_steps(config, out, resume, progress, extend, world):
     if train_cfg.stop_metric and train_cfg.stop_metric not in task.metrics:
         raise UsageError(f"train.stop_metric must be one of the metrics task {config.task.name} logs "
                          f"({', '.join(task.metrics)}), got {train_cfg.stop_metric!r}")
+    if train_cfg.plateau_metric and train_cfg.plateau_metric not in task.metrics:
+        raise UsageError(f"train.plateau_metric must be one of the metrics task {config.task.name} logs "
+                         f"({', '.join(task.metrics)}), got {train_cfg.plateau_metric!r}")
+    watched = train_cfg.plateau_metric or task.metrics[0]  # the plateau rule's metric
+    lower = lower_is_better(watched)
     if world.size > 1:
         world.shard(task.train_batch(step_generator(train_cfg.seed, 1, 0)))  # a global batch that splits, or an error
     model = task.build_model().to(device)
     optimizer = optimizer_for(model, train_cfg, device)
     params = sum(p.numel() for p in model.parameters())
     state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0,
-             "stopped": False}
+             "stopped": False, "best_value": None, "best_step": None, "since_best": 0}  # the last 3: the plateau rule
     if resume:
         checkpoint = world.first(usable_checkpoint, out)  # RNG states stay on CPU; rank 0 reads, all receive
         try:
@@ -372,7 +391,7 @@ def run_steps(config, out, resume, progress, extend, world):
         torch.set_rng_state(checkpoint["rng"])
         if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
-        state = checkpoint["state"]
+        state = {**state, **checkpoint["state"]}  # checkpoints from before the plateau rule lack its keys
         world.first(reopen, out, state, changed, config)
     else:
         world.first(start_run, out, config, device, world)
@@ -427,13 +446,20 @@ def run_steps(config, out, resume, progress, extend, world):
                     with autocast:
                         metrics = task.evaluate(evaluated, step_generator(train_cfg.seed, step, 1), device)
                     row.update(world.share(metrics))  # rank 0's numbers, so every rank stops alike
+                    if train_cfg.patience:
+                        state["best_value"], state["since_best"] = plateau_step(
+                            state["best_value"], state["since_best"], row[watched], train_cfg.min_delta, lower)
+                        if state["since_best"] == 0:  # a new best: keep its weights
+                            state["best_step"] = step
+                            if world.rank == 0:
+                                save_atomic({"model": model.state_dict(), "step": step}, out / BEST)
                     bar.set_postfix({k: f"{v:.4f}" for k, v in row.items() if k.startswith("val_")}, refresh=False)
                 row["time"] = time.perf_counter() - start_time
                 if metrics_file is not None and (step % train_cfg.log_interval == 0 or "val_loss" in row):
                     write_row(metrics_file, row)
                 bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
                 bar.update()
-                state["stopped"] = reached(row, train_cfg)
+                state["stopped"] = reached(row, train_cfg) or plateaued(state["since_best"], train_cfg.patience)
                 if metrics_file is not None and (step % train_cfg.checkpoint_interval == 0
                                                  or step == train_cfg.max_iters or state["stopped"] or interrupted):
                     state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
@@ -461,6 +487,46 @@ def reached(row, train):
     return value <= train.stop_value if lower_is_better(train.stop_metric) else value >= train.stop_value
 
 
+def plateau_step(best: float | None, since: int, value: float, min_delta: float,
+                 lower: bool) -> tuple[float, int]:
+    """(best, evaluations since it) after one more evaluation `value` under the plateau rule.
+
+    `value` improves on `best` when it is below best - |best| min_delta (best (1 - min_delta) for the
+    usual best >= 0), or above best + |best| min_delta when higher is better (`lower` False); the first
+    evaluation (best None) always improves. An improvement becomes the best, 0 evaluations ago."""
+    margin = 0.0 if best is None else abs(best) * min_delta
+    improved = best is None or (value < best - margin if lower else value > best + margin)
+    return (value, 0) if improved else (best, since + 1)
+
+
+def plateaued(since: int, patience: int) -> bool:
+    """Whether `since` evaluations without improvement end the run (patience 0: never)."""
+    return 0 < patience <= since
+
+
+def plateau(values: Sequence[float], patience: int, min_delta: float = 0.0,
+            lower: bool = True) -> tuple[bool, int | None]:
+    """The plateau rule over evaluations `values`, oldest first: (whether it stops the run, index of the best).
+
+    The run stops at the first evaluation that completes `patience` evaluations in a row without
+    improvement (plateau_step), and the best is the last improving evaluation up to that one (None
+    for no values); the training loop applies the same steps one evaluation at a time."""
+    best, since, index = None, 0, None
+    for position, value in enumerate(values):
+        best, since = plateau_step(best, since, value, min_delta, lower)
+        index = position - since
+        if plateaued(since, patience):
+            return True, index
+    return False, index
+
+
+def stop_reason(state: dict, train: TrainConfig) -> str:
+    """What ended a run: "plateau" (the patience rule), "stop_metric" (its target), or "max_iters" (the cap)."""
+    if not state["stopped"]:
+        return "max_iters"
+    return "plateau" if plateaued(state["since_best"], train.patience) else "stop_metric"
+
+
 def finish(task, model, config, out, state, params, world):
     """curves.png, sample.txt (language models) and, last, summary.json from the finished run.
 
@@ -477,8 +543,10 @@ def finish(task, model, config, out, state, params, world):
                                      if task.tokens_per_example else None),
                "final": {m: evals[-1][m] for m in task.metrics}, "best": best,
                "wall_seconds": state["elapsed"], "stopped_early": steps < config.train.max_iters,
+               "stopped_by": stop_reason(state, config.train), "best_step": state["best_step"],
                **({"processes": world.size} if world.size > 1 else {})}
-    plot_training(rows, out / "curves.png", title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}")
+    plot_training(rows, out / "curves.png", best_step=state["best_step"],
+                  title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}")
     if hasattr(task, "sample") and task.options.sample_length > 0:
         model.eval()
         device = next(model.parameters()).device

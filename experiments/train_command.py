@@ -5,7 +5,8 @@
     pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --out runs/belief --extend --set train.max_iters=4000
 
 --out (runs/<config name> when not given) receives config.toml, meta.json, metrics.jsonl, ckpt.pt,
-summary.json, curves.png (and sample.txt for char_lm); see experiments/train.py. --extend resumes
+best.pt (with train.patience > 0), summary.json, curves.png (and sample.txt for char_lm); see
+experiments/train.py. --extend resumes
 a run, finished or not, with a larger train.max_iters (the cosine schedule is stretched to it from
 the step reached; meta.json records the change). Ctrl-C stops
 after the current step, writes a checkpoint, prints the command that resumes the run and exits

@@ -16,7 +16,7 @@ from scipy import stats
 
 import attention
 import pdmm
-from bridge.comparison import CompareTable, Setting, classical_errors, compiled, oracle_errors, t_interval
+from bridge.comparison import BEST, CompareTable, Setting, classical_errors, compare, compiled, oracle_errors, t_interval
 from bridge.consensus import GraphFamily, disagreement_error, node_features, sample_values
 from bridge.oracle import ball_oracle, bayes_ball_oracle
 from experiments.cli import main
@@ -119,17 +119,17 @@ def test_pdmm_with_rho_one_from_a_is_the_ball_average_at_round_one_and_beats_it_
     a = np.random.default_rng(1).normal(size=(400, 30))
     instances = compiled([(G, a)])
     oracle = oracle_errors([(G, a)], 3)
-    torch.testing.assert_close(classical_errors("pdmm", {"theta": 1.0}, 1.0, 1, instances)[0], oracle[0], rtol=1e-12,
-                               atol=0)
+    torch.testing.assert_close(classical_errors("pdmm", {"theta": 1.0, "rho": 1.0}, 1, instances)[0], oracle[0],
+                               rtol=1e-12, atol=0)
     for rho in (0.3, 0.7, 1.5, 3.0):
-        assert classical_errors("pdmm", {"theta": 1.0}, rho, 1, instances)[0].log().mean() > oracle[0].log().mean()
+        assert classical_errors("pdmm", {"theta": 1.0, "rho": rho}, 1, instances)[0].log().mean() > oracle[0].log().mean()
 
 
 def test_classical_errors_are_pdmm_solve_errors_per_round():
     G = pdmm.topology("ring", n=6, seed=0)
     a = np.random.default_rng(0).normal(size=(3, 6)) + 1
     for method, params in [("pdmm", {"theta": 1.0}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]:
-        e = classical_errors(method, params, 0.5, 4, compiled([(G, a)]))
+        e = classical_errors(method, {**params, "rho": 0.5}, 4, compiled([(G, a)]))
         assert e.shape == (4, 3)
         x = np.asarray(pdmm.solve(pdmm.averaging(G, a[..., None]), method=method, rho=0.5, max_iter=2, tol=0,
                                   x0=a[..., None], **params).x)[..., 0]
@@ -191,36 +191,74 @@ def test_intervals_and_paired_tests_match_scipy():
 
 def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_the_ball_oracle_at_round_one(tmp_path):
     out = tmp_path / "cmp"
-    args = ["compare", str(CONFIG), "--residuals", "standard", "--tied", "accumulated", "--seeds", "0,1",
+    args = ["compare", str(CONFIG), "--residuals", "standard", "--tied", "accumulated", "--widths", "4", "--seeds", "0,1",
             "--rounds", "4", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps", "2",
             "--finetune-steps", "2", *[f"--set={s}" for s in TINY], "--out", str(out), "--no-progress"]
     assert main([*args, "--results", str(tmp_path / "R.md")]) == 0
     with open(out / "compare.csv") as f:
         rows = list(csv.DictReader(f))
     sets = {"training family", "larger graphs", "ring", "grid"}
-    full = {"ball oracle", "bayes oracle (knows prior and s)", "pdmm", "averaged pdmm", "qa-pdmm", "admm", "pdmm, oracle rho schedule", "learned pdmm",
-            "pdmm-transformer (hand-set)", "tied transformer (accumulated)"}
-    depth = {"transformer (standard)", "pdmm-transformer (trained from pdmm)", "pdmm-transformer (trained from random)"}
+    classical = {"pdmm (tuned per round)", "averaged pdmm (tuned per round)", "admm (tuned per round)", "gossip",
+                 "chebyshev (tuned per round)", "polynomial filter (fitted per round, safeguarded)",
+                 "best classical (chosen on tuning data)"}
+    full = classical | {"ball oracle", "bayes oracle (knows prior and s)", "pdmm (tuned for round 4)",
+                        "averaged pdmm (tuned for round 4)", "admm (tuned for round 4)", "chebyshev (tuned for round 4)",
+                        "chebyshev (own spectral interval)", "best polynomial of W per graph (bound)", "learned pdmm",
+                        "pdmm-transformer (hand-set)", "tied transformer (accumulated)"}
+    depth = {"transformer (standard)", "transformer (belief, w=4)", "pdmm-transformer (trained from pdmm)",
+             "pdmm-transformer (trained from random)"}
     expected = {(m, s, k) for s in sets for m in full for k in (1, 2, 3, 4)}
     expected |= {(m, s, k) for s in sets for m in depth for k in (1, 2)}
-    assert {(r["method"], r["set"], int(r["round"])) for r in rows} == expected
+    assert {(r["method"], r["set"], int(r["round"])) for r in rows if int(r["round"]) <= 4} == expected
+    # classical rows also run to the rounds at which a transformer row has sent as many numbers: w r for w in
+    # 2 d_model = 32, 4 (the width-limited row) and 14 (the PDMM-transformer), r in 1, K = 2
+    later = {int(r["round"]) for r in rows if int(r["round"]) > 4 and r["method"] in classical}
+    assert later == {8, 14, 28, 32, 64}
+    assert {int(r["round"]) for r in rows if r["method"] == "polynomial filter (fitted per round, safeguarded)"} \
+        == {1, 2, 3, 4, 8, 14, 28, 32, 64}
     assert all(float(r["error_low"]) <= float(r["error"]) <= float(r["error_high"]) for r in rows)
     first = [r for r in rows if r["round"] == "1"]
     ball = {r["set"]: float(r["error"]) for r in first if r["method"] == "ball oracle"}
-    equivariant = full - {"ball oracle", "bayes oracle (knows prior and s)", "tied transformer (accumulated)"}
-    assert all(float(r["error"]) >= ball[r["set"]] * (1 - 1e-9) for r in first if r["method"] in equivariant)
+    pdmm_family = {"pdmm (tuned per round)", "pdmm (tuned for round 4)", "averaged pdmm (tuned per round)",
+                   "admm (tuned per round)", "learned pdmm", "pdmm-transformer (hand-set)"}
+    assert all(float(r["error"]) >= ball[r["set"]] * (1 - 1e-9) for r in first if r["method"] in pdmm_family)
     hand_set = {(r["set"], r["round"]): float(r["error"]) for r in rows if r["method"] == "pdmm-transformer (hand-set)"}
     for r in rows:
-        if r["method"] == "pdmm":
+        if r["method"] == "pdmm (tuned for round 4)":
             assert float(r["error"]) == pytest.approx(hand_set[(r["set"], r["round"])], rel=1e-9)
-    assert (out / "compare.png").is_file() and (out / "compare_all.png").is_file()
+    text = (out / "compare.md").read_text()
+    assert (out / "compare.png").is_file() and (out / "compare_all.png").is_file() and (out / "learning.png").is_file()
     assert "<!-- begin compare" in (tmp_path / "R.md").read_text()
-    assert "Round 1 against the ball oracle: " in (out / "compare.md").read_text()
+    assert "Round 1 against the ball oracle: " in text and "### Paired comparisons at equal numbers sent" in text
+    assert "| transformer (belief, w=4) | 2 | best classical (chosen on tuning data) | 8 |" in text
     before = (out / "seeds" / "seed=0.json").stat().st_mtime_ns
     assert main(args) == 0  # the same command again reuses every seed
     assert (out / "seeds" / "seed=0.json").stat().st_mtime_ns == before
+    assert main(["compare", "--from", str(out), "--out", str(tmp_path / "again"), "--no-progress"]) == 0
+    assert (tmp_path / "again" / "compare.md").read_text() == text  # the CSV alone regenerates every table
+    assert (tmp_path / "again" / "compare.csv").read_text() == (out / "compare.csv").read_text()
     with pytest.raises(SystemExit):  # the trained runs are reused only under the same config
         main([*args[:-3], "--set=model.beta=0.5", "--out", str(out), "--no-progress"])
+
+
+def test_the_best_classical_row_is_chosen_on_tuning_data_per_round_and_seed_rows_round_trip():
+    setting = Setting(GraphFamily("random_geometric", 10, 14), depth=2, rounds=3, test_graphs=1, tune_graphs=1,
+                      batch=3, learned_steps=1, finetune_steps=1, checkpoints=(6,), val_graphs=1)
+    table = compare(setting, seeds=[0, 1])
+    for seed in (0, 1):
+        fitted = table.fitted[seed]
+        for r in (1, 2, 3, 6):
+            scores = {label: values[r] for label, values in fitted["tuning scores"].items() if r in values}
+            chosen = fitted["best classical per round"][r]
+            assert chosen == min(scores, key=scores.get)
+            for name in table.sets:
+                i = table.seeds.index(seed)
+                assert table.log_errors[(BEST, name)][i, r - 1] == table.log_errors[(chosen, name)][i, r - 1]
+    again = CompareTable.from_seed_rows([{k: str(v) for k, v in row.items()} for row in table.seed_rows()], 3, 2)
+    assert set(again.log_errors) == set(table.log_errors)
+    for key, values in table.log_errors.items():
+        np.testing.assert_array_equal(again.log_errors[key], values)
+    assert again.sent == {m: table.sent[m] for m in table.methods}
 
 
 def test_compare_refuses_other_tasks_and_foreign_directories(tmp_path, capsys):

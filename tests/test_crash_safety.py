@@ -58,7 +58,8 @@ class Faults:
 @pytest.fixture(autouse=True)
 def quick_plots(monkeypatch):
     """curves.png as a stub file: drawing it is most of a tiny run's time and no part of what is checked."""
-    monkeypatch.setattr(train_module, "plot_training", lambda rows, path, title: path.write_text("curves"))
+    monkeypatch.setattr(train_module, "plot_training",
+                        lambda rows, path, title, best_step=None: path.write_text("curves"))
 
 
 def tiny(*extra):

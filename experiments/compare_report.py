@@ -1,0 +1,353 @@
+"""What `pdmm-bridge compare` writes from a bridge.CompareTable: CSVs, compare.md, the figures and the summary.
+
+Everything here reads the table, the run's meta data (compare.json) and the learning curves only,
+so `compare --from DIR` regenerates every output from the committed per-seed CSV without training.
+"""
+import csv
+import json
+import math
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from bridge.comparison import (BAYES, BEST, BOUNDS, FLOOR, FROM_PDMM, FROM_RANDOM, LEARNED, ORACLE, OWN_INTERVAL,
+                               POLY_ORACLE, SEED_COLUMNS, CompareTable, per_round)
+
+CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
+MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
+
+
+def write_csv(path, rows, columns):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def load(directory):
+    """(table, meta, curves) from a compare directory's seeds.csv, compare.json and curves.csv."""
+    meta = json.loads((directory / "compare.json").read_text())
+    rows = read_csv(directory / "seeds.csv")
+    if not rows or list(rows[0]) != list(SEED_COLUMNS):
+        raise ValueError(f"{directory / 'seeds.csv'} is not a compare seeds.csv (columns {', '.join(SEED_COLUMNS)})")
+    table = CompareTable.from_seed_rows(rows, meta["rounds"], meta["depth"], meta.get("fitted"))
+    curves = read_csv(directory / "curves.csv") if (directory / "curves.csv").is_file() else []
+    return table, meta, curves
+
+
+def write_outputs(out, table, meta, curves):
+    """seeds.csv, curves.csv, compare.csv, compare.json, compare.png, compare_all.png, learning.png and compare.md
+    in `out`; returns the Markdown."""
+    write_csv(out / "seeds.csv", table.seed_rows(), SEED_COLUMNS)
+    write_csv(out / "curves.csv", curves, CURVE_COLUMNS)
+    rows = table.rows()
+    write_csv(out / "compare.csv", rows, rows[0])
+    (out / "compare.json").write_text(json.dumps(meta, indent=1))
+    plot(table, headline_methods(table), out / "compare.png")
+    plot(table, {name: table.methods for name in table.sets}, out / "compare_all.png")
+    if curves:
+        plot_learning(curves, out / "learning.png")
+    text = markdown(table, meta, curves)
+    (out / "compare.md").write_text(text)
+    return text
+
+
+def is_transformer(method):
+    return method.startswith(("transformer", "tied transformer"))
+
+
+def is_model(method):
+    """Rows that send more than one number per edge and round: trained and hand-set transformers."""
+    return is_transformer(method) or method.startswith("pdmm-transformer")
+
+
+def final(table, method, name):
+    """The method's mean log10 error at the last round up to R it is shown for, on set `name`."""
+    return float(np.mean(table.log_errors[(method, name)][:, table.shown(method) - 1]))
+
+
+def headline_methods(table):
+    """{set: at most seven methods}: the Bayes oracle and the polynomial bound, the best classical row, per-round
+    tuned PDMM, learned PDMM, the best trained transformer and the standard one."""
+    out = {}
+    transformers = [m for m in table.methods if is_transformer(m)]
+    for name in table.sets:
+        chosen = [BAYES, POLY_ORACLE, BEST, per_round("pdmm"), LEARNED]
+        if transformers:
+            chosen.append(min(transformers, key=lambda m: final(table, m, name)))
+        chosen += [m for m in ("transformer (standard)",) if m in table.methods]
+        out[name] = [m for m in dict.fromkeys(chosen) if m in table.methods]
+    return out
+
+
+def plot(table, methods, path):
+    """Top row: error against round (1..R), one panel per set; bottom row: against numbers sent per edge (every
+    round a row has a value). Mean over seeds (geometric) with the 95 % seed interval as a band (from
+    MIN_BAND_SEEDS seeds on); the axes are set by the mean lines alone (cut below at a third of the smallest
+    non-bound mean), so a wide band is clipped instead of squashing the lines."""
+    sets = table.sets
+    fig = Figure(figsize=(4.6 * len(sets), 8.2), layout="constrained")
+    axes = fig.subplots(2, len(sets), squeeze=False)
+    shown = list(dict.fromkeys(m for name in sets for m in methods[name]))
+    colours = {m: f"C{i % 10}" if len(shown) <= 10 else matplotlib.colormaps["tab20"](i % 20) for i, m in enumerate(shown)}
+    for column, name in enumerate(sets):
+        low, high = math.inf, 0.0
+        for method in methods[name]:
+            rounds = np.array(table.available(method))
+            cells = np.array([table.cell(method, name, r) for r in rounds])
+            style = dict(color=colours[method], ls="-" if is_model(method) else ":" if method in BOUNDS else "--",
+                         label=method)
+            top = rounds <= table.rounds
+            means = cells[top, 0]
+            if method not in BOUNDS:
+                low = min(low, np.nanmin(means))
+            high = max(high, np.nanmax(means))
+            sent = table.sent.get(method)
+            for row, x, keep in ((0, rounds, top), (1, None if sent is None else rounds * sent, rounds > 0)):
+                if x is None:
+                    continue
+                ax = axes[row, column]
+                ax.plot(x[keep], cells[keep, 0], marker="." if row else None, ms=3, **style)
+                if len(table.seeds) >= MIN_BAND_SEEDS:
+                    ax.fill_between(x[keep], cells[keep, 1], cells[keep, 2], color=colours[method], alpha=0.12,
+                                    linewidth=0)
+        limits = (max(low / 3, FLOOR), high * 2)
+        axes[0, column].set(title=name, xlabel="communication round", yscale="log", ylim=limits)
+        axes[1, column].set(xlabel="numbers sent per edge (cumulative)", xscale="log", yscale="log", ylim=limits)
+        axes[0, column].legend(fontsize=6.5, loc="lower left")
+        for ax in axes[:, column]:
+            ax.grid(True, alpha=0.4)
+    for ax in axes[:, 0]:
+        ax.set(ylabel="error ||x - x*|| / ||a - x*||")
+    bands = ("band: 95 % interval across seeds (clipped to the axes)" if len(table.seeds) >= MIN_BAND_SEEDS
+             else f"no bands below {MIN_BAND_SEEDS} seeds")
+    fig.suptitle(f"mean of {len(table.seeds)} seeds; {bands}", fontsize=9)
+    fig.savefig(path, dpi=110)
+
+
+def plot_learning(curves, path):
+    """Validation loss against training step, one panel per trained row, one line per seed."""
+    methods = list(dict.fromkeys(row["method"] for row in curves))
+    columns = min(4, len(methods))
+    fig = Figure(figsize=(3.6 * columns, 2.9 * math.ceil(len(methods) / columns)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(math.ceil(len(methods) / columns), columns, squeeze=False)).ravel()
+    for ax, method in zip(axes, methods):
+        for i, seed in enumerate(dict.fromkeys(row["seed"] for row in curves if row["method"] == method)):
+            points = [(int(r["step"]), float(r["val_loss"])) for r in curves if r["method"] == method and r["seed"] == seed]
+            ax.plot(*zip(*points), color=f"C{i}", lw=1, label=f"seed {seed}")
+        ax.set(title=method, xlabel="step", ylabel="validation loss", yscale="log")
+        ax.title.set_fontsize(8)
+        ax.grid(True, alpha=0.4)
+    axes[0].legend(fontsize=6)
+    for ax in axes[len(methods):]:
+        ax.set_visible(False)
+    fig.savefig(path, dpi=100)
+
+
+def fmt(cell):
+    """'value [low, high]'; '0' for errors at the float64 floor."""
+    value, low, high = cell
+    if value < 10 * FLOOR:
+        return "0"
+    return f"{value:.3g}" if math.isnan(low) else f"{value:.3g} [{low:.2g}, {high:.2g}]"
+
+
+def equal_numbers(table):
+    """[(row, its round r, the round of the best classical row that has sent as many numbers)] for every row
+    that sends more than one number, at its rounds 1 and K (tied ones also R) where that round was evaluated."""
+    out = []
+    for method in table.methods:
+        sent = table.sent.get(method)
+        if not is_model(method) or not sent:
+            continue
+        for r in sorted({1, table.depth, table.shown(method)}):
+            if table.has(method, r) and table.has(BEST, sent * r):
+                out.append((method, r, sent * r))
+    return out
+
+
+def summary(table):
+    """Per set: the best row (bounds excepted) at rounds 1, K, R by geometric mean and its paired ratio to the
+    best classical row at that round, and the model row closest to the best classical row at equal numbers
+    sent. Lines of Markdown, also printed by compare."""
+    lines = ["### Summary", "", "Per set and round, the row with the smallest error (bounds, and Chebyshev with each "
+             "graph's own spectrum, excepted: no node knows them) and its paired ratio to the best classical row "
+             "(chosen on tuning data) over seeds with a 95 % interval.", ""]
+    rounds = sorted({1, table.depth, table.rounds})
+    for name in table.sets:
+        parts = []
+        for r in rounds:
+            rows = [m for m in table.methods if m not in (*BOUNDS, OWN_INTERVAL) and table.has(m, r)]
+            winner = min(rows, key=lambda m: table.cell(m, name, r)[0])
+            ratio = table.paired(winner, BEST, name, r)
+            parts.append(f"round {r}: {winner} ({fmt(table.cell(winner, name, r))}; vs best classical "
+                         f"{fmt(ratio[:3])}, {table.verdict(winner, BEST, name, r)})")
+        pairs = equal_numbers(table)
+        if pairs:
+            method, r, c = min(pairs, key=lambda pair: table.paired(pair[0], BEST, name, pair[1], pair[2])[0])
+            parts.append(f"at equal numbers sent, the best transformer row is {method} after {r} rounds ({c} numbers "
+                         f"per edge): vs best classical after {c} rounds {fmt(table.paired(method, BEST, name, r, c)[:3])}"
+                         f", {table.verdict(method, BEST, name, r, c)}")
+        lines.append(f"- **{name}**: " + "; ".join(parts) + ".")
+    lines += [""]
+    return lines
+
+
+def verdict_table(table, pairs, title, note):
+    """A Markdown table of paired verdicts (first, round, second, its round) per set."""
+    lines = [f"### {title}", "", note, "",
+             "| first | round | second | round | set | ratio [95 % CI] | p | verdict |",
+             "|---|---:|---|---:|---|---:|---:|---|"]
+    for first, r, second, r_second in pairs:
+        for name in table.sets:
+            ratio, low, high, p = table.paired(first, second, name, r, r_second)
+            lines.append(f"| {first} | {r} | {second} | {r_second} | {name} | {fmt((ratio, low, high))} | {p:.2g} | "
+                         f"{table.verdict(first, second, name, r, r_second)} |")
+    return lines + [""]
+
+
+def markdown(table, meta, curves):
+    K, R, n = table.depth, table.rounds, len(table.seeds)
+    setting = meta["setting"]
+    lines = ["## Transformers vs classical averaging on graph_consensus", "", f"`{meta['command']}`", "",
+             f"Distributed averaging, values a_i = mu + s z_i. Transformers are trained on {setting['family']} at depth "
+             f"K = {K} until their validation loss plateaus ({meta.get('plateau rule', 'see the training table')}); "
+             "every method runs from x_i^0 = a_i, so round r has used r exchanges with the neighbours. Held-out "
+             f"sets per seed: {setting['test_graphs']} graphs x {setting['batch']} value vectors (training family; "
+             f"3x larger graphs of the same mean degree; rings and square grids whose diameter exceeds {R}). Cells: "
+             f"geometric mean over {n} seeds (each seed: its own training runs, tuning and instances) of the per-seed "
+             "geometric-mean error ||x^r - x*|| / ||a - x*|| with a 95 % t interval across seeds ('0': below float64 "
+             "resolution). Classical rows are tuned per round on training-family tuning instances (one run per "
+             f"setting; '(tuned for round {R})' rows use one setting for every round), and the best classical row "
+             "takes, per round, the classical row with the smallest tuning error. Bounds: the ball and Bayes oracles "
+             "(what r rounds can know), and the best polynomial of each graph's Metropolis matrix, which knows the "
+             "graph's spectrum (a bound on linear schemes with those weights, not an algorithm). QA-PDMM with "
+             "eta = L is PDMM exactly on averaging and is not repeated. 'sent' is numbers sent per edge and round.",
+             ""]
+    lines += summary(table)
+    shown_rounds = sorted({1, K, R})
+    for name in table.sets:
+        lines += [f"### {name}", "",
+                  "| method | " + " | ".join(f"round {r}" for r in shown_rounds) + f" | / best classical, round {K} | sent |",
+                  "|---|" + "---:|" * (len(shown_rounds) + 2)]
+        for method in table.methods:
+            cells = [fmt(table.cell(method, name, r)) if table.has(method, r) else "" for r in shown_rounds]
+            ratio = fmt(table.paired(method, BEST, name, K)[:3]) if table.has(method, K) else ""
+            sent = table.sent.get(method)
+            lines.append(f"| {method} | " + " | ".join(cells) + f" | {ratio} | " + ("-" if sent is None else f"{sent}")
+                         + " |")
+        lines.append("")
+    models = [m for m in table.methods if is_transformer(m)] + [m for m in (FROM_PDMM, FROM_RANDOM, LEARNED)
+                                                                if m in table.methods]
+    at_rounds = [(m, r, other, r) for m in models for r in sorted({1, K}) for other in (BEST, per_round("pdmm"))
+                 if table.has(m, r)]
+    at_rounds += [(m, R, BEST, R) for m in table.methods if m.startswith("tied") and table.has(m, R)]
+    lines += verdict_table(table, at_rounds, "Paired comparisons at equal rounds",
+                           f"Ratio of geometric-mean errors (first / second) over {n} seeds, 95 % t interval, p of a "
+                           "paired t-test (scipy.stats.ttest_rel); 'better' / 'worse' only where the interval "
+                           "excludes 1.")
+    lines += verdict_table(table, [(m, r, BEST, c) for m, r, c in equal_numbers(table)],
+                           "Paired comparisons at equal numbers sent",
+                           "Each row that sends w numbers per edge and round, after r rounds, against the best "
+                           "classical row after w r rounds (one number per round): the same numbers sent per edge.")
+    lines += tied_trends(table) + bound_lines(table) + training_lines(meta) + fitted_lines(meta, table)
+    lines += ["", "![error against round and against numbers sent](compare.png)", "",
+              f"*compare.png: top, error against round (log scale), one panel per held-out set; bottom, the same "
+              f"against the cumulative numbers sent per edge. Lines: mean of {n} seeds; bands: 95 % interval across "
+              "seeds, clipped to the axes. Dotted: bounds; dashed: classical; solid: transformers. Every row is in "
+              "compare_all.png, compare.csv and, per seed, seeds.csv.*", ""]
+    if curves:
+        lines += ["![validation loss against training step](learning.png)", "",
+                  "*learning.png: validation loss of every trained row against training step, one line per seed.*", ""]
+    return "\n".join(lines) + "\n"
+
+
+def tied_trends(table):
+    tied = [m for m in table.methods if m.startswith("tied")]
+    if not tied:
+        return []
+    K, R = table.depth, table.rounds
+    lines = [f"### Tied transformers past their training depth ({K} -> {R} rounds)", "",
+             f"| model | set | error at {K} | error at {R} | ratio {R} / {K} [95 % CI] | trend |",
+             "|---|---|---:|---:|---:|---|"]
+    for method in tied:
+        for name in table.sets:
+            ratio, low, high, word = table.trend(method, name)
+            lines.append(f"| {method} | {name} | {table.cell(method, name, K)[0]:.3g} | "
+                         f"{table.cell(method, name, R)[0]:.3g} | {fmt((ratio, low, high))} | {word} |")
+    return lines + [""]
+
+
+def bound_lines(table):
+    """Which rows beat the ball and Bayes oracles at round 1 (only a model that learned the offset prior can)."""
+    lines = []
+    for oracle in (ORACLE, BAYES):
+        others = [m for m in table.methods if m not in BOUNDS]
+        better = [f"{m} ({name})" for m in others for name in table.sets if table.verdict(m, oracle, name, 1) == "better"]
+        lines.append(f"Round 1 against the {oracle}: " + ("no method is better" if not better else
+                                                         "better: " + ", ".join(better)) + ".")
+    return lines + [""]
+
+
+def training_lines(meta):
+    """The training budget of every trained row: steps, wall time and why training stopped, over seeds."""
+    fitted = meta.get("fitted", {})
+    runs = {}
+    for seed, values in fitted.items():
+        for label, info in values.get("training", {}).items():
+            runs.setdefault(label, []).append(info)
+    if not runs:
+        return []
+    lines = ["### Training budget per row", "", meta.get("plateau rule", ""), "",
+             "| row | steps (per seed) | best step | wall seconds (per seed) | stopped by |", "|---|---|---|---|---|"]
+    for label, infos in runs.items():
+        stops = ", ".join(f"{k} {v}" for k, v in sorted(_count(i["stopped_by"] for i in infos).items()))
+        lines.append(f"| {label} | {', '.join(str(i['steps']) for i in infos)} | "
+                     f"{', '.join(str(i['best_step']) for i in infos)} | "
+                     + ", ".join(f"{i['wall_seconds']:.0f}" for i in infos) + f" | {stops} |")
+    for label in (LEARNED, FROM_PDMM, FROM_RANDOM):
+        fits = [values.get(f"{label}: fit") for values in fitted.values() if values.get(f"{label}: fit")]
+        if fits:
+            lines.append(f"| {label} (full-batch Adam) | {', '.join(str(f['steps']) for f in fits)} | "
+                         f"{', '.join(str(f['best step']) for f in fits)} | - | "
+                         + ", ".join(f"{k} {v}" for k, v in sorted(_count(f["stopped by"] for f in fits).items())) + " |")
+    return lines + [""]
+
+
+def _count(values):
+    out = {}
+    for value in values:
+        out[value] = out.get(value, 0) + 1
+    return out
+
+
+def fitted_lines(meta, table):
+    """What was tuned per seed: the parameters of the horizon-tuned rows and the best classical row's choices."""
+    fitted = meta.get("fitted", {})
+    if not fitted:
+        return []
+    R, K = str(table.rounds), str(table.depth)
+    seeds = list(fitted)
+    lines = ["### Tuned per seed", ""]
+    for key in ("pdmm: rho per round", "averaged pdmm: rho per round", "admm: rho per round",
+                "chebyshev: interval per round"):
+        values = [fitted[s].get(key, {}) for s in seeds]
+        if all(values):
+            lines.append(f"- {key.replace(' per round', '')} at rounds {K} / {R} (seeds in order): "
+                         + "; ".join(f"{_short(v[K])} / {_short(v[R])}" for v in values))
+    choices = [fitted[s].get("best classical per round", {}) for s in seeds]
+    if all(choices):
+        lines.append(f"- best classical row at rounds 1 / {K} / {R}: "
+                     + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices))
+    return lines + [""]
+
+
+def _short(value):
+    return f"({value[0]:.2g}, {value[1]:.4g})" if isinstance(value, list) else f"{value:.3g}"
+

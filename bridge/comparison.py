@@ -25,8 +25,9 @@ Rows (evaluate_seed):
   knows their round budget runs; the same methods tuned for the last round R only are kept as
   "(tuned for round R)" rows, and "chebyshev (own spectral interval)" uses each graph's own
   spectrum, which no node knows (pdmm.solve's default);
-- "best classical (chosen on tuning data)": per round, the per-round-tuned row with the smallest
-  tuning error at that round (never chosen on held-out sets), the reference of every verdict;
+- "best classical (chosen on tuning data)": per round, the per-round-tuned row whose choice for that
+  round has the smallest error on the validation instances (training-family graphs apart from the
+  tuning ones; never the held-out sets), the reference of every verdict;
 - "learned pdmm" (bridge.UnrolledPDMM, per-round rho_k, theta_k) and the PDMM-transformer
   (bridge.pdmm_transformer: hand-set, trained from PDMM and from random weights), fitted to the
   tuning instances until the validation instances' loss plateaus (bridge.fitting);
@@ -44,10 +45,11 @@ import pdmm
 from pdmm.methods import METHODS
 
 from .consensus import GraphFamily, disagreement_error, node_features, sample_instances
+from .fitting import MIN_DELTA, PATIENCE
 from .learned import fit
 from .oracle import ball_oracle, bayes_ball_oracle
 from .pdmm_transformer import D_MODEL, fit_graph_model, pdmm_features, pdmm_transformer, weight_shift
-from .polynomial import apply_filter, fit_filter, nontrivial_spectrum, oracle_filter
+from .polynomial import apply_filter, fit_filter, nontrivial_spectrum, oracle_filters
 from .unrolled import UnrolledPDMM
 
 RHO_GRID = np.logspace(-2, 2, 33)
@@ -85,6 +87,12 @@ def for_horizon(name, rounds):
 
 
 CANDIDATES = [per_round(name) for name in TUNED] + [FILTER]  # what "best classical" chooses from
+
+
+def protocol():
+    """The constants a seed's numbers depend on besides its Setting (part of compare's cache key)."""
+    return {"rho grid": RHO_GRID.tolist(), "interval grid": [list(i) for i in INTERVAL_GRID], "mixing": MIXING,
+            "filter rounds": FILTER_ROUNDS, "full-batch plateau": [PATIENCE, MIN_DELTA], "floor": FLOOR}
 
 
 @dataclass(frozen=True)
@@ -193,19 +201,19 @@ def classical_errors(method, params, rounds, instances):
 def mean_log(errors):
     """(rounds, instances) errors -> (rounds,) mean log10 error, errors below FLOOR counted as FLOOR and
     non-finite ones (a diverged run) as +inf."""
-    logs = torch.log10(errors.clamp_min(FLOOR)).nan_to_num(nan=math.inf)
+    logs = torch.log10(errors.clamp_min(FLOOR)).nan_to_num(nan=math.inf, posinf=math.inf)
     return logs.mean(1).numpy()
 
 
-def filter_errors(coefficients_of, instances):
-    """{round: (instances,) errors} of the polynomial filters {round: coefficients} of each graph's Metropolis
-    matrix, coefficients_of(W) giving them per graph (or the same for every graph)."""
+def filter_errors(filters_of, instances):
+    """{round: (instances,) errors} of polynomial filters of each graph's Metropolis matrix W: filters_of(W) gives
+    {round: a function a -> p(W) a}."""
     out = {}
     for G, a, *_ in instances:
         W = pdmm.mixing_matrix(G, MIXING)
         a = np.asarray(a, dtype=np.float64)
-        for r, c in coefficients_of(W).items():
-            e = disagreement_error(torch.as_tensor(apply_filter(W, a, c)), torch.as_tensor(a))
+        for r, apply in filters_of(W).items():
+            e = disagreement_error(torch.as_tensor(apply(a)), torch.as_tensor(a))
             out.setdefault(r, []).append(e)
     return {r: torch.cat(e) for r, e in out.items()}
 
@@ -254,9 +262,10 @@ class _Recorder:
         self.rounds(label, name, mean_log(errors))
 
 
-def tune_classical(name, setting, tuning, sets, record, result):
-    """Rows of classical method `name` (TUNED) tuned per round and for the last round; returns its per-round
-    tuning scores {round: mean log10 tuning error}."""
+def tune_classical(name, setting, tuning, validation, sets, record, result):
+    """Rows of classical method `name` (TUNED) tuned per round and for the last round on the tuning instances;
+    returns the validation scores {round: mean log10 error} of its per-round choices, by which the best
+    classical row is chosen."""
     method, fixed, key, grid = TUNED[name]
     rounds, R = setting.classical_rounds(), setting.rounds
     params = [dict(fixed) if value is None else {**fixed, key: value} for value in grid]
@@ -265,6 +274,7 @@ def tune_classical(name, setting, tuning, sets, record, result):
     needed = {}  # the grid entries the held-out sets run, and up to which round
     for r, g in choice.items():
         needed[g] = max(needed.get(g, 0), r)
+    chosen = dict(needed)
     needed[choice[R]] = max(needed[choice[R]], R)
     for set_name, instances in sets.items():
         runs = {g: mean_log(classical_errors(method, params[g], last, instances)) for g, last in needed.items()}
@@ -273,7 +283,8 @@ def tune_classical(name, setting, tuning, sets, record, result):
             record.rounds(for_horizon(name, R), set_name, runs[choice[R]][:R])
     if key is not None:
         result.fitted[f"{name}: {key} per round"] = {r: _plain(grid[g]) for r, g in choice.items()}
-    return {r: float(scores[g, r - 1]) for r, g in choice.items()}
+    held = {g: mean_log(classical_errors(method, params[g], last, validation)) for g, last in chosen.items()}
+    return {r: float(held[g][r - 1]) for r, g in choice.items()}
 
 
 def _plain(value):
@@ -281,24 +292,30 @@ def _plain(value):
     return [float(v) for v in value] if isinstance(value, tuple) else float(value)
 
 
-def polynomial_rows(setting, tuning, sets, record, result):
-    """The fitted filter rows and the per-graph polynomial bound; returns the filter's tuning scores."""
+def polynomial_rows(setting, tuning, validation, sets, record, result):
+    """The fitted filter rows and the per-graph polynomial bound; returns the filter's validation scores."""
     degrees = [r for r in setting.classical_rounds() if r <= FILTER_ROUNDS]
     spectra = [nontrivial_spectrum(pdmm.mixing_matrix(G, MIXING)) for G, *_ in tuning]
     fitted = {r: fit_filter(spectra, r) for r in degrees}
-    scores = {r: float(mean_log(e[None])[0]) for r, e in filter_errors(lambda W: fitted, tuning).items()}
+
+    def fitted_of(W):
+        return {r: (lambda a, c=c: apply_filter(W, a, c)) for r, c in fitted.items()}
+
+    def bound_of(W):
+        return {r: (lambda a, f=f: f.apply(W, a)) for r, f in oracle_filters(nontrivial_spectrum(W), degrees).items()}
+
     for set_name, instances in sets.items():
-        errors = filter_errors(lambda W: fitted, instances)
-        record.rounds(FILTER, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
-        bound = filter_errors(lambda W: {r: oracle_filter(nontrivial_spectrum(W), r) for r in degrees}, instances)
-        record.rounds(POLY_ORACLE, set_name, [float(mean_log(bound[r][None])[0]) for r in degrees], degrees)
+        for label, filters_of in ((FILTER, fitted_of), (POLY_ORACLE, bound_of)):
+            errors = filter_errors(filters_of, instances)
+            record.rounds(label, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
     result.fitted["polynomial filter coefficients (chebyshev basis)"] = {r: c.tolist() for r, c in fitted.items()
                                                                          if r in (1, setting.depth, setting.rounds)}
-    return scores
+    return {r: float(mean_log(e[None])[0]) for r, e in filter_errors(fitted_of, validation).items()}
 
 
 def best_classical(setting, scores, sets, record, result):
-    """The BEST row: per round, the candidate with the smallest tuning score there."""
+    """The BEST row: per round, the candidate with the smallest validation score there (each candidate at the
+    setting its tuning chose for that round)."""
     rounds = setting.classical_rounds()
     chosen = {r: min((label for label in CANDIDATES if r in scores[label]), key=lambda label: scores[label][r])
               for r in rounds}
@@ -314,6 +331,7 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
     sets, tuning, validation = setting.draw(seed)
     R, K = setting.rounds, setting.depth
     compiled_sets, compiled_tuning = {name: compiled(inst) for name, inst in sets.items()}, compiled(tuning)
+    compiled_validation = compiled(validation)
     result = SeedResult()
     record = _Recorder(setting, result)
 
@@ -324,13 +342,15 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
     scores = {}
     for name in TUNED:
         progress(f"tuning {name}")
-        scores[per_round(name)] = tune_classical(name, setting, compiled_tuning, compiled_sets, record, result)
+        scores[per_round(name)] = tune_classical(name, setting, compiled_tuning, compiled_validation, compiled_sets,
+                                                 record, result)
     for name, instances in compiled_sets.items():
         record.errors(OWN_INTERVAL, name, classical_errors("chebyshev", {"mixing": MIXING}, R, instances))
     progress("polynomial filters")
-    scores[FILTER] = polynomial_rows(setting, tuning, sets, record, result)
+    scores[FILTER] = polynomial_rows(setting, tuning, validation, sets, record, result)
     best_classical(setting, scores, sets, record, result)
-    result.fitted["tuning scores"] = {label: {r: s for r, s in values.items()} for label, values in scores.items()}
+    result.fitted["validation scores"] = {label: {r: s if math.isfinite(s) else None for r, s in values.items()}
+                                          for label, values in scores.items()}
 
     rho = result.fitted["pdmm: rho per round"][R]
     progress("learned pdmm")
@@ -348,9 +368,11 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
 
     progress("pdmm-transformer")
     features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
-    hand_set = pdmm_transformer(rho, R, start="a")
+    hand_set = pdmm_transformer(rho, R, start="a")  # PDMM at the rho tuned for round R, for every round
     for name, instances in sets.items():
         record.errors(HAND_SET, name, model_errors(hand_set, instances, features=features, self_loops=False))
+    rho = result.fitted["pdmm: rho per round"][K]  # the trained ones run K rounds: they start from PDMM tuned for K
+    features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
     reference = pdmm_transformer(rho, K, start="a")
     for label, init, lr in ((FROM_PDMM, "pdmm", setting.finetune_lr[0]), (FROM_RANDOM, "random", setting.finetune_lr[1])):
         model = pdmm_transformer(rho, K, start="a", init=init, seed=seed)
@@ -401,13 +423,20 @@ def compare(setting, seeds, transformers=lambda seed: {}, progress=lambda text: 
 
 
 def t_interval(values, confidence=0.95):
-    """(mean, low, high) of `values` (seeds,) with a Student t interval; (mean, nan, nan) for one value."""
+    """(mean, low, high) of `values` (seeds,) with a Student t interval; (mean, nan, nan) for one value or a
+    non-finite one."""
     values = np.asarray(values, dtype=float)
     mean = float(values.mean())
-    if len(values) < 2:
+    if len(values) < 2 or not np.all(np.isfinite(values)):  # a diverged run (+inf) has no interval
         return mean, math.nan, math.nan
     half = stats.t.ppf((1 + confidence) / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
     return mean, mean - half, mean + half
+
+
+def _powers(*logs):
+    """10 ** each value, as floats (inf for a diverged run's +inf or a mean beyond float range)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return tuple(float(np.power(10.0, value)) for value in logs)
 
 
 SEED_COLUMNS = ("method", "set", "seed", "round", "log10_error", "numbers_sent")
@@ -485,8 +514,7 @@ class CompareTable:
 
     def cell(self, method, name, r):
         """(geometric-mean error, 95 % low, high) over seeds after round r (1-based)."""
-        mean, low, high = t_interval(self.log_errors[(method, name)][:, r - 1])
-        return float(10 ** mean), float(10 ** low), float(10 ** high)
+        return _powers(*t_interval(self.log_errors[(method, name)][:, r - 1]))
 
     def paired(self, method, other, name, r, r_other=None):
         """Paired comparison of `method` after round r with `other` after round r_other (default r): (ratio of
@@ -494,9 +522,11 @@ class CompareTable:
         error."""
         a = self.log_errors[(method, name)][:, r - 1]
         b = self.log_errors[(other, name)][:, (r if r_other is None else r_other) - 1]
-        mean, low, high = t_interval(a - b)
-        p = float(stats.ttest_rel(a, b).pvalue) if len(a) > 1 and np.any(a != b) else math.nan
-        return float(10 ** mean), float(10 ** low), float(10 ** high), p
+        with np.errstate(invalid="ignore"):  # inf - inf: two diverged runs
+            difference = a - b
+        p = (float(stats.ttest_rel(a, b).pvalue) if len(a) > 1 and np.all(np.isfinite(difference)) and np.any(a != b)
+             else math.nan)
+        return (*_powers(*t_interval(difference)), p)
 
     def rows(self):
         """Summary CSV rows: method, set, round, the cell and its interval, the paired ratio to the best classical
@@ -526,8 +556,9 @@ class CompareTable:
         e_R / e_K over seeds and 'keeps falling' / 'grows' / 'stalls' (interval containing 1)."""
         values = self.log_errors[(method, name)]
         mean, low, high = t_interval(values[:, self.rounds - 1] - values[:, self.depth - 1])
+        ratio, r_low, r_high = _powers(mean, low, high)
         if len(self.seeds) < 2:
             word = "one seed: no verdict"
         else:
             word = "keeps falling" if high < 0 else "grows" if low > 0 else "stalls"
-        return float(10 ** mean), float(10 ** low), float(10 ** high), word
+        return ratio, r_low, r_high, word

@@ -54,7 +54,8 @@ def adam_keep_best(model, loss_fn, steps, lr, validation_fn=None, patience=PATIE
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(best[name])
+    if best is not None:  # else the very first loss was not finite: the parameters stay as they were
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(best[name])
     return log

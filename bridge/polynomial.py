@@ -25,6 +25,7 @@ and applied with the three-term recurrence T_{k+1}(W) a = 2 W T_k(W) a - T_{k-1}
 product with W, one number per edge, per round.
 """
 import warnings
+from dataclasses import dataclass
 
 import cvxpy as cp
 import numpy as np
@@ -92,11 +93,93 @@ def fit_filter(spectra, degree, safeguard=True):
     return coefficients
 
 
+@dataclass(frozen=True)
+class OrthogonalFilter:
+    """p = sum_k c_k q_k, the q_k orthonormal for a spectrum's weighted points (lanczos), by the recurrence
+    beta_{k+1} q_{k+1}(x) = (x - alpha_k) q_k(x) - beta_k q_{k-1}(x), q_0 = 1 / beta_0, q_{-1} = 0. exact: the
+    degree reached the number of distinct points, where p vanishes on all of them and p(W) a = x* exactly."""
+    alpha: np.ndarray
+    beta: np.ndarray
+    coefficients: np.ndarray
+    exact: bool = False
+
+    def apply(self, W, a):
+        """p(W) a, (..., n), for values a (..., n): one product with W per degree, like apply_filter."""
+        a = np.asarray(a, dtype=np.float64)
+        if self.exact:
+            return np.broadcast_to(a.mean(-1, keepdims=True), a.shape).copy()
+        flat = a.reshape(-1, a.shape[-1]).T
+        previous, current = np.zeros_like(flat), flat / self.beta[0]
+        total = self.coefficients[0] * current
+        for k in range(len(self.alpha)):
+            previous, current = current, (W @ current - self.alpha[k] * current - self.beta[k] * previous) / self.beta[k + 1]
+            total = total + self.coefficients[k + 1] * current
+        return total.T.reshape(a.shape)
+
+    def values(self, x):
+        """p at the points x."""
+        x = np.asarray(x, dtype=np.float64)
+        if self.exact:
+            raise ValueError("an exact filter is defined by vanishing on its spectrum; it has no stored values")
+        previous, current = np.zeros_like(x), np.full_like(x, 1 / self.beta[0])
+        total = self.coefficients[0] * current
+        for k in range(len(self.alpha)):
+            previous, current = current, ((x - self.alpha[k]) * current - self.beta[k] * previous) / self.beta[k + 1]
+            total = total + self.coefficients[k + 1] * current
+        return total
+
+    def expected_error(self):
+        """The root expected squared error on the spectrum it was built for: sqrt(sum_k c_k^2) (orthonormality,
+        weights summing to 1); 0 when exact."""
+        return 0.0 if self.exact else float(np.sqrt(np.sum(self.coefficients ** 2)))
+
+
+def lanczos(values, weights, steps):
+    """(alpha, beta, exhausted): the recurrence coefficients alpha_0.., beta_0.. of the polynomials orthonormal
+    for the discrete measure sum_j w_j delta(v_j), by Lanczos on diag(v) from sqrt(w) with full
+    reorthogonalisation, for up to `steps` steps; exhausted when the measure's distinct points (fewer than
+    steps + 1) were all used, the last step that fits being done."""
+    start = np.sqrt(weights)
+    beta, vectors, alpha = [float(np.linalg.norm(start))], [start / np.linalg.norm(start)], []
+    scale = max(float(np.abs(values).max()), 1.0)
+    for k in range(steps):
+        w = values * vectors[-1]
+        alpha.append(float(vectors[-1] @ w))
+        w = w - alpha[-1] * vectors[-1] - (beta[-1] * vectors[-2] if k else 0)
+        for _ in range(2):  # twice is enough (Parlett)
+            w = w - np.stack(vectors).T @ (np.stack(vectors) @ w)
+        norm = float(np.linalg.norm(w))
+        if norm < 1e-12 * scale:
+            return np.array(alpha), np.array(beta), True
+        beta.append(norm)
+        vectors.append(w / norm)
+    return np.array(alpha), np.array(beta), False
+
+
+def oracle_filters(spectrum, degrees):
+    """{degree: OrthogonalFilter} of the best p (p(1) = 1, degree <= r) for one graph's nontrivial spectrum,
+    every eigenvalue weighted 1 / (n - 1): with q_k orthonormal for those weights, p = sum_k q_k(1) q_k / S_r,
+    S_r = sum_{k <= r} q_k(1)^2 (the kernel polynomial), whose expected squared error is 1 / S_r; once r
+    reaches the number of distinct eigenvalues p can vanish on all of them and the error is 0
+    (docs/averaging.md section 7). One Lanczos run for every degree."""
+    values, counts = distinct(spectrum)
+    alpha, beta, exhausted = lanczos(values, counts / counts.sum(), max(degrees))
+    at_one = [1 / beta[0]]
+    for k in range(len(beta) - 1):
+        at_one.append(((1 - alpha[k]) * at_one[k] - beta[k] * (at_one[k - 1] if k else 0)) / beta[k + 1])
+    at_one = np.array(at_one)
+    out = {}
+    for r in degrees:
+        if exhausted and r >= len(alpha):  # r >= the number of points the measure holds, to 1e-12
+            out[r] = OrthogonalFilter(alpha[:0], beta[:1], at_one[:1], exact=True)
+        else:
+            out[r] = OrthogonalFilter(alpha[:r], beta[:r + 1], at_one[:r + 1] / np.sum(at_one[:r + 1] ** 2))
+    return out
+
+
 def oracle_filter(spectrum, degree):
-    """Chebyshev coefficients of the best p (p(1) = 1, degree <= `degree`) for one graph's nontrivial
-    spectrum: minimal_filter with every eigenvalue weighted alike."""
-    values, weights = distinct(spectrum)  # a repeated eigenvalue is one condition on p, counted with its weight
-    return minimal_filter(values, weights.astype(np.float64), degree)
+    """The best polynomial filter of degree <= `degree` for one nontrivial spectrum (oracle_filters)."""
+    return oracle_filters(spectrum, [degree])[degree]
 
 
 def minimal_filter(values, weights, degree):

@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bridge.comparison import HAND_SET, CompareTable, SeedResult, Setting, evaluate_seed, numbers_sent
+from bridge.comparison import HAND_SET, CompareTable, SeedResult, Setting, evaluate_seed, numbers_sent, protocol
 from bridge.fitting import MIN_DELTA, PATIENCE
 
 from .common import UsageError, claim_output_dir, package_version
 from .compare_report import load, summary, write_outputs
-from .config import load_config
+from .config import load_config, to_tables
 from .results_doc import replace_section
 from .runs import read_metrics
 from .sweep_command import run_name, seeds as parse_seeds
@@ -197,8 +197,9 @@ def run(args):
     command = " ".join(["pdmm-bridge compare", str(args.config), "--residuals", args.residuals, "--tied", args.tied,
                         "--widths", args.widths, "--seeds", ",".join(map(str, seeds)), "--rounds", str(args.rounds),
                         *(f"--set {o}" for o in args.overrides)])
-    key = {"setting": repr(setting), "rows": [label for label, _, _ in rows], "overrides": args.overrides,
-           "width residual": args.width_residual}
+    key = json.loads(json.dumps({  # as it reads back from OUT/seeds/*.json
+        "setting": repr(setting), "protocol": protocol(), "version": package_version(),
+        "rows": {label: to_tables(run_config(args, overrides, 0)) for label, _, overrides in rows}}))
     try:
         done = {seed: seed_result(args, out, setting, seed, rows, key) for seed in seeds}
     except KeyboardInterrupt:

@@ -16,10 +16,13 @@ from scipy import stats
 
 import attention
 import pdmm
-from bridge.comparison import BEST, CompareTable, Setting, classical_errors, compare, compiled, oracle_errors, t_interval
+from bridge.comparison import (BEST, FILTER, FLOOR, RHO_GRID, TUNED, CompareTable, Setting, classical_errors, compare,
+                               compiled, mean_log, oracle_errors, per_round, t_interval)
+from bridge.polynomial import apply_filter, fit_filter, nontrivial_spectrum
 from bridge.consensus import GraphFamily, disagreement_error, node_features, sample_values
 from bridge.oracle import ball_oracle, bayes_ball_oracle
 from experiments.cli import main
+from experiments.compare_report import plot
 from experiments.config import load_config
 from experiments.tasks import build_task
 from experiments.train import train
@@ -241,16 +244,33 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
         main([*args[:-3], "--set=model.beta=0.5", "--out", str(out), "--no-progress"])
 
 
-def test_the_best_classical_row_is_chosen_on_tuning_data_per_round_and_seed_rows_round_trip():
+def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_seed_rows_round_trip():
+    """Recomputed here from the seed's own draw: each row's per-round setting is the tuning instances' best, and the
+    best classical row at round r is the candidate whose round-r setting has the smallest validation error."""
     setting = Setting(GraphFamily("random_geometric", 10, 14), depth=2, rounds=3, test_graphs=1, tune_graphs=1,
                       batch=3, learned_steps=1, finetune_steps=1, checkpoints=(6,), val_graphs=1)
     table = compare(setting, seeds=[0, 1])
+    score = lambda e: float(torch.log10(e.clamp_min(FLOOR)).mean())  # noqa: E731
     for seed in (0, 1):
         fitted = table.fitted[seed]
+        _, tuning, validation = setting.draw(seed)
+        spectra = [nontrivial_spectrum(pdmm.mixing_matrix(G, "metropolis")) for G, *_ in tuning]
         for r in (1, 2, 3, 6):
-            scores = {label: values[r] for label, values in fitted["tuning scores"].items() if r in values}
+            rho = fitted["pdmm: rho per round"][r]
+            on_tuning = [score(classical_errors("pdmm", {"theta": 1.0, "rho": x}, r, compiled(tuning))[r - 1])
+                         for x in RHO_GRID]
+            assert rho == RHO_GRID[int(np.argmin(on_tuning))]
+            held = {}
+            for name, (method, fixed, key, _) in TUNED.items():
+                value = None if key is None else fitted[f"{name}: {key} per round"][r]
+                params = {**fixed, **({} if key is None else {key: tuple(value) if key == "interval" else value})}
+                held[per_round(name)] = score(classical_errors(method, params, r, compiled(validation))[r - 1])
+            c = fit_filter(spectra, r)
+            held[FILTER] = score(torch.cat([disagreement_error(
+                torch.as_tensor(apply_filter(pdmm.mixing_matrix(G, "metropolis"), a, c)), torch.as_tensor(a))
+                for G, a, _ in validation]))
             chosen = fitted["best classical per round"][r]
-            assert chosen == min(scores, key=scores.get)
+            assert chosen == min(held, key=held.get)
             for name in table.sets:
                 i = table.seeds.index(seed)
                 assert table.log_errors[(BEST, name)][i, r - 1] == table.log_errors[(chosen, name)][i, r - 1]
@@ -259,6 +279,17 @@ def test_the_best_classical_row_is_chosen_on_tuning_data_per_round_and_seed_rows
     for key, values in table.log_errors.items():
         np.testing.assert_array_equal(again.log_errors[key], values)
     assert again.sent == {m: table.sent[m] for m in table.methods}
+
+
+def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):
+    logs = mean_log(torch.tensor([[0.5, float("inf")], [float("nan"), 0.1]]))
+    assert logs[0] == np.inf and logs[1] == np.inf
+    table = CompareTable([0, 1, 2], 1, 1, {("m", "s"): np.array([[np.inf], [-1.0], [-1.2]]),
+                                           ("o", "s"): np.array([[-1.0], [-1.1], [-1.0]])}, {"m": 1, "o": 1}, {})
+    assert table.cell("m", "s", 1)[0] == np.inf and np.isnan(table.cell("m", "s", 1)[1])
+    assert table.paired("m", "o", "s", 1)[0] == np.inf and table.verdict("m", "o", "s", 1) == "not separable"
+    plot(table, {"s": ["m", "o"]}, tmp_path / "diverged.png")  # the axes come from the finite values
+    assert (tmp_path / "diverged.png").stat().st_size > 0
 
 
 def test_compare_refuses_other_tasks_and_foreign_directories(tmp_path, capsys):

@@ -1,4 +1,5 @@
 """bridge.polynomial: polynomial filters of a Metropolis matrix against eigendecompositions and least squares."""
+import mpmath
 import networkx as nx
 import numpy as np
 import pytest
@@ -31,6 +32,16 @@ def dense_filter(W, a, p):
     return (vectors @ np.diag(p(values)) @ vectors.T @ a.T).T
 
 
+def mp_best_error(spectrum, degree):
+    """The smallest root mean p^2 over the spectrum, p(1) = 1, by least squares at 120 digits (mpmath)."""
+    mpmath.mp.dps = 120
+    lam = [mpmath.mpf(float(v)) for v in spectrum]
+    B = mpmath.matrix([[v ** k - 1 for k in range(1, degree + 1)] for v in lam])
+    b = mpmath.lu_solve(B.T * B, B.T * mpmath.matrix([-1] * len(lam)))
+    values = [1 + sum(b[k - 1] * (v ** k - 1) for k in range(1, degree + 1)) for v in lam]
+    return float(mpmath.sqrt(sum(v ** 2 for v in values) / len(values)))
+
+
 GRAPHS = {"ring of 8": nx.cycle_graph(8), "3x3 grid": nx.grid_2d_graph(3, 3),
           "geometric": nx.random_geometric_graph(30, 0.35, seed=3)}
 
@@ -47,29 +58,41 @@ def test_the_oracle_is_the_least_squares_polynomial_and_vanishes_at_the_number_o
     a = np.random.default_rng(0).normal(size=(3, len(G)))
     x_star = a.mean(1, keepdims=True)
     for r in range(1, min(count, 6)):
-        c = oracle_filter(spectrum, r)
+        oracle = oracle_filter(spectrum, r)
         reference = monomial_best(spectrum, r)
-        assert expected_error(c, spectrum) == pytest.approx(np.sqrt(np.mean(reference(spectrum) ** 2)), rel=1e-6)
-        np.testing.assert_allclose(apply_filter(W, a, c), dense_filter(W, a, reference), atol=1e-8)
-    if name == "geometric":  # 29 distinct eigenvalues: the interpolating polynomial is beyond float64
+        assert oracle.expected_error() == pytest.approx(np.sqrt(np.mean(reference(spectrum) ** 2)), rel=1e-8)
+        assert oracle.expected_error() == pytest.approx(np.sqrt(np.mean(oracle.values(spectrum) ** 2)), rel=1e-10)
+        assert oracle.values(np.ones(1))[0] == pytest.approx(1, abs=1e-12)
+        np.testing.assert_allclose(oracle.apply(W, a), dense_filter(W, a, reference), atol=1e-9)
+    if name == "geometric":
         return
-    zero = oracle_filter(spectrum, count)
-    assert expected_error(zero, spectrum) < 1e-10
-    assert np.abs(apply_filter(sp.csr_array(W), a, zero) - x_star).max() < 1e-9 * np.abs(a - x_star).max()
-    assert expected_error(oracle_filter(spectrum, count - 1), spectrum) > 1e-5  # one degree less cannot
+    assert oracle_filter(spectrum, count - 1).expected_error() > 1e-5  # one degree less cannot reach 0
+    assert oracle_filter(spectrum, count).exact  # r = the number of distinct eigenvalues: p vanishes on them all
+    np.testing.assert_allclose(oracle_filter(spectrum, count).apply(W, a), np.broadcast_to(x_star, a.shape))
+    zero = monomial_best(spectrum, count)  # the exact claim, independently: least squares reaches 0 there
+    np.testing.assert_allclose(dense_filter(W, a, zero), np.broadcast_to(x_star, a.shape), atol=1e-8)
+
+
+@pytest.mark.parametrize("G,degrees", [(nx.cycle_graph(66), (8, 24, 32)), (nx.grid_2d_graph(6, 6), (8, 16, 24))])
+def test_the_oracle_is_the_best_polynomial_at_high_degree_against_120_digit_least_squares(G, degrees):
+    """Rings of 66 (33 distinct eigenvalues) and grids: where a Chebyshev-basis solve loses the bound."""
+    spectrum = nontrivial_spectrum(metropolis(G))
+    for r in degrees:
+        assert oracle_filter(spectrum, r).expected_error() == pytest.approx(mp_best_error(spectrum, r), rel=1e-6)
 
 
 def test_the_fitted_filter_equals_the_oracle_on_the_graph_it_was_fitted_to():
+    """fit_filter (a Chebyshev-basis least squares, safeguard off) and oracle_filter (Lanczos) are two codes."""
     G = GRAPHS["geometric"]
     W = metropolis(G)
     spectrum = nontrivial_spectrum(W)
     a = np.random.default_rng(1).normal(size=(4, len(G)))
     for r in (1, 3, 5):
         fitted = fit_filter([spectrum], r, safeguard=False)
-        np.testing.assert_allclose(apply_filter(W, a, fitted), dense_filter(W, a, monomial_best(spectrum, r)), atol=1e-8)
+        np.testing.assert_allclose(apply_filter(W, a, fitted), oracle_filter(spectrum, r).apply(W, a), atol=1e-8)
+        assert expected_error(fitted, spectrum) == pytest.approx(oracle_filter(spectrum, r).expected_error(), rel=1e-8)
     other = nontrivial_spectrum(metropolis(nx.random_geometric_graph(30, 0.35, seed=4)))
-    assert expected_error(fit_filter([other], 3, safeguard=False), spectrum) > expected_error(oracle_filter(spectrum, 3),
-                                                                                               spectrum)
+    assert expected_error(fit_filter([other], 3, safeguard=False), spectrum) > oracle_filter(spectrum, 3).expected_error()
 
 
 def test_the_safeguarded_filter_never_expands_and_the_unguarded_one_does_on_another_topology():

@@ -74,10 +74,14 @@ class AttentionConfig:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     def check_send_width(self):
-        """Raise unless send_width is an integer >= 2 whose key and value widths n_head divides."""
+        """Raise unless send_width is an integer >= 2 whose key and value widths n_head divides, and wide enough
+        for the residual (belief keeps the part of MH orthogonal to V, which is 0 when V is one number)."""
         w = self.send_width
         if not (isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 2):
             raise ValueError(f"send_width must be None (2 d_model numbers) or an integer >= 2, got {w!r}")
+        if self.residual in ("belief", "belief_star") and self.value_width < 2:
+            raise ValueError(f"residual {self.residual!r} keeps the part of MH orthogonal to V, which is 0 for values "
+                             f"{self.value_width} number wide: use send_width >= 4 or another residual")
         if self.key_width % self.n_head or self.value_width % self.n_head:
             raise ValueError(f"send_width = {w} makes keys {self.key_width} and values {self.value_width} "
                              f"wide; n_head = {self.n_head} must divide both (n_head = 1 always does)")

@@ -5,7 +5,7 @@
 
 For every seed: trains each --residuals variant (untied, depth K = model.n_layer), each --tied variant
 (one block, trained at depth K) and, for each --widths w, the --width-residual variant limited to w
-numbers per edge and round (model.send_width = w, one head) on the config's graph_consensus task
+numbers per edge and round (model.send_width = w, one head, --width-residual standard) on the config's graph_consensus task
 into OUT/runs/<...> until the config's plateau rule stops it (train.patience; finished runs are
 reused, their best weights loaded), then runs bridge.compare on that seed's instances (bridge.comparison
 lists the rows: oracles and the polynomial bound, PDMM, averaged PDMM, ADMM, gossip, Chebyshev and the
@@ -59,7 +59,9 @@ def add_parser(subparsers):
     parser.add_argument("--widths", default="2,4,8",
                         help="numbers per edge and round of the width-limited transformers (model.send_width, one "
                              "head; comma-separated, 'none' for none)")
-    parser.add_argument("--width-residual", default="belief", help="the residual variant of the width-limited rows")
+    parser.add_argument("--width-residual", default="standard",
+                        help="the residual variant of the width-limited rows (belief needs values >= 2 numbers wide, "
+                             "w >= 4: the part of a 1-number MH orthogonal to a 1-number V is 0)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds: training seed and instance draw of each")
     parser.add_argument("--rounds", type=int, default=32, help="rounds compared (>= model.n_layer)")
     parser.add_argument("--test-graphs", type=int, default=8, help="held-out graphs per set and seed")

@@ -208,7 +208,7 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
                         "averaged pdmm (tuned for round 4)", "admm (tuned for round 4)", "chebyshev (tuned for round 4)",
                         "chebyshev (own spectral interval)", "best polynomial of W per graph (bound)", "learned pdmm",
                         "pdmm-transformer (hand-set)", "tied transformer (accumulated)"}
-    depth = {"transformer (standard)", "transformer (belief, w=4)", "pdmm-transformer (trained from pdmm)",
+    depth = {"transformer (standard)", "transformer (standard, w=4)", "pdmm-transformer (trained from pdmm)",
              "pdmm-transformer (trained from random)"}
     expected = {(m, s, k) for s in sets for m in full for k in (1, 2, 3, 4)}
     expected |= {(m, s, k) for s in sets for m in depth for k in (1, 2)}
@@ -233,7 +233,7 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
     assert (out / "compare.png").is_file() and (out / "compare_all.png").is_file() and (out / "learning.png").is_file()
     assert "<!-- begin compare" in (tmp_path / "R.md").read_text()
     assert "Round 1 against the ball oracle: " in text and "### Paired comparisons at equal numbers sent" in text
-    assert "| transformer (belief, w=4) | 2 | best classical (chosen on tuning data) | 8 |" in text
+    assert "| transformer (standard, w=4) | 2 | best classical (chosen on tuning data) | 8 |" in text
     before = (out / "seeds" / "seed=0.json").stat().st_mtime_ns
     assert main(args) == 0  # the same command again reuses every seed
     assert (out / "seeds" / "seed=0.json").stat().st_mtime_ns == before

@@ -16,6 +16,7 @@ from experiments.config import load_config
 from experiments.plots import plot_training
 from experiments.runs import load_run
 from experiments.train import best_weights, has_checkpoint, load_checkpoint, plateau, train
+from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
 TINY = ["task.p=11", "task.train_fraction=0.8", "model.n_layer=1", "model.d_model=8", "model.n_head=2",
@@ -25,10 +26,6 @@ TINY = ["task.p=11", "task.train_fraction=0.8", "model.n_layer=1", "model.d_mode
 ARGV = ["train", CONFIG, *[f"--set={s}" for s in TINY], "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TIMING = ("wall_seconds", "seconds_per_step", "tokens_per_second")  # what differs between identical runs
-
-
-class Crash(BaseException):
-    """A simulated kill: nothing in the code under test catches it."""
 
 
 @pytest.fixture(autouse=True)
@@ -138,23 +135,6 @@ def test_another_plateau_metric_and_higher_is_better(tmp_path):
     assert stop and result["stopped_by"] == "plateau" and result["best_step"] == rows[best]["step"]
 
 
-class Faults:
-    """Counts the run's write points (os.replace, os.fsync, metrics rows) and kills it at the `at`-th."""
-
-    def __init__(self, monkeypatch, at=None):
-        self.calls, self.at = 0, at
-        replace, fsync, write_row = os.replace, os.fsync, train_module.write_row
-        monkeypatch.setattr(os, "replace", lambda *args: self.point(replace, *args))
-        monkeypatch.setattr(os, "fsync", lambda fd: self.point(fsync, fd))
-        monkeypatch.setattr(train_module, "write_row", lambda file, row: self.point(write_row, file, row))
-
-    def point(self, real, *args):
-        self.calls += 1
-        if self.calls == self.at:
-            raise Crash
-        return real(*args)
-
-
 def test_a_kill_at_every_third_write_point_then_resume_gives_the_uninterrupted_run(tmp_path, monkeypatch):
     """Kills before every third rename, fsync (best.pt's included) or metrics row, each followed by what a
     user does: --resume when there is a checkpoint, else start again with --force."""
@@ -183,6 +163,7 @@ def killing(obj, path, keep=None):
     if saved.count("best.pt") == 3:  # the third best written, after the last checkpoint
         os.kill(os.getpid(), signal.SIGKILL)
 train.save_atomic = killing
+import experiments.train as train_module
 from experiments.cli import main
 sys.exit(main(sys.argv[1:]))
 """

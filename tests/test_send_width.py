@@ -250,6 +250,8 @@ def test_causal_and_full_graphs_run_with_send_width():
     (dict(send_width=7, n_head=2), "n_head = 1"),   # w_k = 3, w_v = 4
     (dict(send_width=6, kernel="diff"), "even"),    # w_k = 3 in one head
     (dict(send_width=12, n_head=2, kernel="diff"), "even"),  # 3 per head
+    (dict(send_width=2, residual="belief"), "orthogonal to V"),  # a 1-number MH minus its projection on V is 0
+    (dict(send_width=2, residual="belief_star"), "orthogonal to V"),
 ])
 def test_bad_send_widths_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as err:

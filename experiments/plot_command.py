@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+import pdmm
+
 from .common import UsageError, check_new_file
 from .plots import AXES, PANELS, plot_convergence, plot_runs
 from .runs import aligned, expand, group_runs, is_solve_dir, is_sweep_dir, load_solve
@@ -97,14 +99,17 @@ def plot_solves(args):
 
 def _with_counts(run, label, curve, x):
     """The curve with its cumulative `x` ("messages" or "bits"): from history.csv, or, for an ideal-network
-    run, config.json's total spread evenly over the iterations."""
+    run, config.json's total spread evenly over the iterations that send (all but the method's silent
+    first rounds: NIDS's first step is local)."""
     if x == "iteration" or x in curve:
         return curve
-    total = run.config.get("methods", {}).get(label, {}).get(x)
+    entry = run.config.get("methods", {}).get(label, {})
+    total = entry.get(x)
     if total is None:
         raise UsageError(f"{run.path} records no {x} for {label} (written by an older pdmm-bridge solve)")
-    k = np.arange(1, len(curve["residual"]) + 1)
-    return {**curve, x: total * k / k[-1]}
+    method = pdmm.METHODS.get(entry.get("method"))
+    rounds = np.maximum(np.arange(1, len(curve["residual"]) + 1) - (method.silent_rounds if method else 0), 0)
+    return {**curve, x: total * rounds / max(rounds[-1], 1)}
 
 
 def plot_metric(runs, metric, path):

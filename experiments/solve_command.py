@@ -6,12 +6,15 @@
     pdmm-bridge solve --compare pdmm,pdmm:theta=0.5,admm --drop 0.2 --wake 0.8 --bits 12 --dither --out runs/lossy
     pdmm-bridge solve --method pdmm:theta=0.5 --burst 0.05,0.3 --wake one --out runs/bursty
     pdmm-bridge solve --compare pdmm,gossip,chebyshev,chebyshev:mixing=lazy_metropolis:low=0:high=0.99 --out runs/avg
+    pdmm-bridge solve --problem least_squares --compare pdmm,dgd,extra:alpha=0.05,nids,gradient-tracking --out runs/dec
 
 A method spec is METHOD[:KEY=VALUE...] with KEY rho (pdmm, qa-pdmm, admm) or one of the method's
-parameters (theta, eta; mixing for gossip and chebyshev, a kind of pdmm.mixing_matrix; low and
-high, given together, for chebyshev's eigenvalue interval); each spec is one run, labelled by the
-spec as written, and --rho / --theta / --eta are the values of the runs that take them and do not
-set their own. gossip and chebyshev solve --problem averaging only, on the ideal network.
+parameters (theta, eta; mixing for gossip, chebyshev, dgd, extra, nids and gradient-tracking, a
+kind of pdmm.mixing_matrix; low and high, given together, for chebyshev's eigenvalue interval;
+alpha, "auto" or a number > 0, for dgd, extra, nids and gradient-tracking; step, constant or
+diminishing, for dgd); each spec is one run, labelled by the spec as written, and --rho / --theta
+/ --eta are the values of the runs that take them and do not set their own. gossip and chebyshev
+solve --problem averaging only; the methods on a mixing matrix run on the ideal network only.
 
 --out (refused when it exists and is not empty, unless --force) receives config.json (resolved
 arguments, version, graph size, per-run summary), history.csv (method label, iteration,
@@ -48,6 +51,7 @@ import numpy as np
 import torch
 
 import pdmm
+import pdmm.decentralised
 import pdmm.distributed
 import pdmm.methods
 import pdmm.mixing
@@ -64,8 +68,10 @@ DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10
 
 def _value(key, text):
     """A method parameter from its text: rho a number > 0, theta a number, eta "L", "safe" or a number > 0,
-    mixing a kind of pdmm.mixing_matrix, low and high numbers (their range is the method's to check)."""
-    parse = {"rho": positive(float), "theta": float, "eta": _eta, "mixing": _mixing, "low": float, "high": float}[key]
+    mixing a kind of pdmm.mixing_matrix, low and high numbers (their range is the method's to check), alpha
+    "auto" or a number > 0, step "constant" or "diminishing"."""
+    parse = {"rho": positive(float), "theta": float, "eta": _eta, "mixing": _mixing, "low": float, "high": float,
+             "alpha": _alpha, "step": _step}[key]
     try:
         return parse(text)
     except (ValueError, argparse.ArgumentTypeError) as err:
@@ -76,8 +82,8 @@ def _spec(text):
     """"pdmm:theta=0.5:rho=2" -> ("pdmm:theta=0.5:rho=2", "pdmm", {"theta": 0.5, "rho": 2.0}).
 
     The label is the spec as written (a plain method name labels itself); the keys are rho where the
-    method has one and the parameters of the method's constructor (theta, eta, mixing), with chebyshev's
-    interval written as low and high: "chebyshev:low=-0.5:high=0.9" -> {"interval": (-0.5, 0.9)}.
+    method has one and the parameters of the method's constructor (theta, eta, mixing, alpha, step), with
+    chebyshev's interval written as low and high: "chebyshev:low=-0.5:high=0.9" -> {"interval": (-0.5, 0.9)}.
     """
     method, *assignments = [part.strip() for part in text.strip().split(":")]
     if method not in pdmm.METHODS:
@@ -126,6 +132,21 @@ def _eta(text):
         return positive(float)(text)
     except (ValueError, argparse.ArgumentTypeError):
         raise argparse.ArgumentTypeError(f"must be 'L', 'safe' or a number > 0, got {text!r}") from None
+
+
+def _alpha(text):
+    if text == "auto":
+        return text
+    try:
+        return positive(float)(text)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number > 0, got {text!r}") from None
+
+
+def _step(text):
+    if text not in pdmm.decentralised.STEPS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(pdmm.decentralised.STEPS)}, got {text!r}")
+    return text
 
 
 def _mixing(text):
@@ -182,8 +203,8 @@ def add_parser(subparsers):
                             "pdmm:theta=0.5 or chebyshev:mixing=lazy_metropolis")
     which.add_argument("--compare", type=_specs, metavar="SPEC,SPEC,...",
                        help="several runs in one output, each METHOD[:KEY=VALUE...] with KEY rho, theta, eta, mixing, "
-                            "low, high, e.g. pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe,gossip,"
-                            "chebyshev:low=-0.5:high=0.95")
+                            "low, high, alpha, step, e.g. pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe,gossip,"
+                            "chebyshev:low=-0.5:high=0.95,extra:alpha=0.05,dgd:step=diminishing")
     solver.add_argument("--rho", type=positive(float), help="penalty parameter of the pdmm, qa-pdmm and admm runs "
                         "without their own rho (default 1)")
     solver.add_argument("--theta", type=float, help="averaging of the pdmm / qa-pdmm runs without their own "
@@ -346,7 +367,7 @@ def _check_methods(problem, specs, params, args, network):
         values = dict(params[label])
         try:
             if not pdmm.METHODS[method].uses_rho:
-                pdmm.methods.check_averaging_options(method, network=network)
+                pdmm.methods.check_mixing_options(method, network=network)
             pdmm.METHODS[method](*parts, values.pop("rho", None), **values)
             if args.nproc > 1:
                 pdmm.distributed.check_supported(problem, method, args.device, network, False, values)

@@ -1,10 +1,12 @@
 """pdmm: batched PDMM, averaged PDMM, QA-PDMM and consensus ADMM on networkx graphs; gossip and
-Chebyshev-accelerated gossip for averaging (pdmm.mixing, docs/averaging.md).
+Chebyshev-accelerated gossip for averaging (pdmm.mixing, docs/averaging.md); DGD, EXTRA / PG-EXTRA,
+NIDS and gradient tracking for consensus problems (pdmm.decentralised, docs/decentralised.md).
 
     G = pdmm.topology("random_geometric", n=100, seed=0)
     result = pdmm.solve(pdmm.averaging(G, a), method="pdmm", rho=1.0)
     lossy = pdmm.solve(pdmm.averaging(G, a), network=pdmm.Network(drop=0.1, bits=8, dither=True))
     fast = pdmm.solve(pdmm.averaging(G, a), method="chebyshev", mixing="metropolis")
+    baseline = pdmm.solve(pdmm.averaging(G, a), method="extra", alpha="auto")
 """
 from .compiled import CompiledGraph
 from .graph import Graph

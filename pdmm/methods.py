@@ -1,5 +1,6 @@
-"""Update rules: PDMM (MATH.md 2), QA-PDMM (MATH.md 3), edge-based consensus ADMM, and gossip and
-Chebyshev-accelerated gossip for averaging problems (docs/averaging.md).
+"""Update rules: PDMM (MATH.md 2), QA-PDMM (MATH.md 3), edge-based consensus ADMM, gossip and
+Chebyshev-accelerated gossip for averaging problems (docs/averaging.md), and METHODS, which also
+holds DGD, EXTRA, NIDS and gradient tracking (pdmm.decentralised, docs/decentralised.md).
 
 Each method is one step over the whole graph at once, written as the three named phases
     gather   u_i  <- what node i collects from its edges          (edge -> node)
@@ -12,16 +13,19 @@ A `pdmm.network.Channel` (keyword `channel`; the caller draws each iteration's e
 the step) simulates them there: sleeping nodes keep x, an edge that receives nothing keeps its
 state. Without one the step is the ideal network's, unchanged.
 State tensors: x (n, B, d), edge state (E, B, m). `uses_rho`: whether the method has the penalty
-parameter rho (pdmm.solve's default rho=None means 1.0 for those that do).
+parameter rho (pdmm.solve's default rho=None means 1.0 for those that do). `vectors_sent`: the
+messages (of the edge state's width) each directed edge carries per round on the ideal network;
+`silent_rounds`: the first rounds, which send none (pdmm.solve's counts).
 """
 import warnings
 
 import torch
 
 from .constraints import Consensus
+from .decentralised import DGD, EXTRA, NIDS, GradientTracking
 from .local import Quadratic
 from .local.base import add, is_scalar, spd_solver
-from .mixing import as_mixing, spectral_interval
+from .mixing import MixingProduct, as_mixing, spectral_interval
 from .network import private_point
 
 MIN_WIDTH = 1e-6  # chebyshev: the least width of a default interval (a graph whose W has one eigenvalue besides 1)
@@ -42,6 +46,7 @@ class PDMM:
     """
 
     uses_rho = True
+    vectors_sent, silent_rounds = 1, 0
 
     def __init__(self, graph, local, edges, rho, theta=1.0, *, channel=None):
         self.graph, self.local, self.edges, self.rho, self.channel = graph, local, edges, rho, channel
@@ -197,6 +202,7 @@ class ADMM:
     """
 
     uses_rho = True
+    vectors_sent, silent_rounds = 1, 0
 
     def __init__(self, graph, local, edges, rho, *, channel=None):
         if edges.inequality is not None:
@@ -225,18 +231,22 @@ class ADMM:
                 "r": r}
 
 
-def check_averaging_options(method, rho=None, network=None, x0=None, backend="local", compile=False):
-    """ValueError for an option that gossip and chebyshev do not take: they have no penalty parameter,
-    start from x^0 = a and run on the ideal network in one process (docs/averaging.md section 6); and
-    chebyshev is not compiled, as every round has its own Python float omega (a recompilation each)."""
+def check_mixing_options(method: str, rho=None, network=None, x0=None, backend: str = "local",
+                         compile: bool = False) -> None:
+    """ValueError for an option that a method on a mixing matrix does not take. None of them has a penalty
+    parameter or runs on a simulated network or in several processes; gossip and chebyshev also start from
+    x^0 = a, so refuse x0 (docs/averaging.md section 6), where dgd, extra, nids and gradient-tracking take it
+    (docs/decentralised.md section 7); and chebyshev is not compiled, as every round has its own Python float
+    omega (a recompilation each)."""
+    family = METHODS[method].family
     if rho is not None:
         raise ValueError(f"{method} has no penalty parameter: leave rho out (it applies to pdmm, qa-pdmm and admm)")
     if network is not None:
-        raise ValueError("network effects are not implemented for gossip/chebyshev; use the PDMM family or ADMM")
-    if x0 is not None:
+        raise ValueError(f"network effects are not implemented for {family}; use the PDMM family or ADMM")
+    if x0 is not None and not METHODS[method].takes_x0:
         raise ValueError(f"{method} starts from the node values, x^0 = a; x0= does not apply")
     if backend != "local":
-        raise ValueError(f"backend={backend!r} is not implemented for gossip/chebyshev; use backend='local'")
+        raise ValueError(f"backend={backend!r} is not implemented for {family}; use backend='local'")
     if compile and method == "chebyshev":
         raise ValueError("compile=True is not implemented for chebyshev (each round's omega would recompile the "
                          "step); run it eagerly: one sparse product per round")
@@ -252,13 +262,17 @@ class Gossip:
     |lambda_2|) of W. Averaging problems only: consensus and f_i(x) = 1/2 ||x - a_i||^2.
     """
 
+    name = "gossip"
     uses_rho = False
+    takes_x0 = False
+    family = "gossip/chebyshev"
+    vectors_sent, silent_rounds = 1, 0
 
     def __init__(self, graph, local, edges, rho, mixing="metropolis", *, channel=None):
-        check_averaging_options(type(self).__name__.lower(), rho=rho, network=channel)
+        check_mixing_options(self.name, rho=rho, network=channel)
         self.a = _node_values(local, edges)
         self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
-        self.product = _SparseProduct(self.W, graph.sign)
+        self.product = MixingProduct(self.W, graph.sign)
 
     def init(self, x0):
         """x^0 = a, whatever x0 holds (it only has the shape of x: pdmm.solve refuses x0= here)."""
@@ -286,6 +300,8 @@ class Chebyshev(Gossip):
     misses eigenvalues of W can make the iteration diverge (section 5).
     """
 
+    name = "chebyshev"
+
     def __init__(self, graph, local, edges, rho, mixing="metropolis", interval=None, *, channel=None):
         super().__init__(graph, local, edges, rho, mixing, channel=channel)
         self.low, self.high = _interval(interval, self.W)
@@ -306,25 +322,6 @@ class Chebyshev(Gossip):
         omega, s = self.omega(r + 1), self.low + self.high
         base = x.mul(-omega * s / (2 - s)).add_(state["previous"], alpha=1 - omega)
         return {"x": self.product(x, base, 2 * omega / (2 - s)), "previous": x, "round": r + 1}
-
-
-class _SparseProduct:
-    """x -> base + alpha W x over (n, B, d) tensors: one torch sparse CSR product on the graph's device and
-    dtype (like), with x and base seen as (n, B d) matrices."""
-
-    def __init__(self, W, like):
-        W = W.sorted_indices()
-        with warnings.catch_warnings():  # "sparse CSR support is in beta"
-            warnings.simplefilter("ignore", UserWarning)
-            self.W = torch.sparse_csr_tensor(torch.from_numpy(W.indptr).to(torch.int64), torch.from_numpy(W.indices)
-                                             .to(torch.int64), torch.from_numpy(W.data), W.shape,
-                                             check_invariants=False).to(like.device, like.dtype)
-
-    def __call__(self, x, base=None, alpha=1.0):
-        rows = x.reshape(len(x), -1)
-        if base is None:
-            return (self.W @ rows).view(x.shape)
-        return torch.addmm(base.reshape(rows.shape), self.W, rows, alpha=alpha).view(x.shape)
 
 
 def _node_values(local, edges):
@@ -366,4 +363,5 @@ def _interval(interval, W):
     return low, high
 
 
-METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM, "admm": ADMM, "gossip": Gossip, "chebyshev": Chebyshev}
+METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM, "admm": ADMM, "gossip": Gossip, "chebyshev": Chebyshev, "dgd": DGD,
+           "extra": EXTRA, "nids": NIDS, "gradient-tracking": GradientTracking}

@@ -1,13 +1,16 @@
-"""Mixing matrices for averaging by gossip (docs/averaging.md sections 1-2).
+"""Mixing matrices for averaging by gossip (docs/averaging.md sections 1-2) and for the decentralised
+gradient methods (docs/decentralised.md section 1).
 
 A mixing matrix W of a graph is symmetric, has rows summing to 1 and is nonzero only on the
 graph's edges and its diagonal; one round of gossip is x <- W x. `mixing_matrix` builds the
 standard ones from the degrees alone, `check_mixing` validates a user's own, `as_mixing` is what
 the methods call (a kind or a matrix), and `spectral_interval` gives the eigenvalue range that
-decides how fast gossip contracts (and that Chebyshev acceleration needs). Matrices are
+decides how fast gossip contracts (and that Chebyshev acceleration needs); `MixingProduct` is
+the one sparse product per round with which the methods apply W. Matrices are
 scipy.sparse CSR arrays, float64, rows and columns in the graph's node order. scipy is imported
 on the first call: a plain `import pdmm` stays fast.
 """
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -124,6 +127,26 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
     smallest, = eigsh(W, k=1, which="SA", tol=EIGSH_TOL, v0=start, return_eigenvectors=False)
     second, = eigsh(deflated, k=1, which="LA", tol=EIGSH_TOL, v0=start, return_eigenvectors=False)
     return float(smallest - EIGSH_TOL * abs(smallest)), float(second + EIGSH_TOL * abs(second))
+
+
+class MixingProduct:
+    """x -> base + alpha W x over (n, B, d) tensors, W a mixing matrix (scipy CSR): one torch sparse CSR
+    product on the graph's device and dtype (like), with x and base seen as (n, B d) matrices; the
+    matrix is converted once, here."""
+
+    def __init__(self, W, like):
+        W = W.sorted_indices()
+        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            self.W = torch.sparse_csr_tensor(torch.from_numpy(W.indptr).to(torch.int64), torch.from_numpy(W.indices)
+                                             .to(torch.int64), torch.from_numpy(W.data), W.shape,
+                                             check_invariants=False).to(like.device, like.dtype)
+
+    def __call__(self, x, base=None, alpha=1.0):
+        rows = x.reshape(len(x), -1)
+        if base is None:
+            return (self.W @ rows).view(x.shape)
+        return torch.addmm(base.reshape(rows.shape), self.W, rows, alpha=alpha).view(x.shape)
 
 
 def _undirected(graph):

@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .compiled import locality_order
-from .methods import METHODS, NodeForm, check_averaging_options
+from .methods import METHODS, NodeForm, check_mixing_options
 from .mixing import check_mixing
 from .network import Channel, Network, private_point, privacy_gaps
 from .problem import _node_data
@@ -84,12 +84,15 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
           dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
           history=None, record_every=None, check_every=None, backend="local", partition=None, reorder=None,
           form=None, **method_params):
-    """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm", or an
-    averaging problem (pdmm.averaging) with "gossip" or "chebyshev" (mixing, interval; docs/averaging.md).
+    """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm", a consensus
+    problem with "dgd" (mixing, alpha, step), "extra" (PG-EXTRA for lasso), "nids" or "gradient-tracking"
+    (mixing, alpha; docs/decentralised.md), or an averaging problem (pdmm.averaging) with "gossip" or
+    "chebyshev" (mixing, interval; docs/averaging.md).
 
-    rho: the penalty parameter of pdmm, qa-pdmm and admm, None meaning 1.0; gossip and chebyshev have
-    none and refuse it, as they refuse x0, network and backend="distributed" (they start from
-    x^0 = a on the ideal network; docs/averaging.md section 6).
+    rho: the penalty parameter of pdmm, qa-pdmm and admm, None meaning 1.0; the methods on a mixing
+    matrix have none and refuse it, as they refuse network and backend="distributed" (the ideal
+    network in one process); gossip and chebyshev also refuse x0, as they start from x^0 = a
+    (docs/averaging.md section 6, docs/decentralised.md section 7).
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
     (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
@@ -120,7 +123,8 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     network: a pdmm.Network (lost messages, sleeping nodes, changing edges, quantisation,
     privacy; pdmm.network) or None for the ideal network. history["messages"] and ["bits"]
     count what was delivered and sent (one message per directed edge and iteration on the ideal
-    network, 64 bits per float64 number); with network privacy, "privacy_x" and
+    network, two for gradient-tracking and none in NIDS's first, local, iteration; 64 bits per
+    float64 number); with network privacy, "privacy_x" and
     "privacy_messages" are the relative distances of x_i and of what the messages carry from
     argmin f_i (pdmm.network.privacy_gaps).
     target: also stop (converged) once every instance's reference error is <= target (needs reference).
@@ -214,9 +218,10 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     state = algorithm.init(_renumbered(_initial_x(problem, x0, seed, device, dtype), order))
     private = None if network is None or network.privacy is None else private_point(local, state["x"])
     step = torch.compile(algorithm.step) if compile else algorithm.step
-    per_iteration = graph.num_edges, graph.num_edges * width * torch.finfo(dtype).bits  # the ideal network
-    book = _Bookkeeping(names, local, edges, channel, x_star, private, rho, per_iteration, record_every,
-                        min(max_iter // record_every + 1, 4096))
+    sent = graph.num_edges * METHODS[method].vectors_sent  # messages per round on the ideal network
+    per_round = sent, sent * width * torch.finfo(dtype).bits
+    book = _Bookkeeping(names, local, edges, channel, x_star, private, rho, per_round, record_every,
+                        min(max_iter // record_every + 1, 4096), METHODS[method].silent_rounds)
     params = dict(method_params) if rho is None else {"rho": rho, **method_params}
     run = dict(problem=problem, method=method, params=params, x_star=x_star, network=network, order=order)
 
@@ -293,9 +298,10 @@ class _Bookkeeping:
     """What solve records and tests besides the step: history rows in tensors allocated ahead on
     the run's device (their capacity doubles when full), and the stopping and divergence tests."""
 
-    def __init__(self, names, local, edges, channel, x_star, private, rho, per_iteration, every, capacity):
+    def __init__(self, names, local, edges, channel, x_star, private, rho, per_round, every, capacity, silent=0):
         self.names, self.local, self.edges, self.channel, self.rho = names, local, edges, channel, rho
-        self.x_star, self.private, self.per_iteration, self.every = x_star, private, per_iteration, every
+        self.x_star, self.private, self.per_round, self.every = x_star, private, per_round, every
+        self.silent = silent  # the method's first rounds that send nothing (ideal-network counts)
         like = edges.graph.sign
         self.x_star_norm = None if x_star is None else torch.clamp(_norm(x_star), min=torch.finfo(like.dtype).tiny)
         self.stored = [name for name in names if not (name in COUNTS and channel is None)]  # ideal counts: arithmetic
@@ -374,9 +380,10 @@ class _Bookkeeping:
         for name in self.names:
             if name in self.columns:
                 values = self.columns[name][:rows].cpu().numpy()
-            else:  # the ideal network: every directed edge delivers one message per iteration
-                count = self.per_iteration[COUNTS.index(name)]
-                values = np.repeat((iterations * count).astype(np.float64)[:, None], self.local.shape[1], 1)
+            else:  # the ideal network: every directed edge delivers the same messages in every sending round
+                rounds = np.maximum(iterations - self.silent, 0)
+                values = np.repeat((rounds * self.per_round[COUNTS.index(name)]).astype(np.float64)[:, None],
+                                   self.local.shape[1], 1)
             history[name] = values if batched else values[:, 0]
         return history
 
@@ -428,9 +435,9 @@ def _history_names(history, reference, network):
 
 def _resolved_rho(method, rho, network, x0, backend, compile):
     """rho as the run uses it: 1.0 for None, else checked, for the methods with a penalty parameter; None for
-    gossip and chebyshev, which refuse rho and the other options they do not take."""
+    the methods on a mixing matrix, which refuse rho and the other options they do not take."""
     if not METHODS[method].uses_rho:
-        check_averaging_options(method, rho, network, x0, backend, compile)
+        check_mixing_options(method, rho, network, x0, backend, compile)
         return None
     rho = 1.0 if rho is None else rho
     if not (_is_real(rho) and math.isfinite(rho) and rho > 0):

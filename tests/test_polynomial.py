@@ -116,9 +116,13 @@ def test_a_filter_after_r_rounds_has_heard_only_r_hops():
     a = np.random.default_rng(2).normal(size=(1, 9))
     moved = a.copy()
     moved[0, 0] += 1.0
+    spectrum = nontrivial_spectrum(W)
     for r in (1, 2, 4):
         c = np.random.default_rng(r).normal(size=r + 1)
         changed = np.abs(apply_filter(W, a, c) - apply_filter(W, moved, c))[0] > 0
+        assert changed.tolist() == [k <= r for k in range(9)]
+        bound = oracle_filter(spectrum, r)  # the bound applies its polynomial by the same kind of recurrence
+        changed = np.abs(bound.apply(W, a) - bound.apply(W, moved))[0] > 0
         assert changed.tolist() == [k <= r for k in range(9)]
 
 

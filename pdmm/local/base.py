@@ -4,6 +4,8 @@ Tensors are node-major: x is (n, B, d) for n nodes, B independent instances, x_i
 A per-node curvature C_i is either a scalar multiple of I, stored (n, 1) or (n, B), or a
 matrix, stored (n, 1, d, d) or (n, B, d, d).
 """
+from collections.abc import Callable
+
 import torch
 
 
@@ -35,6 +37,17 @@ class LocalFunction:
     def strong_convexity(self):
         """m_i, the strong-convexity modulus of f_i: (n, B)."""
         raise NotImplementedError
+
+    def composite(self) -> "tuple[LocalFunction, Callable | None]":
+        """(s, prox_r) for f_i = s_i + r_i, as the proximal gradient methods use it (PG-EXTRA and NIDS,
+        docs/decentralised.md sections 3-4): s a smooth LocalFunction (gradient, smoothness) and
+        prox_r(v, step) = argmin_x step r_i(x) + 1/2 ||x - v||^2 node by node, step a number or a
+        tensor broadcasting against v. A smooth f is (self, None); a non-smooth one overrides this
+        or is refused (ValueError)."""
+        if self.smooth:
+            return self, None
+        raise ValueError(f"{type(self).__name__} is not smooth and has no proximal split f_i = s_i + r_i "
+                         "(LocalFunction.composite)")
 
     def cvxpy_value(self, xs, b):
         """sum_i f_i(xs[i]) for instance b as a cvxpy expression (xs: n expressions of shape (d,))."""

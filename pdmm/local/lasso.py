@@ -1,4 +1,6 @@
 """Lasso local functions f_i(x) = 1/2 ||H_i x - y_i||^2 + t ||x||_1 (least squares + l1)."""
+from collections.abc import Callable
+
 import torch
 
 from .base import add, eigenvalue_range, is_scalar, multiply, spd_solver
@@ -78,6 +80,11 @@ class Lasso(Quadratic):
             return z
 
         return solve
+
+    def composite(self) -> "tuple[Quadratic, Callable]":
+        """s_i(x) = 1/2 x^T P_i x - q_i^T x (the least squares part) and prox_r(v, step) =
+        soft_threshold(v, step t), the prox of r_i = t ||x||_1."""
+        return Quadratic(self.P, self.q, self.H, self.y), lambda v, step: soft_threshold(v, step * self.t)
 
     def cvxpy_value(self, xs, b):
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast

@@ -1,0 +1,243 @@
+"""Decentralised gradient methods on a mixing matrix: DGD, EXTRA / PG-EXTRA, NIDS and gradient tracking
+(docs/decentralised.md).
+
+They solve consensus problems, minimise sum_i f_i(x), with W a mixing matrix of the graph
+(pdmm.mixing: a kind, default "metropolis", or the user's own, checked). A step updates every
+node at once on x (n, B, d); neighbours enter only through products with W, one sparse product
+per round (pdmm.mixing.MixingProduct), in which each node sends one vector of d numbers to each
+neighbour (two, stacked, for gradient tracking). The step size alpha is a number or "auto", a
+rule in L = max_i L_i (per instance, from LocalFunction.smoothness of the smooth part) and
+lambda_min(W): half of the method's step bound (docs/decentralised.md section 6). W's spectrum is
+computed once per run (pdmm.spectral_interval) and refused unless -1 < lambda_min(W) and
+lambda_2(W) < 1 (section 1).
+
+No penalty parameter (uses_rho = False) and the ideal network only; pdmm.solve refuses rho,
+network= and backend="distributed" for them (pdmm.methods.check_mixing_options), and accepts x0.
+`vectors_sent`: vectors of d numbers per directed edge and round; `silent_rounds`: the first
+rounds, which send nothing (NIDS's first step is local); pdmm.solve counts messages and bits by them.
+"""
+import math
+import numbers
+from typing import TYPE_CHECKING
+
+import torch
+
+from .compiled import CompiledGraph
+from .constraints import Consensus
+from .local import LocalFunction
+from .mixing import MixingProduct, as_mixing, spectral_interval
+
+if TYPE_CHECKING:
+    import numpy as np
+    import scipy.sparse
+
+SPECTRUM_MARGIN = 1e-9  # lambda_min(W) must exceed -1 + this, lambda_2(W) stay below 1 - this
+STEPS = ("constant", "diminishing")
+
+
+class Decentralised:
+    """What the four methods share (docs/decentralised.md section 1): the checks of the problem and of
+    W, W as a sparse product, the smooth part s of f (all of f, or s of f = s + r for the proximal
+    methods, with prox_r), and alpha (1, B, 1) on the run's device: "auto" (the subclass's
+    default_alpha of L (B,)) or a number > 0."""
+
+    uses_rho = False
+    takes_x0 = True
+    family = "dgd/extra/nids/gradient-tracking"
+    vectors_sent = 1
+    silent_rounds = 0
+    proximal = False  # whether non-smooth f_i = s_i + r_i run with prox_r (PG-EXTRA, NIDS)
+
+    def __init__(self, graph: CompiledGraph, local: LocalFunction, edges: Consensus, rho: None,
+                 mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis", alpha: "float | str" = "auto", *,
+                 channel: None = None):
+        if rho is not None or channel is not None:
+            raise ValueError(f"{self.name} takes neither rho nor a network channel (docs/decentralised.md section 7)")
+        if not isinstance(edges, Consensus):
+            raise ValueError(f"{self.name} solves consensus problems only (constraints='consensus'); this problem "
+                             "has edge-matrix constraints")
+        self.smooth_part, self.prox_r = _split(local, self.name, self.proximal)
+        self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
+        self.lowest = _lowest_eigenvalue(self.W, self.name)
+        self.product = MixingProduct(self.W, graph.sign)
+        self.alpha = _step_size(alpha, self.default_alpha, self.smooth_part, local.shape[1], graph.sign)
+
+    def default_alpha(self, L):
+        """alpha="auto" from L = max_i L_i per instance, (B,) -> (B,)."""
+        raise NotImplementedError
+
+    def prox(self, v):
+        """prox_{alpha r}(v) node by node, v itself for smooth f."""
+        return v if self.prox_r is None else self.prox_r(v, self.alpha)
+
+
+class DGD(Decentralised):
+    """Decentralised gradient descent (Nedic, Ozdaglar 2009; docs/decentralised.md section 2):
+
+        x^{k+1} = W x^k - alpha_k grad f(x^k),
+
+    alpha_k = alpha (step="constant") or alpha / sqrt(k + 1) (step="diminishing"), k = 0, 1, ...
+    With a constant step the iterates converge to a point within O(alpha) of the solution, not to it,
+    so the stopping test may never pass; a diminishing step converges, slowly. Smooth f_i only.
+    alpha="auto": (1 + lambda_min(W)) / (2 L), half of the bound (1 + lambda_min(W)) / L under which
+    the step is gradient descent on a function that it decreases (section 2).
+    """
+
+    name = "dgd"
+
+    def __init__(self, graph: CompiledGraph, local: LocalFunction, edges: Consensus, rho: None,
+                 mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis", alpha: "float | str" = "auto",
+                 step: str = "constant", *, channel: None = None):
+        if step not in STEPS:
+            raise ValueError(f"step must be 'constant' or 'diminishing', got {step!r}")
+        super().__init__(graph, local, edges, rho, mixing, alpha, channel=channel)
+        self.diminishing = step == "diminishing"
+
+    def default_alpha(self, L):
+        return (1 + self.lowest) / (2 * L)
+
+    def init(self, x0):
+        """x^0, and with a diminishing step the round k as a tensor (no host read, one compiled step)."""
+        if not self.diminishing:
+            return {"x": x0}
+        return {"x": x0, "round": torch.zeros((), dtype=x0.dtype, device=x0.device)}
+
+    def step(self, state):
+        x = state["x"]
+        if not self.diminishing:
+            return {"x": self.product(x, -self.alpha * self.smooth_part.gradient(x))}
+        k = state["round"]
+        alpha = self.alpha * torch.rsqrt(k + 1)
+        return {"x": self.product(x, -alpha * self.smooth_part.gradient(x)), "round": k + 1}
+
+
+class EXTRA(Decentralised):
+    """EXTRA (Shi, Ling, Wu, Yin 2015), and PG-EXTRA (Shi, Ling, Wu, Yin 2015, the proximal form) where
+    f_i = s_i + r_i is not smooth but has a prox of r_i (lasso); docs/decentralised.md section 3.
+    With W~ = (I + W) / 2, EXTRA is
+
+        x^1 = W x^0 - alpha grad f(x^0),   x^{k+2} = (I + W) x^{k+1} - W~ x^k - alpha (grad f(x^{k+1}) - grad f(x^k)),
+
+    and PG-EXTRA takes gradients of s and x^{k+1} = prox_{alpha r}(x^{k+1/2}) of the same recursion
+    on the half points. Both are run in the summed form, with c^0 = 0:
+
+        x^{k+1/2} = W x^k - alpha grad s(x^k) + c^k,   x^{k+1} = prox_{alpha r}(x^{k+1/2}),
+        c^{k+1}   = c^k + (W - W~) x^k = c^k - (x^k - W x^k) / 2,
+
+    one product with W per round. alpha="auto": (1 + lambda_min(W)) / (2 L) = lambda_min(W~) / L,
+    half of the papers' bound 2 lambda_min(W~) / L.
+    """
+
+    name = "extra"
+    proximal = True
+
+    def default_alpha(self, L):
+        return (1 + self.lowest) / (2 * L)
+
+    def init(self, x0):
+        return {"x": x0, "correction": torch.zeros_like(x0)}
+
+    def step(self, state):
+        x, correction = state["x"], state["correction"]
+        mixed = self.product(x)
+        half = mixed - self.alpha * self.smooth_part.gradient(x) + correction
+        return {"x": self.prox(half), "correction": correction + (mixed - x) / 2}
+
+
+class NIDS(Decentralised):
+    """NIDS (Li, Shi, Yan 2019), proximal, with W~ = I - c alpha (I - W) at c = 1 / (2 alpha), that is
+    W~ = (I + W) / 2 (docs/decentralised.md section 4):
+
+        z^1     = x^0 - alpha grad s(x^0),   x^1 = prox_{alpha r}(z^1)            (local: nothing sent)
+        z^{k+1} = z^k - x^k + W~ (2 x^k - x^{k-1} - alpha grad s(x^k) + alpha grad s(x^{k-1}))
+        x^{k+1} = prox_{alpha r}(z^{k+1})
+
+    computed with w^k = x^k - alpha grad s(x^k), the vector sent being x^k + w^k - w^{k-1}. Smooth f is
+    s = f, r = 0 (x = z). alpha="auto": 1 / L, half of NIDS's bound 2 / L, which does not depend on W.
+    """
+
+    name = "nids"
+    proximal = True
+    silent_rounds = 1
+
+    def default_alpha(self, L):
+        return 1 / L
+
+    def init(self, x0):
+        return {"x": x0}
+
+    def step(self, state):
+        x = state["x"]
+        w = x - self.alpha * self.smooth_part.gradient(x)
+        if "w" not in state:  # the first step, local: z^1 = w^0
+            return {"x": self.prox(w), "z": w, "w": w}
+        sent = x + w - state["w"]
+        z = state["z"] - x + self.product(sent, sent) / 2  # W~ v = (v + W v) / 2
+        return {"x": self.prox(z), "z": z, "w": w}
+
+
+class GradientTracking(Decentralised):
+    """DIGing / gradient tracking (Nedic, Olshevsky, Shi 2017; Qu, Li 2018; docs/decentralised.md section 5):
+
+        y^0     = grad f(x^0)
+        x^{k+1} = W x^k - alpha y^k
+        y^{k+1} = W y^k + grad f(x^{k+1}) - grad f(x^k)
+
+    x^k and y^k travel together: one product with W on (n, B, 2d), two vectors per directed edge and
+    round. Smooth f_i only. alpha="auto": (1 + lambda_min(W))^2 / (4 L), half of the exact stability
+    limit when every f_i has the same Hessian (section 5).
+    """
+
+    name = "gradient-tracking"
+    vectors_sent = 2
+
+    def default_alpha(self, L):
+        return (1 + self.lowest) ** 2 / (4 * L)
+
+    def init(self, x0):
+        gradient = self.smooth_part.gradient(x0)
+        return {"x": x0, "y": gradient, "gradient": gradient}
+
+    def step(self, state):
+        y, d = state["y"], state["x"].shape[-1]
+        mixed = self.product(torch.cat([state["x"], y], -1))
+        x = mixed[..., :d] - self.alpha * y
+        gradient = self.smooth_part.gradient(x)
+        return {"x": x, "y": mixed[..., d:] + gradient - state["gradient"], "gradient": gradient}
+
+
+def _split(local, name, proximal):
+    """(s, prox_r or None): f itself when smooth; for a method with a proximal form, LocalFunction.composite;
+    else a one-line ValueError."""
+    if local.smooth or proximal:
+        return local.composite()
+    hint = " (its proximal form runs with method='extra' (PG-EXTRA) or 'nids')" \
+        if type(local).composite is not LocalFunction.composite else ""
+    raise ValueError(f"{name} needs smooth local functions; {type(local).__name__} is not smooth{hint}")
+
+
+def _lowest_eigenvalue(W, name):
+    """lambda_min(W), after refusing a W whose nonzeros do not connect the nodes (spectral_interval), or with
+    lambda_min <= -1 or another eigenvalue >= 1 (up to SPECTRUM_MARGIN): none of the methods converges then."""
+    low, high = spectral_interval(W)
+    if low <= -1 + SPECTRUM_MARGIN:
+        raise ValueError(f"{name} needs the mixing matrix's smallest eigenvalue above -1, got {low:.6g} "
+                         "(lazy_metropolis, or more weight on W's diagonal, moves it up)")
+    if high >= 1 - SPECTRUM_MARGIN:
+        raise ValueError(f"{name} needs every eigenvalue of the mixing matrix but that of the all-ones vector "
+                         f"below 1, got {high:.6g}")
+    return low
+
+
+def _step_size(alpha, rule, smooth, batch, like):
+    """alpha as a (1, B, 1) tensor on the run's device and dtype (those of like): rule(L) for "auto", with
+    L = max_i L_i per instance (at least the dtype's tiny, so that f = 0 gives a finite step), else the number
+    given (> 0, finite)."""
+    if isinstance(alpha, str) and alpha == "auto":
+        L = smooth.smoothness().amax(0)
+        value = rule(L.clamp(min=torch.finfo(L.dtype).tiny))
+    elif isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0:
+        value = torch.full((batch,), float(alpha), dtype=like.dtype, device=like.device)
+    else:
+        raise ValueError(f"alpha must be 'auto' or a finite number > 0, got {alpha!r}")
+    return value.view(1, -1, 1)

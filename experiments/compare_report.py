@@ -90,7 +90,8 @@ def plot(table, methods, path):
     """Top row: error against round (1..R), one panel per set; bottom row: against numbers sent per edge (every
     round a row has a value). Mean over seeds (geometric) with the 95 % seed interval as a band (from
     MIN_BAND_SEEDS seeds on); the axes are set by the mean lines alone (cut below at a third of the smallest
-    non-bound mean), so a wide band is clipped instead of squashing the lines."""
+    non-bound mean, above at 3: a diverging row runs off the top), so a wide band is clipped instead of
+    squashing the lines."""
     sets = table.sets
     fig = Figure(figsize=(4.6 * len(sets), 8.2), layout="constrained")
     axes = fig.subplots(2, len(sets), squeeze=False)
@@ -118,7 +119,8 @@ def plot(table, methods, path):
                 if len(table.seeds) >= MIN_BAND_SEEDS:
                     ax.fill_between(x[keep], cells[keep, 1], cells[keep, 2], color=colours[method], alpha=0.12,
                                     linewidth=0)
-        limits = (max(low / 3, FLOOR) if math.isfinite(low) else FLOOR, high * 2 if high > 0 else 1.0)
+        top = min(high, 1.5) * 2 if high > 0 else 3.0  # a row above error 1 (diverging) runs off the top
+        limits = (max(low / 3, FLOOR) if math.isfinite(low) else FLOOR, top)
         axes[0, column].set(title=name, xlabel="communication round", yscale="log", ylim=limits)
         axes[1, column].set(xlabel="numbers sent per edge (cumulative)", xscale="log", yscale="log", ylim=limits)
         axes[0, column].legend(fontsize=6.5, loc="lower left")

@@ -18,7 +18,7 @@ from experiments.common import UsageError
 from experiments.config import load_config, to_tables
 from experiments.sweep_command import run_name
 from experiments.runs import sweep_runs
-from experiments.train import CHECKPOINT, load_checkpoint, train
+from experiments.train import CHECKPOINT, best_weights, load_checkpoint, train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
 TINY = ["train.max_iters=6", "train.eval_interval=3", "train.checkpoint_interval=3", "model.n_layer=2",
@@ -49,16 +49,17 @@ def unpickles_code(load, marker):
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """A tiny compare directory whose trained run's ckpt.pt carries a live payload, and a sweep.json asking
+    """A tiny compare directory whose trained run's ckpt.pt and best.pt carry a live payload, and a sweep.json asking
     `report` to probe that run: (compare dir, run dir, marker)."""
     root = tmp_path_factory.mktemp("planted")
     out, marker = root / "cmp", root / "marker"
     assert main([*COMPARE, "--out", str(out)]) == 0
     run_dir = out / "runs" / run_name({"model.residual": "standard", "task.tied": False}, 0)
-    checkpoint = torch.load(run_dir / CHECKPOINT, weights_only=True)
-    checkpoint["extra"] = Payload(marker)
-    torch.save(checkpoint, run_dir / CHECKPOINT)
-    assert unpickles_code(lambda: torch.load(run_dir / CHECKPOINT, weights_only=False), marker)  # the plant is live
+    for path in (run_dir / CHECKPOINT, best_weights(run_dir)):  # compare loads the best weights (train.patience > 0)
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["extra"] = Payload(marker)
+        torch.save(checkpoint, path)
+        assert unpickles_code(lambda: torch.load(path, weights_only=False), marker)  # the plant is live
     (out / "seeds" / "seed=0.json").unlink()  # compare must load the trained model again
     (out / "runs" / "sweep.json").write_text(json.dumps({"report": {"probe": True}, "runs": [
         {"name": run_dir.name, "overrides": {}, "seed": 0, "status": "finished", "error": None}]}))
@@ -76,7 +77,8 @@ def test_a_pickled_payload_in_ckpt_pt_is_refused_by_every_command_that_opens_it(
     error = result.stderr.strip()
     assert not marker.exists()
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "\n" not in error and f"refusing to load {run_dir / CHECKPOINT}" in error and "run code" in error
+    opened = best_weights(run_dir) if command == "compare" else run_dir / CHECKPOINT
+    assert "\n" not in error and f"refusing to load {opened}" in error and "run code" in error
 
 
 def test_a_checkpoint_holds_only_what_weights_only_loading_accepts(tmp_path):

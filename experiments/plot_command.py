@@ -17,7 +17,8 @@ against iteration (or the one --metric of those), one line per method, labelled
 "<directory>: <method>" when there are several directories. --x messages or --x bits draws them
 against the cumulative messages delivered or bits sent instead (runs on the ideal network,
 which history.csv does not count, send the same number every iteration: config.json's totals
-over the iterations).
+over the iterations); several axes, --x iteration,bits, draw each metric against each of them,
+side by side.
 
 The figure goes to --out, or else to plot_<metric>.png (plot_convergence.png for all solve panels)
 in the directory when the only argument is a sweep or solve directory, else in the current
@@ -42,11 +43,21 @@ def add_parser(subparsers):
     p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories or sweep directories, or solve directories")
     p.add_argument("--metric", help="a logged metric, e.g. val_loss (training runs when not given), train_loss, "
                    "val_acc, lr; for solve runs residual, error or objective (all three when not given)")
-    p.add_argument("--x", choices=list(AXES), default="iteration", help="x axis of solve runs: iteration, "
-                   "messages delivered or bits sent")
+    p.add_argument("--x", type=_axes, default=("iteration",), metavar="AXIS[,AXIS...]", help="x axis of solve "
+                   "runs: iteration, messages (delivered) or bits (sent), or several separated by commas, a panel "
+                   "per axis and metric (default: iteration)")
     p.add_argument("--out", metavar="FILE", help="figure file; plot_<metric>.png when not given, see above")
     p.add_argument("--force", action="store_true", help="replace an existing figure file")
     return p
+
+
+def _axes(text):
+    """--x "iteration,bits" -> ("iteration", "bits"): distinct names from AXES."""
+    axes = tuple(part.strip() for part in text.split(","))
+    if not all(axis in AXES for axis in axes) or len(set(axes)) != len(axes):
+        raise argparse.ArgumentTypeError(f"expected distinct axes from {', '.join(AXES)} separated by commas, "
+                                         f"got {text!r}")
+    return axes
 
 
 def run(args):
@@ -55,7 +66,7 @@ def run(args):
         raise UsageError("give either solve directories or training runs, not both")
     if all(solves):
         return plot_solves(args)
-    if args.x != "iteration":
+    if args.x != ("iteration",):
         raise UsageError("--x applies to solve directories; training runs are drawn against step and seconds")
     metric = args.metric or "val_loss"
     runs = expand(args.runs)
@@ -90,14 +101,36 @@ def plot_solves(args):
               for run in runs for label, curve in run.curves.items()}
     panels = [args.metric] if args.metric else [key for key in PANELS if any(key in c for c in curves.values())]
     out = output_file(args, args.metric or "convergence", True)
-    problems = {run.config.get("args", {}).get("problem") for run in runs}
-    title = problems.pop() if len(problems) == 1 and None not in problems else "solve runs"
-    plot_convergence(curves, out, title, panels, args.x)
+    plot_convergence(curves, out, _title(runs), panels, args.x)
     print(out)
     return 0
 
 
-def _with_counts(run, label, curve, x):
+def _title(runs):
+    """The problem the runs share, with its built-in data set and its graph when those are shared too
+    ("logistic, builtin:breast_cancer, random_geometric graph of 20 nodes"); "solve runs" for mixed problems."""
+    settings = {tuple(run.config.get("args", {}).get(key) for key in ("problem", "data", "graph")) +
+                (run.config.get("graph", {}).get("n"),) for run in runs}
+    problems = {problem for problem, *_ in settings}
+    if len(problems) != 1 or None in problems:
+        return "solve runs"
+    if len(settings) > 1:
+        return problems.pop()
+    problem, data, graph, n = settings.pop()
+    shown = [problem, *([data] if data and data.startswith("builtin:") else [])]
+    if graph is not None and n is not None:
+        shown.append(f"{Path(graph).name} graph of {n} nodes")
+    return ", ".join(shown)
+
+
+def _with_counts(run, label, curve, axes):
+    """The curve with its cumulative counts for each of `axes` that is "messages" or "bits" (a name or several)."""
+    for x in [axes] if isinstance(axes, str) else axes:
+        curve = _with_count(run, label, curve, x)
+    return curve
+
+
+def _with_count(run, label, curve, x):
     """The curve with its cumulative `x` ("messages" or "bits"): from history.csv, or, for an ideal-network
     run, config.json's total spread evenly over the iterations that send (all but the method's silent
     first rounds: NIDS's first step is local)."""

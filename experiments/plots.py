@@ -9,33 +9,51 @@ PANELS = {"residual": ("residual", "constraint residual (RMS)", "log"),
 
 
 AXES = {"iteration": "iteration", "messages": "messages delivered", "bits": "bits sent"}
+DASHES = ("-", "--", ":", "-.")  # cycled with the colours, so that curves that coincide stay visible
 
 
 def plot_convergence(histories, path, title, panels=("residual", "error"), x="iteration"):
     """Save each of `panels` (residual, error, objective) against `x` (iteration, or the cumulative
-    "messages" delivered or "bits" sent, per instance), one line per method; returns the Figure.
+    "messages" delivered or "bits" sent, per instance; or several of them, each a panel of each metric),
+    one line per method; returns the Figure.
 
     histories: {label: {"residual": (iterations,), "error": ... if a reference was given, "objective": ...,
-    and "messages" / "bits" when x is one of them}}.
+    and "messages" / "bits" when x is one of them}}. Line k has colour k and dash pattern k of DASHES.
+    Panels that draw the same methods share one legend, to the right of them; otherwise each has its own.
     """
-    fig = Figure(figsize=(5.5 * len(panels), 4.2), layout="constrained")
-    for ax, key in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+    axes = (x,) if isinstance(x, str) else tuple(x)
+    pairs = [(key, axis) for key in panels for axis in axes]
+    fig = Figure(figsize=(5.5 * len(pairs), 4.2), layout="constrained")
+    for ax, (key, axis) in zip(fig.subplots(1, len(pairs), squeeze=False)[0], pairs):
         name, ylabel, scale = PANELS[key]
-        for label, history in histories.items():
+        for k, (label, history) in enumerate(histories.items()):
             if len(history.get(key, ())):
-                ax.plot(history[x] if x != "iteration" else range(1, len(history[key]) + 1), history[key], label=label)
-        ax.set(title=name)
+                ax.plot(history[axis] if axis != "iteration" else range(1, len(history[key]) + 1), history[key],
+                        label=label, color=f"C{k % 10}", linestyle=DASHES[k % len(DASHES)])
+        ax.set(title=f"{name} against {AXES[axis]}" if len(axes) > 1 else name)
         if ax.lines:
-            ax.set(yscale=scale, xlabel=AXES[x], ylabel=ylabel)
+            ax.set(yscale=scale, xlabel=AXES[axis], ylabel=ylabel)
             ax.grid(True, alpha=0.4)
-            ax.legend()
         else:
             ax.axis("off")
             ax.text(0.5, 0.5, "no reference solution" if key == "error" else f"no {name}", ha="center",
                     va="center", transform=ax.transAxes)
+    _legends(fig)
     fig.suptitle(title)
     fig.savefig(path, dpi=120)
     return fig
+
+
+def _legends(fig):
+    """One legend right of the panels when several panels draw the same labelled lines, else one per panel."""
+    drawn = [ax for ax in fig.axes if ax.lines]
+    labels = {tuple(line.get_label() for line in ax.lines) for ax in drawn}
+    if len(drawn) > 1 and len(labels) == 1:
+        fig.set_figwidth(fig.get_figwidth() + 0.07 * max(map(len, labels.pop())) + 0.8)  # room for the legend
+        fig.legend(handles=drawn[0].lines, loc="outside center right")
+    else:
+        for ax in drawn:
+            ax.legend()
 
 
 def plot_runs(curves, metric, path, title=None):

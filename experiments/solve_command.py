@@ -7,6 +7,7 @@
     pdmm-bridge solve --method pdmm:theta=0.5 --burst 0.05,0.3 --wake one --out runs/bursty
     pdmm-bridge solve --compare pdmm,gossip,chebyshev,chebyshev:mixing=lazy_metropolis:low=0:high=0.99 --out runs/avg
     pdmm-bridge solve --problem least_squares --compare pdmm,dgd,extra:alpha=0.05,nids,gradient-tracking --out runs/dec
+    pdmm-bridge solve --problem logistic --data builtin:breast_cancer --compare pdmm,extra,nids --tune --out runs/bc
 
 A method spec is METHOD[:KEY=VALUE...] with KEY rho (pdmm, qa-pdmm, admm) or one of the method's
 parameters (theta, eta; mixing for gossip, chebyshev, dgd, extra, nids and gradient-tracking, a
@@ -16,8 +17,16 @@ diminishing, for dgd); each spec is one run, labelled by the spec as written, an
 / --eta are the values of the runs that take them and do not set their own. gossip and chebyshev
 solve --problem averaging only; the methods on a mixing matrix run on the ideal network only.
 
+--data builtin:breast_cancer (with --problem logistic) is scikit-learn's bundled breast-cancer data,
+standardised, with an intercept, its 569 rows split over the graph's nodes by --seed, and --reg the
+l2 weight of the whole problem (pdmm.datasets.breast_cancer). --tune [TARGET] chooses the rho or
+alpha of every run whose spec does not set it by pdmm.tune's rule (the grid value that reaches
+relative error TARGET, default 1e-6, in the fewest iterations within --iters; docs/decentralised.md
+section 8); such a run is labelled with the value, e.g. extra:alpha=0.0397, and tuning.csv holds
+every value tried.
+
 --out (refused when it exists and is not empty, unless --force) receives config.json (resolved
-arguments, version, graph size, per-run summary), history.csv (method label, iteration,
+arguments, version, graph size, per-run summary and tuning), history.csv (method label, iteration,
 residual, objective, error), result.npz (x_<label>, and x_star with a reference) and
 convergence.png. --drop, --burst, --wake, --edge-up, --bits (with --dither, --limit) and --privacy
 run every method over the same simulated network (pdmm.Network, seeded by --seed; per-edge loss
@@ -51,10 +60,12 @@ import numpy as np
 import torch
 
 import pdmm
+import pdmm.datasets
 import pdmm.decentralised
 import pdmm.distributed
 import pdmm.methods
 import pdmm.mixing
+import pdmm.tuning
 from pdmm.synthetic import KINDS, make_data, make_problem
 
 from .common import UsageError, build_graph, claim_output_dir, device, key_value, package_version, positive
@@ -64,6 +75,9 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 HISTORY_COLUMNS = ("residual", "objective", "error")
 NETWORK_COLUMNS = ("messages", "bits", "privacy_x", "privacy_messages")
 DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10
+DEFAULT_REG = 0.1
+BUILTIN = "builtin:"
+TUNING_COLUMNS = ("method", "parameter", "value", "iterations", "reached", "error", "diverged", "chosen")
 
 
 def _value(key, text):
@@ -188,8 +202,11 @@ def add_parser(subparsers):
                       "(synthetic data)")
     data.add_argument("--ridge", type=float, default=0.0, help="least_squares ridge weight")
     data.add_argument("--lam", type=float, default=0.1, help="lasso l1 weight")
-    data.add_argument("--reg", type=float, default=0.1, help="logistic ridge weight")
-    data.add_argument("--data", metavar="FILE.npz", help="read the data arrays from this file instead of sampling")
+    data.add_argument("--reg", type=float, help=f"logistic ridge weight of each f_i (default {DEFAULT_REG}); with "
+                      "--data builtin:NAME the l2 weight of the whole problem, split evenly over the nodes (default "
+                      f"{pdmm.datasets.BREAST_CANCER_L2:g} for breast_cancer)")
+    data.add_argument("--data", metavar="FILE.npz", help="read the data arrays from this file instead of sampling, or "
+                      f"builtin:NAME for a data set shipped with a library ({', '.join(pdmm.datasets.DATASETS)})")
     graph = p.add_argument_group("graph")
     graph.add_argument("--graph", default="random_geometric",
                        help=f"a topology ({', '.join(pdmm.TOPOLOGIES)}) or a .graphml / edge-list file")
@@ -211,7 +228,11 @@ def add_parser(subparsers):
                         "theta (1 = PDMM, 0.5 = averaged)")
     solver.add_argument("--eta", type=_eta, help="qa-pdmm proximal weight (L, safe or a number) of the runs "
                         "without their own eta")
-    solver.add_argument("--iters", type=positive(int), default=1000, help="maximum iterations")
+    solver.add_argument("--iters", type=positive(int), default=1000, help="maximum iterations (of each tuning run "
+                        "too)")
+    solver.add_argument("--tune", type=positive(float), nargs="?", const=pdmm.tuning.TARGET, metavar="TARGET",
+                        help="choose each run's rho or alpha, unless its spec sets it, on pdmm.tune's grid: the value "
+                        f"that reaches relative error TARGET (default {pdmm.tuning.TARGET:g}) in the fewest iterations")
     solver.add_argument("--tol", type=float, default=1e-10, help="stop when the residual and the change of x "
                         "fall below tol * max(1, RMS of x); 0 runs all --iters")
     solver.add_argument("--reference", choices=("cvxpy", "none"), default="cvxpy",
@@ -264,6 +285,7 @@ def _run(args):
         args.nproc = int(os.environ["WORLD_SIZE"])
     specs = args.compare or [args.method]
     params = _method_params(args, specs)
+    to_tune = _to_tune(args, specs)
     network = _network(args)
     G = build_graph(args.graph, args.nodes, args.seed, dict(args.graph_param))
     if args.graph not in pdmm.TOPOLOGIES and not nx.is_connected(G):  # named topologies are always connected
@@ -277,12 +299,21 @@ def _run(args):
         return _launch(args)
     x_star = pdmm.reference(problem) if args.reference == "cvxpy" else None
     out = _claim(args, rank)
+    try:
+        tunings = {label: _tune(problem, label, method, params[label], x_star, args, network)
+                   for label, method, _ in specs if label in to_tune}
+    except KeyboardInterrupt:
+        print("pdmm-bridge solve: interrupted (Ctrl-C) while tuning; no results written", file=sys.stderr)
+        return 130
+    specs, params, tunings = _with_tuned_values(specs, params, tunings)
     results, failures, interrupted = _solve_all(problem, specs, params, x_star, args, network)
     if rank:  # process 0 writes and reports
         return 1 if failures else 0
 
     curves = {label: _mean_history(result.history) for label, result in results.items()}
-    _write_config(out / "config.json", args, specs, params, G, results, failures)
+    _write_config(out / "config.json", args, specs, params, G, results, failures, tunings)
+    if tunings:
+        _write_tuning(out / "tuning.csv", tunings)
     counted = () if network is None else [c for c in NETWORK_COLUMNS if any(c in curve for curve in curves.values())]
     _write_history(out / "history.csv", curves, (*HISTORY_COLUMNS, *counted))
     arrays = {f"x_{label}": result.x for label, result in results.items()}
@@ -291,6 +322,8 @@ def _run(args):
     title = f"{args.problem} on {graph_name} (n={problem.n})" + (" — interrupted" if interrupted else "")
     plot_convergence(curves, out / "convergence.png", title)
 
+    for label, tuning in tunings.items():
+        print(_tuning_summary(label, tuning))
     for label, result in results.items():
         print(_summary(label, result, label in failures, out))
     for message in failures.values():
@@ -342,6 +375,50 @@ def _method_params(args, specs):
     if unused:
         raise UsageError(f"--{unused[0]} does not apply to {', '.join(label for label, _, _ in specs)}")
     return params
+
+
+def _to_tune(args, specs):
+    """The labels of the runs --tune tunes: those whose method has a rho or alpha (pdmm.tuning.TUNED) and whose
+    spec does not set it; a UsageError where --tune cannot run or has nothing to tune."""
+    if args.tune is None:
+        return []
+    if args.reference == "none":
+        raise UsageError("--tune measures the error against the cvxpy solution; drop --reference none")
+    if args.nproc > 1:
+        raise UsageError("--tune runs in this process; drop --nproc")
+    if args.rho is not None:
+        raise UsageError("--tune chooses rho; to fix a run's rho, give it in its spec (pdmm:rho=2)")
+    labels = [label for label, method, own in specs
+              if method in pdmm.tuning.TUNED and pdmm.tuning.TUNED[method] not in own]
+    if not labels:
+        raise UsageError("--tune has nothing to tune: every run sets its own rho or alpha, or has neither "
+                         "(gossip, chebyshev)")
+    return labels
+
+
+def _tune(problem, label, method, params, x_star, args, network):
+    """pdmm.tune for one run, with the run's other parameters fixed (its default rho left out); a grid on which
+    every value diverges is a UsageError naming the run."""
+    fixed = {key: value for key, value in params.items() if key != "rho"}
+    try:
+        return pdmm.tune(problem, method, reference=x_star, target=args.tune, max_iter=args.iters,
+                         device=args.device, dtype=DTYPES[args.dtype], network=network,
+                         progress=not args.no_progress, **fixed)
+    except ValueError as err:
+        raise UsageError(f"--tune, {label}: {err}") from None
+
+
+def _with_tuned_values(specs, params, tunings):
+    """(specs, params, tunings) with each tuned run's value set and its label extended by it
+    ("extra" -> "extra:alpha=0.0397"); a UsageError if that label is another run's."""
+    labels, params = {label: label for label, _, _ in specs}, dict(params)
+    for label, tuning in tunings.items():
+        labels[label] = f"{label}:{tuning.parameter}={tuning.value:.3g}"
+        params[label] = {**params[label], tuning.parameter: tuning.value}
+    if len(set(labels.values())) != len(labels):
+        raise UsageError(f"the tuned labels {', '.join(labels.values())} repeat a spec; drop the repeated spec")
+    specs = [(labels[label], method, own) for label, method, own in specs]
+    return specs, {labels[label]: p for label, p in params.items()}, {labels[label]: t for label, t in tunings.items()}
 
 
 def _network(args):
@@ -428,13 +505,14 @@ def _defaults(method):
 
 def _problem(args, G):
     """The pdmm.Problem from --data or synthetic data; bad or missing data is a UsageError."""
+    if args.data is not None and args.data.startswith(BUILTIN):
+        return _builtin_problem(args, G)
+    args.reg = DEFAULT_REG if args.reg is None else args.reg  # resolved for config.json
     if args.data is None:
         args.dim, args.samples = args.dim or DEFAULT_DIM, args.samples or DEFAULT_SAMPLES  # resolved for config.json
         data = make_data(args.problem, G.number_of_nodes(), args.dim, args.samples, args.batch, args.seed)
     else:
-        given = [f"--{name}" for name in ("dim", "samples", "batch") if getattr(args, name) is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)} size synthetic data; with --data the arrays' shapes decide")
+        _refuse_sizes(args)
         if not Path(args.data).is_file():
             raise UsageError(f"data file not found: {args.data}")
         if not zipfile.is_zipfile(args.data):
@@ -456,6 +534,32 @@ def _problem(args, G):
     return problem
 
 
+def _refuse_sizes(args):
+    """A UsageError when --dim, --samples or --batch, which size synthetic data, come with --data."""
+    given = [f"--{name}" for name in ("dim", "samples", "batch") if getattr(args, name) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} size synthetic data; with --data the data set's shapes decide")
+
+
+def _builtin_problem(args, G):
+    """The problem of --data builtin:NAME (pdmm.datasets.DATASETS) on G, its rows split by --seed and --reg its
+    whole weight (the data set's default when not given)."""
+    name = args.data[len(BUILTIN):]
+    if name not in pdmm.datasets.DATASETS:
+        raise UsageError(f"unknown data set {args.data!r}; choose from "
+                         f"{', '.join(BUILTIN + known for known in pdmm.datasets.DATASETS)}")
+    kind, build = pdmm.datasets.DATASETS[name]
+    if args.problem != kind:
+        raise UsageError(f"{args.data} is a {kind} data set; pass --problem {kind}")
+    _refuse_sizes(args)
+    if args.reg is None:  # resolved for config.json
+        args.reg = inspect.signature(build).parameters["l2"].default
+    try:
+        return build(G, l2=args.reg, seed=args.seed)
+    except ValueError as err:
+        raise UsageError(f"{args.data}: {err}") from None
+
+
 def _mean_history(history):
     """Per-iteration curves, averaged over instances for batched runs: {key: (iterations,)}."""
     return {key: values.mean(1) if values.ndim == 2 else values for key, values in history.items()}
@@ -467,7 +571,7 @@ def _final(result, key):
     return None if values is None or not len(values) else float(np.max(values[-1]))
 
 
-def _write_config(path, args, specs, params, G, results, failures):
+def _write_config(path, args, specs, params, G, results, failures, tunings):
     resolved = {key: value for key, value in vars(args).items() if key not in ("run", "argv", "method", "compare")}
     resolved.update(graph_param=dict(args.graph_param), methods=[label for label, _, _ in specs])
     summary = {label: {
@@ -476,10 +580,43 @@ def _write_config(path, args, specs, params, G, results, failures):
         "residual": _final(result, "residual"), "error": _final(result, "error"),
         "messages": _final(result, "messages"), "bits": _final(result, "bits"),
         "params": {**_defaults(result.method), **params[label]},
+        **({"tuning": _tuning_entry(tunings[label])} if label in tunings else {}),
     } for label, result in results.items()}
     config = {"version": package_version(), "args": resolved, "interrupted": any(r.interrupted for r in results.values()),
               "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()}, "methods": summary}
     path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _tuning_entry(tuning):
+    """config.json's record of a run's tuning: the parameter, the value chosen, the rule's target and budget,
+    the grid, the chosen run's iterations and error, and the seconds the grid took (tuning.csv: every run)."""
+    best = tuning.best
+    return {"parameter": tuning.parameter, "value": tuning.value, "target": tuning.target,
+            "max_iter": tuning.max_iter, "reached": best.reached, "iterations": best.iterations, "error": best.error,
+            "grid": [trial.value for trial in tuning.trials], "at_edge": tuning.at_edge, "seconds": tuning.seconds}
+
+
+def _write_tuning(path, tunings):
+    """tuning.csv: one row per run label and grid value (TUNING_COLUMNS); iterations is where the run stopped
+    (at the target, at the best iterations so far, or at --iters), error the worst instance's there (inf:
+    diverged)."""
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(TUNING_COLUMNS)
+        for label, tuning in tunings.items():
+            for trial in tuning.trials:
+                writer.writerow((label, tuning.parameter, f"{trial.value:.6g}", trial.iterations, int(trial.reached),
+                                 f"{trial.error:.6g}", int(trial.diverged), int(trial.value == tuning.value)))
+
+
+def _tuning_summary(label, tuning):
+    """extra:alpha=0.0397: tuned alpha, 15 values 0.00124..0.159: error 1e-06 in 522 iterations (6.8 s)"""
+    best, grid = tuning.best, tuning.trials
+    found = (f"error {tuning.target:g} in {best.iterations} iterations" if best.reached else
+             f"none reached {tuning.target:g} in {tuning.max_iter} iterations; smallest error {best.error:.2g}")
+    edge = "; at the end of the grid" if tuning.at_edge else ""
+    return (f"{label}: tuned {tuning.parameter}, {len(grid)} values {grid[0].value:.3g}..{grid[-1].value:.3g}: "
+            f"{found}{edge} ({tuning.seconds:.1f} s)")
 
 
 def _write_history(path, curves, columns):

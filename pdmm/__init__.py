@@ -1,13 +1,16 @@
 """pdmm: batched PDMM, averaged PDMM, QA-PDMM and consensus ADMM on networkx graphs; gossip and
 Chebyshev-accelerated gossip for averaging (pdmm.mixing, docs/averaging.md); DGD, EXTRA / PG-EXTRA,
-NIDS and gradient tracking for consensus problems (pdmm.decentralised, docs/decentralised.md).
+NIDS and gradient tracking for consensus problems (pdmm.decentralised, docs/decentralised.md); a rule that
+tunes rho or the step size on a grid (pdmm.tune); real data as problems (pdmm.datasets).
 
     G = pdmm.topology("random_geometric", n=100, seed=0)
     result = pdmm.solve(pdmm.averaging(G, a), method="pdmm", rho=1.0)
     lossy = pdmm.solve(pdmm.averaging(G, a), network=pdmm.Network(drop=0.1, bits=8, dither=True))
     fast = pdmm.solve(pdmm.averaging(G, a), method="chebyshev", mixing="metropolis")
     baseline = pdmm.solve(pdmm.averaging(G, a), method="extra", alpha="auto")
+    tuned = pdmm.tune(pdmm.datasets.breast_cancer(G), "nids", max_iter=3000)   # tuned.value: the alpha chosen
 """
+from . import datasets
 from .compiled import CompiledGraph
 from .graph import Graph
 from .graphs import TOPOLOGIES, load_graph, topology
@@ -18,10 +21,11 @@ from .network import Network
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
 from .reference import reference
 from .solve import DivergenceError, Result, solve, tune_allocator
+from .tuning import Tuning, tune
 
 __all__ = [
     "CompiledGraph", "TOPOLOGIES", "load_graph", "topology", "LocalFunction", "Quadratic", "Lasso", "Logistic",
     "METHODS", "Network", "Problem", "averaging", "lasso", "least_squares", "logistic", "quadratic", "reference",
     "DivergenceError", "Result", "solve", "tune_allocator",
-    "Graph", "mixing_matrix", "check_mixing", "spectral_interval",
+    "Graph", "mixing_matrix", "check_mixing", "spectral_interval", "datasets", "Tuning", "tune",
 ]

@@ -1,0 +1,153 @@
+"""Choosing a method's rho or step size alpha on a grid: the rule of docs/decentralised.md section 8.
+
+    result = pdmm.tune(problem, "extra", reference="cvxpy", max_iter=3000)
+    result.value                 # the chosen alpha
+    pdmm.solve(problem, method="extra", alpha=result.value)
+
+The rule: run the method once per grid value (tol = 0, so only the target or the budget stops a run)
+and take the value that brings the relative error ||x - x*||_F / ||x*||_F of every instance to
+`target` in the fewest iterations; ties go to the smaller error there, then to the earlier grid
+value. When no value reaches the target within `max_iter`, take the value with the smallest error
+(worst instance) after `max_iter`. Diverged runs never win. The default grids are rho in
+10^{-2..2}, four values per decade (17), and alpha = alpha_auto 2^{j/2}, j = -2..12 (0.5 to 64
+times the documented default, 15).
+"""
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .methods import METHODS
+from .problem import Problem
+from .solve import DivergenceError, solve
+
+TUNED = {"pdmm": "rho", "qa-pdmm": "rho", "admm": "rho",
+         "dgd": "alpha", "extra": "alpha", "nids": "alpha", "gradient-tracking": "alpha"}
+RHO_GRID = tuple(10 ** (j / 4) for j in range(-8, 9))  # 0.01 .. 100, four per decade
+ALPHA_FACTORS = tuple(2 ** (j / 2) for j in range(-2, 13))  # 0.5 .. 64 times alpha="auto", two per octave
+TARGET = 1e-6
+
+
+@dataclass
+class Trial:
+    """One grid value's run: `iterations` run, whether every instance `reached` the target (at the last of
+    them), the worst instance's `error` there (inf when the run diverged) and whether it `diverged`."""
+    value: float
+    iterations: int
+    reached: bool
+    error: float
+    diverged: bool
+
+
+@dataclass
+class Tuning:
+    """What pdmm.tune chose: `method`, the `parameter` tuned ("rho" or "alpha") and its chosen `value`, with
+    every grid value's Trial in grid order, the `target`, the budget `max_iter`, the fixed `params` and the
+    `seconds` all the runs took."""
+    method: str
+    parameter: str
+    value: float
+    trials: list[Trial]
+    target: float
+    max_iter: int
+    params: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def best(self) -> Trial:
+        """The chosen value's trial."""
+        return next(trial for trial in self.trials if trial.value == self.value)
+
+    @property
+    def at_edge(self) -> bool:
+        """Whether the chosen value is the grid's first or last: a wider grid might do better."""
+        return self.value in (self.trials[0].value, self.trials[-1].value)
+
+
+def tuned_parameter(method: str) -> str:
+    """"rho" or "alpha": what pdmm.tune chooses for `method`; ValueError for a method with neither."""
+    if method not in TUNED:
+        untuned = ", ".join(name for name in METHODS if name not in TUNED)
+        raise ValueError(f"{method!r} has no rho or step size to tune; tune takes {', '.join(TUNED)}"
+                         f" ({untuned} have neither)")
+    return TUNED[method]
+
+
+def default_grid(problem: Problem, method: str, **params) -> np.ndarray:
+    """The grid pdmm.tune tries by default: RHO_GRID for pdmm, qa-pdmm and admm; for dgd, extra, nids and
+    gradient-tracking ALPHA_FACTORS times the method's alpha="auto" on `problem` (with its `params`, e.g.
+    mixing; the smallest over a batch's instances)."""
+    if tuned_parameter(method) == "rho":
+        return np.array(RHO_GRID)
+    graph, local, edges = problem.compile("cpu", torch.float64)
+    auto = float(METHODS[method](graph, local, edges, None, **{**params, "alpha": "auto"}).alpha.min())
+    return auto * np.array(ALPHA_FACTORS)
+
+
+def tune(problem: Problem, method: str, reference="cvxpy", values=None, target: float = TARGET,
+         max_iter: int = 1000, device="cpu", dtype: torch.dtype = torch.float64, network=None,
+         progress: bool = False, **params) -> Tuning:
+    """Choose `method`'s rho or alpha on `problem` by the rule of this module's docstring.
+
+    reference: "cvxpy" (pdmm.reference, solved once) or the solution x* as an array. values: the grid
+    (default: default_grid). params: the method's other parameters, fixed (theta=0.5, mixing=...);
+    rho or alpha among them is refused. Each run is pdmm.solve(..., tol=0, target=target,
+    max_iter=max_iter, device=device, dtype=dtype, network=network, **params) from x^0 = 0; once a
+    value has reached the target in k iterations, the later values run at most k iterations, as they
+    cannot win after that, which leaves the choice unchanged. progress: a bar over the grid. Raises
+    ValueError when every value diverges, KeyboardInterrupt when Ctrl-C stops a run.
+    """
+    parameter = tuned_parameter(method)
+    if parameter in params or ("alpha" if parameter == "rho" else "rho") in params:
+        raise ValueError(f"tune chooses {parameter} for {method}; give the other parameters only")
+    if not (isinstance(target, (int, float)) and math.isfinite(target) and target > 0):
+        raise ValueError(f"target must be a finite number > 0, got {target!r}")
+    if isinstance(reference, str) and reference == "cvxpy":
+        from .reference import reference as centralised
+        reference = centralised(problem)
+    grid = default_grid(problem, method, **params) if values is None else _checked(values)
+    options = dict(reference=reference, target=target, device=device, dtype=dtype, network=network, **params)
+    start, trials, budget = time.perf_counter(), [], max_iter
+    for value in tqdm(grid, desc=f"tuning {method}", disable=not progress, leave=False):
+        trials.append(_trial(problem, method, parameter, float(value), budget, options))
+        if trials[-1].reached:
+            budget = min(budget, trials[-1].iterations)
+    return Tuning(method, parameter, _choose(trials), trials, float(target), max_iter, dict(params),
+                  time.perf_counter() - start)
+
+
+def _checked(values):
+    """The grid as a 1-d float array of finite numbers > 0, at least one."""
+    grid = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not len(grid) or not np.all(np.isfinite(grid) & (grid > 0)):
+        raise ValueError(f"values must be finite numbers > 0, at least one, got {values!r}")
+    return grid
+
+
+def _trial(problem, method, parameter, value, budget, options):
+    """One run at `value` for at most `budget` iterations, stopped by the target only (tol = 0); options: the
+    keywords of pdmm.solve shared by every run."""
+    try:
+        result = solve(problem, method=method, tol=0, max_iter=budget, history=("error",), record_every=budget,
+                       **{parameter: value}, **options)
+    except DivergenceError as err:
+        return Trial(value, err.result.iterations, False, math.inf, True)
+    if result.interrupted:  # Ctrl-C: no choice can be made from part of the grid
+        raise KeyboardInterrupt
+    error = float(np.max(result.history["error"][-1]))
+    return Trial(value, result.iterations, error <= options["target"], error, False)
+
+
+def _choose(trials):
+    """The rule: fewest iterations to the target (then the smaller error, then the earlier value); else the
+    smallest error after the budget; ValueError when every run diverged."""
+    reached = [trial for trial in trials if trial.reached]
+    if reached:
+        return min(reached, key=lambda trial: (trial.iterations, trial.error)).value
+    finite = [trial for trial in trials if not trial.diverged]
+    if not finite:
+        raise ValueError(f"every value of the grid diverged ({trials[0].value:.3g} to {trials[-1].value:.3g})")
+    return min(finite, key=lambda trial: trial.error).value

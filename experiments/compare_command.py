@@ -166,13 +166,19 @@ def seed_result(args, out, setting, seed, rows, key):
     return result, curves
 
 
-def checkpoints(args, rows, depth, rounds):
+def untrained_models(args, rows):
+    """{row label: an untrained model of its config}: what each transformer row sends per edge and round."""
+    models = {}
+    for label, _, overrides in rows:
+        torch.manual_seed(0)
+        models[label] = build_task(run_config(args, overrides, 0)).build_model()
+    return models
+
+
+def checkpoints(models, depth, rounds):
     """The rounds past 1..R at which the classical rows run: w r for every row sending w numbers per edge and
     round (the trained rows and the PDMM-transformer), at its rounds 1 and K."""
-    sent = {numbers_sent(HAND_SET)}
-    for _, _, overrides in rows:
-        torch.manual_seed(0)
-        sent.add(build_task(run_config(args, overrides, 0)).build_model().numbers_sent)
+    sent = {numbers_sent(HAND_SET)} | {model.numbers_sent for model in models.values()}
     return tuple(sorted({w * r for w in sent for r in (1, depth)} - set(range(1, rounds + 1))))
 
 
@@ -191,10 +197,11 @@ def run(args):
         raise UsageError(f"--rounds ({args.rounds}) must be at least model.n_layer ({base.model.n_layer})")
     task = build_task(base)  # validates the task options
     rows = row_variants(args)
+    models = untrained_models(args, rows)
     depth = base.model.n_layer
     setting = Setting(graph_family(task.options), depth, args.rounds, args.test_graphs, args.tune_graphs,
                       base.train.batch_size, task.options.mu_scale, args.learned_steps, args.finetune_steps,
-                      checkpoints=checkpoints(args, rows, depth, args.rounds))
+                      checkpoints=checkpoints(models, depth, args.rounds))
     out = claim_output_dir(args.out, "compare", args.force, reusable=True)
     command = " ".join(["pdmm-bridge compare", str(args.config), "--residuals", args.residuals, "--tied", args.tied,
                         "--widths", args.widths, "--seeds", ",".join(map(str, seeds)), "--rounds", str(args.rounds),
@@ -209,10 +216,6 @@ def run(args):
               f"{out / 'runs'}: run the same command again to resume", file=sys.stderr)
         raise SystemExit(130) from None
     results = {seed: result for seed, (result, _) in done.items()}
-    models = {}
-    for label, _, overrides in rows:
-        torch.manual_seed(0)
-        models[label] = build_task(run_config(args, overrides, seeds[0])).build_model()
     sent = {label: numbers_sent(label, models.get(label)) for label, _ in results[seeds[0]].log_errors}
     table = CompareTable.from_seeds(setting, results, sent)
     train_cfg = base.train

@@ -6,6 +6,7 @@ so `compare --from DIR` regenerates every output from the committed per-seed CSV
 import csv
 import json
 import math
+from collections import Counter
 
 import matplotlib
 import numpy as np
@@ -314,7 +315,7 @@ def training_lines(meta):
     lines = ["### Training budget per row", "", meta.get("plateau rule", ""), "",
              "| row | steps (per seed) | best step | wall seconds (per seed) | stopped by |", "|---|---|---|---|---|"]
     for label, infos in runs.items():
-        stops = ", ".join(f"{k} {v}" for k, v in sorted(_count(i["stopped_by"] for i in infos).items()))
+        stops = ", ".join(f"{k} {v}" for k, v in sorted(Counter(i["stopped_by"] for i in infos).items()))
         lines.append(f"| {label} | {', '.join(str(i['steps']) for i in infos)} | "
                      f"{', '.join(str(i['best_step']) for i in infos)} | "
                      + ", ".join(f"{i['wall_seconds']:.0f}" for i in infos) + f" | {stops} |")
@@ -323,15 +324,8 @@ def training_lines(meta):
         if fits:
             lines.append(f"| {label} (full-batch Adam) | {', '.join(str(f['steps']) for f in fits)} | "
                          f"{', '.join(str(f['best step']) for f in fits)} | - | "
-                         + ", ".join(f"{k} {v}" for k, v in sorted(_count(f["stopped by"] for f in fits).items())) + " |")
+                         + ", ".join(f"{k} {v}" for k, v in sorted(Counter(f["stopped by"] for f in fits).items())) + " |")
     return lines + [""]
-
-
-def _count(values):
-    out = {}
-    for value in values:
-        out[value] = out.get(value, 0) + 1
-    return out
 
 
 def fitted_lines(meta, table):

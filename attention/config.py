@@ -4,7 +4,7 @@ import numbers
 from dataclasses import dataclass
 
 RESIDUALS = ("standard", "attentionx", "belief", "belief_star", "concat", "accumulated")
-KERNELS = ("softmax", "diff", "linear")
+KERNELS = ("softmax", "diff", "linear", "mean")
 
 
 @dataclass
@@ -21,8 +21,10 @@ class AttentionConfig:
         scaled head output, so V and gamma MH are on different scales.
     beta: the weight of the accumulated earlier updates for residual "accumulated".
     kernel: "softmax", "diff" (differential attention; needs an even head size and a layer index; no
-        attention dropout) or "linear" (elu + 1 feature map; no attention dropout).
-    symmetric: tie K to Q (no W^K), with any kernel.
+        attention dropout), "linear" (elu + 1 feature map; no attention dropout) or "mean" (every
+        neighbour weighs the same, w_ij = 1 / |N(i)|: no queries or keys, a token sends its value only,
+        docs/pdmm_transformer.md section "One number per edge").
+    symmetric: tie K to Q (no W^K), with any kernel but "mean", which has neither.
     probe: keep the last forward's MH, V, residual and attention statistics in `module.probes`.
     self_loops: whether each token attends to itself in the token graph a model builds (ViT's full
         graph); False drops the diagonal, the AttentionX paper's ViT setting (alpha_kk = 0, MATH.md 5).
@@ -31,7 +33,8 @@ class AttentionConfig:
         each (2 d_model). An integer w >= 2: keys and queries are w_k = w // 2 wide and values
         w_v = w - w_k, each split over the n_head heads (n_head must divide both); the residual signal
         acts on the w_v-wide heads and values, and W^o (and W^s) maps w_v (2 w_v for concat) back to
-        d_model. GraphAttention refuses it.
+        d_model. GraphAttention refuses it. With kernel "mean" there are no keys: values are w wide
+        (w >= 1) and None means d_model numbers.
     """
     d_model: int = 128
     n_head: int = 4
@@ -72,13 +75,18 @@ class AttentionConfig:
         for name in ("symmetric", "bias", "probe", "self_loops"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.symmetric and self.kernel == "mean":
+            raise ValueError("symmetric ties K to Q, and kernel 'mean' has neither: use one or the other")
 
     def check_send_width(self):
-        """Raise unless send_width is an integer >= 2 whose key and value widths n_head divides, and wide enough
-        for the residual (belief keeps the part of MH orthogonal to V, which is 0 when V is one number)."""
-        w = self.send_width
-        if not (isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 2):
-            raise ValueError(f"send_width must be None (2 d_model numbers) or an integer >= 2, got {w!r}")
+        """Raise unless send_width is an integer >= 2 (>= 1 for kernel "mean", which sends no key) whose key and
+        value widths n_head divides, and wide enough for the residual (belief keeps the part of MH orthogonal to
+        V, which is 0 when V is one number)."""
+        w, least = self.send_width, 1 if self.kernel == "mean" else 2
+        if not (isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= least):
+            default = "d_model" if self.kernel == "mean" else "2 d_model"
+            raise ValueError(f"send_width must be None ({default} numbers) or an integer >= {least} for kernel "
+                             f"{self.kernel!r}, got {w!r}")
         if self.residual in ("belief", "belief_star") and self.value_width < 2:
             raise ValueError(f"residual {self.residual!r} keeps the part of MH orthogonal to V, which is 0 for values "
                              f"{self.value_width} number wide: use send_width >= 4 or another residual")
@@ -92,13 +100,15 @@ class AttentionConfig:
 
     @property
     def key_width(self) -> int:
-        """Width of Q and of K: w_k = send_width // 2, or d_model when send_width is None."""
+        """Width of Q and of K: w_k = send_width // 2, or d_model when send_width is None; 0 for kernel "mean"."""
+        if self.kernel == "mean":
+            return 0
         return self.d_model if self.send_width is None else self.send_width // 2
 
     @property
     def value_width(self) -> int:
-        """Width of V (and of MH): w_v = send_width - send_width // 2, or d_model when send_width is None."""
-        return self.d_model if self.send_width is None else self.send_width - self.send_width // 2
+        """Width of V (and of MH): w_v = send_width - w_k, or d_model when send_width is None."""
+        return self.d_model if self.send_width is None else self.send_width - self.key_width
 
     @property
     def key_head_size(self) -> int:

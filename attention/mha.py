@@ -89,6 +89,9 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q, k, v, graph):
         """The heads head_m = sum_{j in N(i)} w_ij v_j of the configured kernel (MATH.md 4-5)."""
         p = self.config.dropout if self.training else 0.0
+        if self.config.kernel == "mean":  # w_ij = 1 / |N(i)|: the softmax of equal (zero) scores
+            zeros = v.new_zeros(v.shape[:-1] + (1,))
+            return softmax_attention(zeros, zeros, v, graph, p)
         if self.config.kernel == "softmax":
             return softmax_attention(q, k, v, graph, p)
         if self.config.kernel == "linear":
@@ -110,7 +113,7 @@ class MultiHeadAttention(nn.Module):
 
     def entropy(self, q, k, graph):
         """Mean entropy of each head's attention rows, (nh,); None where the kernel has no softmax rows."""
-        return softmax_entropy(q, k, graph) if self.config.kernel == "softmax" else None
+        return softmax_entropy(q, k, graph) if self.config.kernel == "softmax" else None  # "mean": log |N(i)|
 
     def residual_signal(self, mh, v):
         """R from MH(X) and V(X), both (B, T, w_v) (MATH.md 5)."""

@@ -25,12 +25,18 @@ Rows (evaluate_seed):
   knows their round budget runs; the same methods tuned for the last round R only are kept as
   "(tuned for round R)" rows, and "chebyshev (own spectral interval)" uses each graph's own
   spectrum, which no node knows (pdmm.solve's default);
+  "safe chebyshev" keeps the interval's low end at -1 and tunes its high end: every eigenvalue of a
+  Metropolis matrix lies in (-1, 1], where its polynomial has |p| <= 1, so it cannot diverge on any graph;
 - "best classical (chosen on tuning data)": per round, the per-round-tuned row whose choice for that
   round has the smallest error on the validation instances (training-family graphs apart from the
-  tuning ones; never the held-out sets), the reference of every verdict;
+  tuning ones; never the held-out sets), and "best non-diverging classical" the same choice among the
+  rows that cannot diverge on any graph (all but "chebyshev (tuned per round)", whose tuned interval
+  misses the spectrum of rings and grids): the references of every verdict;
 - "learned pdmm" (bridge.UnrolledPDMM, per-round rho_k, theta_k) and the PDMM-transformer
   (bridge.pdmm_transformer: hand-set, trained from PDMM and from random weights), fitted to the
   tuning instances until the validation instances' loss plateaus (bridge.fitting);
+- the one-number PDMM-transformers (bridge.frontier): untied from PDMM trained on the training family,
+  and tied trained on a mixture of other topologies through a depth curriculum;
 - every trained GraphTransformer passed in: untied ones up to their depth, tied ones every round.
 """
 import math
@@ -44,6 +50,7 @@ import attention
 import pdmm
 from pdmm.methods import METHODS
 
+from . import frontier
 from .consensus import GraphFamily, disagreement_error, node_features, sample_instances
 from .fitting import MIN_DELTA, PATIENCE
 from .learned import fit
@@ -53,7 +60,9 @@ from .polynomial import apply_filter, fit_filter, nontrivial_spectrum, oracle_fi
 from .unrolled import UnrolledPDMM
 
 RHO_GRID = np.logspace(-2, 2, 33)
-INTERVAL_GRID = [(low, high) for low in (-0.9, -0.6, -0.3, 0.0) for high in 1 - np.logspace(-3.5, -0.5, 13)]
+HIGH_GRID = 1 - np.logspace(-3.5, -0.5, 13)
+INTERVAL_GRID = [(low, high) for low in (-0.9, -0.6, -0.3, 0.0) for high in HIGH_GRID]
+SAFE_INTERVAL_GRID = [(-1.0, high) for high in HIGH_GRID]  # |p| <= 1 on [-1, 1]: never diverges
 MIXING = "metropolis"  # the weights of gossip, Chebyshev and the polynomial rows
 FILTER_ROUNDS = 64  # polynomial rows up to this degree (one quadratic program per degree and seed)
 FLOOR = 1e-15  # errors below float64 resolution count as this
@@ -63,9 +72,13 @@ POLY_ORACLE = "best polynomial of W per graph (bound)"
 FILTER = "polynomial filter (fitted per round, safeguarded)"
 OWN_INTERVAL = "chebyshev (own spectral interval)"
 BEST = "best classical (chosen on tuning data)"
+BEST_SAFE = "best non-diverging classical (chosen on tuning data)"
+REFERENCES = (BEST, BEST_SAFE)
 LEARNED = "learned pdmm"
 HAND_SET = "pdmm-transformer (hand-set)"
 FROM_PDMM, FROM_RANDOM = "pdmm-transformer (trained from pdmm)", "pdmm-transformer (trained from random)"
+ONE_NUMBER = "pdmm-transformer (1 number, trained from pdmm)"
+ONE_NUMBER_TIED = "pdmm-transformer (1 number, tied, topology mixture, depth curriculum)"
 BOUNDS = (ORACLE, BAYES, POLY_ORACLE)
 
 # name: (pdmm method, fixed parameters, the tuned parameter and its grid)
@@ -73,7 +86,8 @@ TUNED = {"pdmm": ("pdmm", {"theta": 1.0}, "rho", RHO_GRID),
          "averaged pdmm": ("pdmm", {"theta": 0.5}, "rho", RHO_GRID),
          "admm": ("admm", {}, "rho", RHO_GRID),
          "gossip": ("gossip", {"mixing": MIXING}, None, [None]),
-         "chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", INTERVAL_GRID)}
+         "chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", INTERVAL_GRID),
+         "safe chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", SAFE_INTERVAL_GRID)}
 
 
 def per_round(name):
@@ -87,12 +101,15 @@ def for_horizon(name, rounds):
 
 
 CANDIDATES = [per_round(name) for name in TUNED] + [FILTER]  # what "best classical" chooses from
+NON_DIVERGING = [label for label in CANDIDATES if label != per_round("chebyshev")]  # and "best non-diverging"
 
 
 def protocol():
     """The constants a seed's numbers depend on besides its Setting (part of compare's cache key)."""
-    return {"rho grid": RHO_GRID.tolist(), "interval grid": [list(i) for i in INTERVAL_GRID], "mixing": MIXING,
-            "filter rounds": FILTER_ROUNDS, "full-batch plateau": [PATIENCE, MIN_DELTA], "floor": FLOOR}
+    return {"rho grid": RHO_GRID.tolist(), "interval grid": [list(i) for i in INTERVAL_GRID],
+            "safe interval grid": [list(i) for i in SAFE_INTERVAL_GRID], "mixing": MIXING,
+            "filter rounds": FILTER_ROUNDS, "full-batch plateau": [PATIENCE, MIN_DELTA], "floor": FLOOR,
+            "frontier mixture": [repr(f) for f in frontier.MIXTURE], "pdmm-transformer": "hand-set sends 1 number"}
 
 
 @dataclass(frozen=True)
@@ -314,14 +331,14 @@ def polynomial_rows(setting, tuning, validation, sets, record, result):
 
 
 def best_classical(setting, scores, sets, record, result):
-    """The BEST row: per round, the candidate with the smallest validation score there (each candidate at the
-    setting its tuning chose for that round)."""
+    """The BEST and BEST_SAFE rows: per round, the candidate (of CANDIDATES, of NON_DIVERGING) with the smallest
+    validation score there (each candidate at the setting its tuning chose for that round)."""
     rounds = setting.classical_rounds()
-    chosen = {r: min((label for label in CANDIDATES if r in scores[label]), key=lambda label: scores[label][r])
-              for r in rounds}
-    for set_name in sets:
-        record.rounds(BEST, set_name, [result.log_errors[(chosen[r], set_name)][r - 1] for r in rounds], rounds)
-    result.fitted["best classical per round"] = chosen
+    for label, candidates in ((BEST, CANDIDATES), (BEST_SAFE, NON_DIVERGING)):
+        chosen = {r: min((c for c in candidates if r in scores[c]), key=lambda c: scores[c][r]) for r in rounds}
+        for set_name in sets:
+            record.rounds(label, set_name, [result.log_errors[(chosen[r], set_name)][r - 1] for r in rounds], rounds)
+        result.fitted[f"{'best classical' if label == BEST else 'best non-diverging classical'} per round"] = chosen
 
 
 def evaluate_seed(setting, seed, transformers, progress=lambda text: None, training=None):
@@ -368,7 +385,7 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
 
     progress("pdmm-transformer")
     features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
-    hand_set = pdmm_transformer(rho, R, start="a")  # PDMM at the rho tuned for round R, for every round
+    hand_set = pdmm_transformer(rho, R, start="a", kernel="mean")  # PDMM at the rho tuned for round R, 1 number
     for name, instances in sets.items():
         record.errors(HAND_SET, name, model_errors(hand_set, instances, features=features, self_loops=False))
     rho = result.fitted["pdmm: rho per round"][K]  # the trained ones run K rounds: they start from PDMM tuned for K
@@ -382,6 +399,7 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
             record.errors(label, name, model_errors(model, instances, features=features, self_loops=False))
         result.fitted[f"{label}: fit"] = _fit_summary(log)
         result.fitted[f"{label}: weight shift from pdmm"] = weight_shift(model, reference)
+    frontier_rows(setting, seed, result, record, sets, tuning, validation)
 
     for label, model in transformers.items():
         progress(label)
@@ -391,6 +409,25 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
     if training:
         result.fitted["training"] = training
     return result
+
+
+def frontier_rows(setting, seed, result, record, sets, tuning, validation):
+    """The one-number PDMM-transformers of bridge.frontier: untied from PDMM tuned for round K, tied from PDMM
+    (x^0 = 0) tuned for round R, each fitted with the PDMM-transformer's cap and lr per stage."""
+    K, R = setting.depth, setting.rounds
+    steps, lr = setting.finetune_steps, setting.finetune_lr[0]
+    for label, key in ((ONE_NUMBER, K), (ONE_NUMBER_TIED, R)):
+        rho = result.fitted["pdmm: rho per round"][key]
+        if label == ONE_NUMBER:
+            model, logs = frontier.one_number_untied(rho, K, tuning, validation, steps, lr)
+        else:
+            model, logs = frontier.one_number_tied(rho, K, R, tuning, validation, steps, lr, setting.family,
+                                                   frontier.seed_rng(seed), setting.mu_scale)
+        features = lambda G, a, rho=rho: pdmm_features(G, a, rho)  # noqa: E731
+        for name, instances in sets.items():
+            record.errors(label, name, model_errors(model, instances, rounds=depth_of(model, R), features=features,
+                                                    self_loops=False))
+        result.fitted[f"{label}: fit"] = [_fit_summary(log) for log in logs]
 
 
 def _fit_summary(log):
@@ -403,10 +440,11 @@ def _fit_summary(log):
 def numbers_sent(label, model=None):
     """Numbers a node sends per edge and round for row `label`: None for the bounds (every value in the
     ball; the spectrum), a trained transformer's keys and values (model.numbers_sent), the PDMM-
-    transformer's 2 D_MODEL = 14, else 1 (every classical method sends one number per edge at d = 1)."""
+    transformer's 2 D_MODEL = 14 when trained with keys, else 1 (every classical method and the one-number
+    PDMM-transformers send one number per edge at d = 1)."""
     if label in BOUNDS:
         return None
-    if label in (HAND_SET, FROM_PDMM, FROM_RANDOM):
+    if label in (FROM_PDMM, FROM_RANDOM):
         return 2 * D_MODEL
     return 1 if model is None else model.numbers_sent
 
@@ -529,19 +567,20 @@ class CompareTable:
         return (*_powers(*t_interval(difference)), p)
 
     def rows(self):
-        """Summary CSV rows: method, set, round, the cell and its interval, the paired ratio to the best classical
-        row at the same round (where it has a value) and the numbers sent per edge so far."""
+        """Summary CSV rows: method, set, round, the cell and its interval, the paired ratios to the two best
+        classical rows at the same round (where they have a value) and the numbers sent per edge so far."""
         out = []
         for (method, name), values in self.log_errors.items():
             for r in self.available(method):
                 error, low, high = self.cell(method, name, r)
-                ratio, r_low, r_high, _ = (self.paired(method, BEST, name, r) if (BEST, name) in self.log_errors
-                                           and self.has(BEST, r) else (math.nan,) * 4)
-                out.append({"method": method, "set": name, "round": r, "seeds": len(self.seeds),
-                            "error": error, "error_low": low, "error_high": high,
-                            "vs_best_classical": ratio, "vs_best_classical_low": r_low,
-                            "vs_best_classical_high": r_high,
-                            "sent_per_edge": None if self.sent.get(method) is None else self.sent[method] * r})
+                row = {"method": method, "set": name, "round": r, "seeds": len(self.seeds),
+                       "error": error, "error_low": low, "error_high": high}
+                for ref, column in ((BEST, "vs_best_classical"), (BEST_SAFE, "vs_best_non_diverging")):
+                    ratio, r_low, r_high, _ = (self.paired(method, ref, name, r) if (ref, name) in self.log_errors
+                                               and self.has(ref, r) else (math.nan,) * 4)
+                    row.update({column: ratio, f"{column}_low": r_low, f"{column}_high": r_high})
+                row["sent_per_edge"] = None if self.sent.get(method) is None else self.sent[method] * r
+                out.append(row)
         return out
 
     def verdict(self, method, other, name, r, r_other=None):

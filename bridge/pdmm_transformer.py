@@ -34,12 +34,17 @@ from .fitting import adam_keep_best
 
 A, D, INV, ONE, X, W, V = range(7)  # residual stream channels
 D_MODEL, HIDDEN = 7, 5
-STARTS, INITS = ("zero", "a"), ("pdmm", "random")
+STARTS, INITS, KERNELS = ("zero", "a"), ("pdmm", "random"), ("softmax", "mean")
 
 
-def pdmm_transformer(rho, n_layer, start="zero", init="pdmm", seed=0):
+def pdmm_transformer(rho, n_layer, start="zero", init="pdmm", seed=0, kernel="softmax", tied=False):
     """The float64 GraphTransformer (7 channels, one head, bilinear MLP 5 wide, no norm) whose readout after
-    block k is PDMM's x^k; init="random" keeps the architecture with GPT-2 random weights from `seed`."""
+    block k is PDMM's x^k; init="random" keeps the architecture with GPT-2 random weights from `seed`.
+
+    kernel="softmax" sends a 7-number key and value per edge and round (PDMM's weights leave the keys 0);
+    kernel="mean" sends the value alone, one number (send_width 1: the neighbour mean of x, all PDMM needs;
+    docs/pdmm_transformer.md, "One number per edge"). tied=True repeats one block, PDMM's every-round block,
+    and needs start="zero" (from x^0 = a PDMM's first block differs from the others)."""
     check_rho(rho)
     if not (isinstance(n_layer, numbers.Integral) and not isinstance(n_layer, bool) and n_layer >= 1):
         raise ValueError(f"n_layer must be a positive integer, got {n_layer!r}")
@@ -47,10 +52,19 @@ def pdmm_transformer(rho, n_layer, start="zero", init="pdmm", seed=0):
         raise ValueError(f"start must be 'zero' (x^0 = 0) or 'a' (x^0 = a), got {start!r}")
     if init not in INITS:
         raise ValueError(f"init must be 'pdmm' (hand-set weights) or 'random', got {init!r}")
-    config = attention.AttentionConfig(d_model=D_MODEL, n_head=1, residual="standard", kernel="softmax", bias=False)
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be 'softmax' (key and value, 14 numbers) or 'mean' (the value, 1 number), "
+                         f"got {kernel!r}")
+    if not isinstance(tied, bool):
+        raise ValueError(f"tied must be true or false, got {tied!r}")
+    if tied and start != "zero":
+        raise ValueError("a tied pdmm_transformer repeats PDMM's every-round block, which is PDMM from x^0 = 0 only: "
+                         "use start='zero'")
+    config = attention.AttentionConfig(d_model=D_MODEL, n_head=1, residual="standard", kernel=kernel, bias=False,
+                                       send_width=1 if kernel == "mean" else None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = attention.GraphTransformer(config, int(n_layer), in_features=3, out_features=1, norm=None,
+        model = attention.GraphTransformer(config, int(n_layer), in_features=3, out_features=1, tied=tied, norm=None,
                                            mlp="bilinear", hidden=HIDDEN).to(torch.float64)
     if init == "pdmm":
         set_pdmm_weights(model, float(rho), start)
@@ -73,7 +87,8 @@ def set_pdmm_weights(model, rho, start):
     if start == "a":
         e.weight[X, 0], e.weight[V, 0] = 1, -rho  # x^0 = a, v^{-1} = -rho a
     for k, block in enumerate(model.blocks):
-        block.attn.c_attn.weight[2 * D_MODEL, X] = 1  # W^Q = W^K = 0; the value is x
+        values = block.attn.config.value_width  # the last rows of c_attn
+        block.attn.c_attn.weight[-values, X] = 1  # W^Q = W^K = 0 (none with kernel "mean"); the value is x
         block.attn.c_proj.weight[W, 0] = -rho if (k == 0 and start == "a") else -2 * rho
         fc, gate, proj = block.mlp.c_fc.weight, block.mlp.c_gate.weight, block.mlp.c_proj.weight
         fc[0, A], gate[0, INV] = 1, 1                              # a * inv

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bridge.comparison import HAND_SET, CompareTable, SeedResult, Setting, evaluate_seed, numbers_sent, protocol
+from bridge.comparison import FROM_PDMM, CompareTable, SeedResult, Setting, evaluate_seed, numbers_sent, protocol
 from bridge.fitting import MIN_DELTA, PATIENCE
 
 from .common import UsageError, claim_output_dir, package_version
@@ -178,7 +178,7 @@ def untrained_models(args, rows):
 def checkpoints(models, depth, rounds):
     """The rounds past 1..R at which the classical rows run: w r for every row sending w numbers per edge and
     round (the trained rows and the PDMM-transformer), at its rounds 1 and K."""
-    sent = {numbers_sent(HAND_SET)} | {model.numbers_sent for model in models.values()}
+    sent = {numbers_sent(FROM_PDMM)} | {model.numbers_sent for model in models.values()}
     return tuple(sorted({w * r for w in sent for r in (1, depth)} - set(range(1, rounds + 1))))
 
 

@@ -12,8 +12,9 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from bridge.comparison import (BAYES, BEST, BOUNDS, FLOOR, FROM_PDMM, FROM_RANDOM, LEARNED, ORACLE, OWN_INTERVAL,
-                               POLY_ORACLE, SEED_COLUMNS, CompareTable, per_round)
+from bridge.comparison import (BAYES, BEST, BEST_SAFE, BOUNDS, FLOOR, FROM_PDMM, FROM_RANDOM, LEARNED, ONE_NUMBER,
+                               ONE_NUMBER_TIED, ORACLE, OWN_INTERVAL, POLY_ORACLE, REFERENCES, SEED_COLUMNS,
+                               CompareTable, per_round)
 
 CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
 MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
@@ -74,15 +75,15 @@ def final(table, method, name):
 
 
 def headline_methods(table):
-    """{set: at most seven methods}: the Bayes oracle and the polynomial bound, the best classical row, per-round
-    tuned PDMM, learned PDMM, the best trained transformer and the standard one."""
+    """{set: at most seven methods}: the Bayes oracle and the polynomial bound, the two best classical rows,
+    per-round tuned PDMM, the best trained transformer and the tied one-number PDMM-transformer."""
     out = {}
     transformers = [m for m in table.methods if is_transformer(m)]
     for name in table.sets:
-        chosen = [BAYES, POLY_ORACLE, BEST, per_round("pdmm"), LEARNED]
+        chosen = [BAYES, POLY_ORACLE, BEST, BEST_SAFE, per_round("pdmm")]
         if transformers:
             chosen.append(min(transformers, key=lambda m: final(table, m, name)))
-        chosen += [m for m in ("transformer (standard)",) if m in table.methods]
+        chosen += [m for m in (ONE_NUMBER_TIED,) if m in table.methods]
         out[name] = [m for m in dict.fromkeys(chosen) if m in table.methods]
     return out
 
@@ -177,31 +178,36 @@ def equal_numbers(table):
     return out
 
 
+def against_references(table, method, name, r, r_other=None):
+    """'vs best classical <ratio>, <verdict>; vs best non-diverging <ratio>, <verdict>' at rounds r / r_other."""
+    return "; ".join(f"vs {'best classical' if ref == BEST else 'best non-diverging'} "
+                     f"{fmt(table.paired(method, ref, name, r, r_other)[:3])}, "
+                     f"{table.verdict(method, ref, name, r, r_other)}" for ref in REFERENCES)
+
+
 def summary(table):
-    """Per set: the best row (bounds excepted) at rounds 1, K, R by geometric mean and its paired ratio to the
-    best classical row at that round, and the model row closest to the best classical row at equal numbers
+    """Per set: the best row (bounds excepted) at rounds 1, K, R by geometric mean and its paired ratios to the
+    two best classical rows at that round, and the model row closest to the best classical row at equal numbers
     sent. Lines of Markdown, also printed by compare."""
     lines = ["### Summary", "", "Per set and round, the row with the smallest error (bounds, and Chebyshev with each "
-             "graph's own spectrum, excepted: no node knows them) and its paired ratio to the best classical row "
-             "(chosen on tuning and validation data) over seeds with a 95 % interval; then the model row closest to "
-             "the best classical row at equal numbers sent. These rows are picked on the held-out sets themselves, "
-             "so their intervals are optimistic (the largest of many differences); the tables below give every "
-             "prespecified pair.", ""]
+             "graph's own spectrum, excepted: no node knows them) and its paired ratios, over seeds with a 95 % "
+             "interval, to the best classical row and to the best classical row that cannot diverge on any graph "
+             "(both chosen on tuning and validation data); then the model row closest to the best classical row at "
+             "equal numbers sent. These rows are picked on the held-out sets themselves, so their intervals are "
+             "optimistic (the largest of many differences); the tables below give every prespecified pair.", ""]
     rounds = sorted({1, table.depth, table.rounds})
     for name in table.sets:
         parts = []
         for r in rounds:
             rows = [m for m in table.methods if m not in (*BOUNDS, OWN_INTERVAL) and table.has(m, r)]
             winner = min(rows, key=lambda m: table.cell(m, name, r)[0])
-            ratio = table.paired(winner, BEST, name, r)
-            parts.append(f"round {r}: {winner} ({fmt(table.cell(winner, name, r))}; vs best classical "
-                         f"{fmt(ratio[:3])}, {table.verdict(winner, BEST, name, r)})")
+            parts.append(f"round {r}: {winner} ({fmt(table.cell(winner, name, r))}; "
+                         f"{against_references(table, winner, name, r)})")
         pairs = equal_numbers(table)
         if pairs:
             method, r, c = min(pairs, key=lambda pair: table.paired(pair[0], BEST, name, pair[1], pair[2])[0])
-            parts.append(f"at equal numbers sent, the best transformer row is {method} after {r} rounds ({c} numbers "
-                         f"per edge): vs best classical after {c} rounds {fmt(table.paired(method, BEST, name, r, c)[:3])}"
-                         f", {table.verdict(method, BEST, name, r, c)}")
+            parts.append(f"at equal numbers sent, the best model row is {method} after {r} rounds ({c} numbers "
+                         f"per edge): after {c} rounds, {against_references(table, method, name, r, c)}")
         lines.append(f"- **{name}**: " + "; ".join(parts) + ".")
     lines += [""]
     return lines
@@ -232,8 +238,10 @@ def markdown(table, meta, curves):
              f"geometric mean over {n} seeds (each seed: its own training runs, tuning and instances) of the per-seed "
              "geometric-mean error ||x^r - x*|| / ||a - x*|| with a 95 % t interval across seeds ('0': below float64 "
              "resolution). Classical rows are tuned per round on training-family tuning instances (one run per "
-             f"setting; '(tuned for round {R})' rows use one setting for every round), and the best classical row "
-             "takes, per round, the classical row with the smallest tuning error. Bounds: the ball and Bayes oracles "
+             f"setting; '(tuned for round {R})' rows use one setting for every round); the best classical row "
+             "takes, per round, the classical row with the smallest validation error, and the best non-diverging "
+             "row the same among the rows that cannot diverge on any graph (every row but Chebyshev with a tuned "
+             "interval). Bounds: the ball and Bayes oracles "
              "(what r rounds can know), and the best polynomial of each graph's Metropolis matrix, which knows the "
              "graph's spectrum (a bound on linear schemes with those weights, not an algorithm). QA-PDMM with "
              "eta = L is PDMM exactly on averaging and is not repeated. 'sent' is numbers sent per edge and round.",
@@ -242,28 +250,31 @@ def markdown(table, meta, curves):
     shown_rounds = sorted({1, K, R})
     for name in table.sets:
         lines += [f"### {name}", "",
-                  "| method | " + " | ".join(f"round {r}" for r in shown_rounds) + f" | / best classical, round {K} | sent |",
-                  "|---|" + "---:|" * (len(shown_rounds) + 2)]
+                  "| method | " + " | ".join(f"round {r}" for r in shown_rounds)
+                  + f" | / best classical, round {K} | / best non-diverging, round {K} | sent |",
+                  "|---|" + "---:|" * (len(shown_rounds) + 3)]
         for method in table.methods:
             cells = [fmt(table.cell(method, name, r)) if table.has(method, r) else "" for r in shown_rounds]
-            ratio = fmt(table.paired(method, BEST, name, K)[:3]) if table.has(method, K) else ""
+            ratios = [fmt(table.paired(method, ref, name, K)[:3]) if table.has(method, K) else "" for ref in REFERENCES]
             sent = table.sent.get(method)
-            lines.append(f"| {method} | " + " | ".join(cells) + f" | {ratio} | " + ("-" if sent is None else f"{sent}")
+            lines.append(f"| {method} | " + " | ".join(cells + ratios) + " | " + ("-" if sent is None else f"{sent}")
                          + " |")
         lines.append("")
-    models = [m for m in table.methods if is_transformer(m)] + [m for m in (FROM_PDMM, FROM_RANDOM, LEARNED)
-                                                                if m in table.methods]
-    at_rounds = [(m, r, other, r) for m in models for r in sorted({1, K}) for other in (BEST, per_round("pdmm"))
+    models = [m for m in table.methods if is_transformer(m)] + [
+        m for m in (FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED, LEARNED) if m in table.methods]
+    at_rounds = [(m, r, other, r) for m in models for r in sorted({1, K}) for other in (*REFERENCES, per_round("pdmm"))
                  if table.has(m, r)]
-    at_rounds += [(m, R, BEST, R) for m in table.methods if m.startswith("tied") and table.has(m, R)]
+    at_rounds += [(m, R, ref, R) for m in table.methods if (m.startswith("tied") or m == ONE_NUMBER_TIED)
+                  and table.has(m, R) for ref in REFERENCES]
     lines += verdict_table(table, at_rounds, "Paired comparisons at equal rounds",
                            f"Ratio of geometric-mean errors (first / second) over {n} seeds, 95 % t interval, p of a "
                            "paired t-test (scipy.stats.ttest_rel); 'better' / 'worse' only where the interval "
                            "excludes 1.")
-    lines += verdict_table(table, [(m, r, BEST, c) for m, r, c in equal_numbers(table)],
+    lines += verdict_table(table, [(m, r, ref, c) for m, r, c in equal_numbers(table) for ref in REFERENCES],
                            "Paired comparisons at equal numbers sent",
-                           "Each row that sends w numbers per edge and round, after r rounds, against the best "
-                           "classical row after w r rounds (one number per round): the same numbers sent per edge.")
+                           "Each model row that sends w numbers per edge and round, after r rounds, against the two "
+                           "best classical rows after w r rounds (one number per round): the same numbers sent per "
+                           "edge.")
     lines += tied_trends(table) + bound_lines(table) + training_lines(meta) + fitted_lines(meta, table)
     lines += ["", "![error against round and against numbers sent](compare.png)", "",
               f"*compare.png: top, error against round (log scale), one panel per held-out set; bottom, the same "
@@ -319,12 +330,15 @@ def training_lines(meta):
         lines.append(f"| {label} | {', '.join(str(i['steps']) for i in infos)} | "
                      f"{', '.join(str(i['best_step']) for i in infos)} | "
                      + ", ".join(f"{i['wall_seconds']:.0f}" for i in infos) + f" | {stops} |")
-    for label in (LEARNED, FROM_PDMM, FROM_RANDOM):
+    for label in (LEARNED, FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED):
         fits = [values.get(f"{label}: fit") for values in fitted.values() if values.get(f"{label}: fit")]
         if fits:
-            lines.append(f"| {label} (full-batch Adam) | {', '.join(str(f['steps']) for f in fits)} | "
-                         f"{', '.join(str(f['best step']) for f in fits)} | - | "
-                         + ", ".join(f"{k} {v}" for k, v in sorted(Counter(f["stopped by"] for f in fits).items())) + " |")
+            stages = [f if isinstance(f, list) else [f] for f in fits]  # the tied one: one fit per curriculum stage
+            joined = lambda key: ", ".join("+".join(str(f[key]) for f in s) for s in stages)  # noqa: E731
+            stops = Counter(f["stopped by"] for s in stages for f in s)
+            lines.append(f"| {label} (full-batch Adam{', per depth stage' if label == ONE_NUMBER_TIED else ''}) | "
+                         f"{joined('steps')} | {joined('best step')} | - | "
+                         + ", ".join(f"{k} {v}" for k, v in sorted(stops.items())) + " |")
     return lines + [""]
 
 
@@ -337,15 +351,16 @@ def fitted_lines(meta, table):
     seeds = list(fitted)
     lines = ["### Tuned per seed", ""]
     for key in ("pdmm: rho per round", "averaged pdmm: rho per round", "admm: rho per round",
-                "chebyshev: interval per round"):
+                "chebyshev: interval per round", "safe chebyshev: interval per round"):
         values = [fitted[s].get(key, {}) for s in seeds]
         if all(values):
             lines.append(f"- {key.replace(' per round', '')} at rounds {K} / {R} (seeds in order): "
                          + "; ".join(f"{_short(v[K])} / {_short(v[R])}" for v in values))
-    choices = [fitted[s].get("best classical per round", {}) for s in seeds]
-    if all(choices):
-        lines.append(f"- best classical row at rounds 1 / {K} / {R}: "
-                     + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices))
+    for key in ("best classical per round", "best non-diverging classical per round"):
+        choices = [fitted[s].get(key, {}) for s in seeds]
+        if all(choices):
+            lines.append(f"- {key.replace(' per round', '')} row at rounds 1 / {K} / {R}: "
+                         + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices))
     return lines + [""]
 
 

@@ -49,7 +49,8 @@ class ModelConfig:
     symmetric: bool = False
     self_loops: bool = True         # false: no token attends to itself (ViT only; AttentionX's ViT setting)
     send_width: int = 0             # numbers a token sends each neighbour per layer: keys send_width // 2 wide,
-                                    # values the rest (0: key and value d_model wide each, 2 d_model)
+                                    # values the rest (0: key and value d_model wide each, 2 d_model;
+                                    # kernel "mean" sends values only, send_width >= 1 wide)
     kind: str = "transformer"       # "convex": ConvexTokenClassifier over fixed embeddings; "convex_blocks":
                                     # n_layer convex attention + FCN blocks over trained embeddings (MATH.md 6;
                                     # both task modular only)
@@ -231,8 +232,9 @@ def check_ranges(config):
                         ("train.beta2", config.train.beta2), ("train.min_delta", config.train.min_delta)):
         if value >= 1:
             raise UsageError(f"{name} must be < 1, got {value}")
-    if config.model.send_width == 1:
-        raise UsageError("model.send_width must be 0 (key and value d_model wide each) or >= 2, got 1")
+    if config.model.send_width == 1 and config.model.kernel != "mean":
+        raise UsageError("model.send_width must be 0 (key and value d_model wide each) or >= 2, got 1 "
+                         "(1 needs model.kernel = \"mean\", which sends values only)")
     if config.model.kind not in MODEL_KINDS:
         raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {config.model.kind!r}")
     try:

@@ -16,8 +16,9 @@ from scipy import stats
 
 import attention
 import pdmm
-from bridge.comparison import (BEST, FILTER, FLOOR, RHO_GRID, TUNED, CompareTable, Setting, classical_errors, compare,
-                               compiled, mean_log, oracle_errors, per_round, t_interval)
+from bridge.comparison import (BEST, BEST_SAFE, FILTER, FLOOR, RHO_GRID, SAFE_INTERVAL_GRID, TUNED, CompareTable,
+                               Setting, classical_errors, compare, compiled, mean_log, oracle_errors, per_round,
+                               t_interval)
 from bridge.polynomial import apply_filter, fit_filter, nontrivial_spectrum
 from bridge.consensus import GraphFamily, disagreement_error, node_features, sample_values
 from bridge.oracle import ball_oracle, bayes_ball_oracle
@@ -202,14 +203,17 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
         rows = list(csv.DictReader(f))
     sets = {"training family", "larger graphs", "ring", "grid"}
     classical = {"pdmm (tuned per round)", "averaged pdmm (tuned per round)", "admm (tuned per round)", "gossip",
-                 "chebyshev (tuned per round)", "polynomial filter (fitted per round, safeguarded)",
-                 "best classical (chosen on tuning data)"}
+                 "chebyshev (tuned per round)", "safe chebyshev (tuned per round)",
+                 "polynomial filter (fitted per round, safeguarded)", "best classical (chosen on tuning data)",
+                 "best non-diverging classical (chosen on tuning data)"}
     full = classical | {"ball oracle", "bayes oracle (knows prior and s)", "pdmm (tuned for round 4)",
                         "averaged pdmm (tuned for round 4)", "admm (tuned for round 4)", "chebyshev (tuned for round 4)",
-                        "chebyshev (own spectral interval)", "best polynomial of W per graph (bound)", "learned pdmm",
-                        "pdmm-transformer (hand-set)", "tied transformer (accumulated)"}
+                        "safe chebyshev (tuned for round 4)", "chebyshev (own spectral interval)",
+                        "best polynomial of W per graph (bound)", "learned pdmm", "pdmm-transformer (hand-set)",
+                        "tied transformer (accumulated)",
+                        "pdmm-transformer (1 number, tied, topology mixture, depth curriculum)"}
     depth = {"transformer (standard)", "transformer (standard, w=4)", "pdmm-transformer (trained from pdmm)",
-             "pdmm-transformer (trained from random)"}
+             "pdmm-transformer (trained from random)", "pdmm-transformer (1 number, trained from pdmm)"}
     expected = {(m, s, k) for s in sets for m in full for k in (1, 2, 3, 4)}
     expected |= {(m, s, k) for s in sets for m in depth for k in (1, 2)}
     assert {(r["method"], r["set"], int(r["round"])) for r in rows if int(r["round"]) <= 4} == expected
@@ -234,6 +238,10 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
     assert "<!-- begin compare" in (tmp_path / "R.md").read_text()
     assert "Round 1 against the ball oracle: " in text and "### Paired comparisons at equal numbers sent" in text
     assert "| transformer (standard, w=4) | 2 | best classical (chosen on tuning data) | 8 |" in text
+    assert "| transformer (standard, w=4) | 2 | best non-diverging classical (chosen on tuning data) | 8 |" in text
+    sent = {r["method"]: r["sent_per_edge"] for r in rows if r["round"] == "1"}
+    assert sent["pdmm-transformer (hand-set)"] == sent["pdmm-transformer (1 number, trained from pdmm)"] == "1"
+    assert sent["pdmm-transformer (trained from pdmm)"] == "14"
     before = (out / "seeds" / "seed=0.json").stat().st_mtime_ns
     assert main(args) == 0  # the same command again reuses every seed
     assert (out / "seeds" / "seed=0.json").stat().st_mtime_ns == before
@@ -271,9 +279,12 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
                 for G, a, _ in validation]))
             chosen = fitted["best classical per round"][r]
             assert chosen == min(held, key=held.get)
+            safe = fitted["best non-diverging classical per round"][r]
+            assert safe == min((c for c in held if c != per_round("chebyshev")), key=held.get)
             for name in table.sets:
                 i = table.seeds.index(seed)
                 assert table.log_errors[(BEST, name)][i, r - 1] == table.log_errors[(chosen, name)][i, r - 1]
+                assert table.log_errors[(BEST_SAFE, name)][i, r - 1] == table.log_errors[(safe, name)][i, r - 1]
     again = CompareTable.from_seed_rows([{k: str(v) for k, v in row.items()} for row in table.seed_rows()], 3, 2)
     assert set(again.log_errors) == set(table.log_errors)
     for key, values in table.log_errors.items():
@@ -321,3 +332,16 @@ def test_ctrl_c_keeps_finished_seeds_and_the_same_command_resumes(tmp_path):
     assert not (out / "seeds" / "seed=3.json").exists()
     assert subprocess.run(command, env=env, capture_output=True).returncode == 0
     assert first.stat().st_mtime_ns == kept and (out / "compare.csv").is_file()
+
+
+def test_safe_chebyshev_never_grows_the_error_where_a_tuned_interval_diverges():
+    """Every SAFE_INTERVAL_GRID polynomial has |p| <= 1 on [-1, 1], where a Metropolis matrix's spectrum lies: on a
+    bipartite grid (lowest eigenvalue near -1) no round's error exceeds 1, while a tuned interval with low end
+    -0.3 grows it past 1 (the failure the best non-diverging row guards against)."""
+    G = nx.convert_node_labels_to_integers(nx.grid_2d_graph(6, 6))
+    instances = compiled([(G, sample_values(2, 36, np.random.default_rng(0)))])
+    worst = max(float(classical_errors("chebyshev", {"mixing": "metropolis", "interval": interval}, 40,
+                                       instances).max()) for interval in SAFE_INTERVAL_GRID)
+    assert worst <= 1 + 1e-12
+    unsafe = classical_errors("chebyshev", {"mixing": "metropolis", "interval": (-0.3, 0.9)}, 40, instances)
+    assert float(unsafe.max()) > 1

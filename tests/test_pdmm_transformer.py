@@ -56,6 +56,28 @@ def test_pdmm_transformer_equals_pdmm_solve_iterate_by_iterate(graph, rho, start
     assert (reference[1:] - reference[:-1]).abs().max() > 1e-3  # the iterates move: not a trivial match
 
 
+@pytest.mark.parametrize("start", ["zero", "a"])
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_one_number_pdmm_transformer_equals_pdmm_and_sends_one_number(graph, start):
+    G, rho = GRAPHS[graph](), 0.7
+    a = np.random.default_rng(2).normal(size=(2, G.number_of_nodes()))
+    model = bridge.pdmm_transformer(rho, LAYERS, start, kernel="mean")
+    assert model.numbers_sent == 1 and bridge.pdmm_transformer(rho, LAYERS, start).numbers_sent == 14
+    torch.testing.assert_close(transformer_iterates(model, G, a, rho)[..., 0], solve_iterates(G, a, rho, start, LAYERS),
+                               rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "mean"])
+def test_tied_pdmm_transformer_is_pdmm_from_zero_past_its_depth(kernel):
+    G, rho, rounds = GRAPHS["random_geometric"](), 1.3, 20
+    a = np.random.default_rng(3).normal(size=(2, G.number_of_nodes()))
+    model = bridge.pdmm_transformer(rho, 4, "zero", kernel=kernel, tied=True)
+    assert len(model.blocks) == 1
+    with torch.no_grad():
+        out = model(bridge.pdmm_features(G, a, rho), TokenGraph.from_networkx(G, self_loops=False), rounds=rounds)
+    torch.testing.assert_close(out[..., 0], solve_iterates(G, a, rho, "zero", rounds), rtol=0, atol=1e-10)
+
+
 def test_pdmm_transformer_runs_on_the_device(device):
     G, rho = GRAPHS["random_geometric"](), 1.0
     a = torch.as_tensor(np.random.default_rng(2).normal(size=(2, 20)), device=device)
@@ -145,6 +167,8 @@ def test_bilinear_mlp_is_w3_of_the_product_of_two_projections():
     (dict(rho=0.0), "rho must be a finite number > 0"), (dict(rho=-1.0), "rho must be"),
     (dict(rho=float("inf")), "rho must be"), (dict(n_layer=0), "n_layer must be a positive integer"),
     (dict(n_layer=2.5), "n_layer"), (dict(start="x0"), "start must be 'zero'"), (dict(init="xavier"), "init must be"),
+    (dict(kernel="linear"), "kernel must be 'softmax'"), (dict(tied=1), "tied must be true or false"),
+    (dict(tied=True, start="a"), "use start='zero'"),
 ])
 def test_pdmm_transformer_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -310,3 +310,70 @@ def test_graph_consensus_trains_a_few_steps_with_send_width():
     assert not torch.equal(before, model.blocks[0].attn.c_attn.weight)
     metrics = task.evaluate(model, torch.Generator().manual_seed(1), "cpu")
     assert set(metrics) == {"val_loss", "val_error"} and all(math.isfinite(v) for v in metrics.values())
+
+
+# --- kernel "mean": no keys, every neighbour weighs the same -----------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["sparse", "dense"])
+@pytest.mark.parametrize("residual,w,n_head", [("standard", 1, 1), ("attentionx", 3, 1), ("concat", 4, 2),
+                                               ("belief", 2, 1), ("belief_star", 6, 2), ("standard", None, 2)])
+def test_mean_kernel_is_the_neighbour_mean_of_the_values(residual, w, n_head, layout):
+    module = layer(w, n_head, residual, kernel="mean")
+    w_v = C if w is None else w
+    assert module.c_attn.weight.shape == (w_v, C) and module.numbers_sent == w_v  # values only
+    graph, G = problem_graph(layout)
+    x = inputs()
+    v = x @ module.c_attn.weight.T + module.c_attn.bias
+    hv, config = w_v // n_head, module.config
+    expected = torch.empty_like(x)
+    for b in range(B):
+        for i in range(T):
+            near = sorted({i, *G.neighbors(i)})
+            heads = [v[b, near, m * hv:(m + 1) * hv].mean(0) for m in range(n_head)]
+            mh, v_i = torch.cat(heads), v[b, i]
+            r = {"standard": mh, "attentionx": v_i - config.gamma * mh, "belief": reject(mh, v_i),
+                 "belief_star": reject(mh, v_i), "concat": torch.cat([mh, v_i])}[residual]
+            y = module.c_proj.weight @ r + module.c_proj.bias
+            if residual == "belief_star":
+                per_head = torch.cat([reject(h, v_i[m * hv:(m + 1) * hv]) for m, h in enumerate(heads)])
+                y = y + module.c_proj_s.weight @ per_head + module.c_proj_s.bias
+            expected[b, i] = y
+    with torch.no_grad():
+        torch.testing.assert_close(module(x, graph), expected, rtol=0, atol=1e-12)
+
+
+def test_mean_kernel_sends_only_its_values():
+    module = layer(2, kernel="mean")
+    _, i, j = neighbours()
+    graph = problem_graph()[0]
+    basis = null_space(module.c_attn.weight)
+    assert basis.shape[1] == C - 2
+    x = inputs()
+    hidden = x.clone()
+    hidden[:, j] += 3 * basis @ torch.randn(C - 2, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    generic = x.clone()
+    generic[:, j] += 3 * torch.randn(C, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        y, y_hidden, y_generic = (module(t, graph) for t in (x, hidden, generic))
+    assert (y_hidden[:, i] - y[:, i]).abs().max() <= 1e-12
+    assert (y_generic[:, i] - y[:, i]).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(kernel="mean", send_width=0), "integer >= 1 for kernel 'mean'"),
+    (dict(kernel="mean", send_width=1, symmetric=True), "kernel 'mean' has neither"),
+    (dict(kernel="mean", send_width=1, residual="belief"), "orthogonal to V"),
+])
+def test_bad_mean_kernel_configs_are_refused_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as err:
+        AttentionConfig(**{"d_model": C, "n_head": 1, **kwargs})
+    assert "\n" not in str(err.value)
+
+
+def test_config_loader_allows_one_number_with_the_mean_kernel_only():
+    model = build_task(load_config(CONFIG, [*TINY, "model.kernel=mean", "model.send_width=1", "model.n_head=1"])
+                       ).build_model()
+    assert model.numbers_sent == 1
+    with pytest.raises(UsageError, match="kernel = \"mean\""):
+        load_config(CONFIG, [*TINY, "model.send_width=1"])

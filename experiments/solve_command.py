@@ -15,7 +15,9 @@ kind of pdmm.mixing_matrix; low and high, given together, for chebyshev's eigenv
 alpha, "auto" or a number > 0, for dgd, extra, nids and gradient-tracking; step, constant or
 diminishing, for dgd); each spec is one run, labelled by the spec as written, and --rho / --theta
 / --eta are the values of the runs that take them and do not set their own. gossip and chebyshev
-solve --problem averaging only; the methods on a mixing matrix run on the ideal network only.
+solve --problem averaging only, on the ideal network; dgd, extra, nids and gradient-tracking
+take the simulated network's flags below, all but --privacy and --wake one (docs/decentralised.md
+section 9).
 
 --data builtin:breast_cancer (with --problem logistic) is scikit-learn's bundled breast-cancer data,
 standardised, with an intercept, its 569 rows split over the graph's nodes by --seed, and --reg the

@@ -11,8 +11,11 @@ lambda_min(W): half of the method's step bound (docs/decentralised.md section 6)
 computed once per run (pdmm.spectral_interval) and refused unless -1 < lambda_min(W) and
 lambda_2(W) < 1 (section 1).
 
-No penalty parameter (uses_rho = False) and the ideal network only; pdmm.solve refuses rho,
-network= and backend="distributed" for them (pdmm.methods.check_mixing_options), and accepts x0.
+No penalty parameter (uses_rho = False); pdmm.solve refuses rho, backend="distributed", network
+privacy and wake="one" for them (pdmm.methods.check_mixing_options), and accepts x0. Over a simulated network
+(`channel`, a pdmm.network.Channel) every product with W becomes one with the round's W^k
+(section 9): a node's lost message is replaced by the receiver's own value, quantised messages are
+what the neighbours use, and a sleeping node sends nothing and keeps its whole state.
 `vectors_sent`: vectors of d numbers per directed edge and round; `silent_rounds`: the first
 rounds, which send nothing (NIDS's first step is local); pdmm.solve counts messages and bits by them.
 """
@@ -20,15 +23,16 @@ import math
 import numbers
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from .compiled import CompiledGraph
 from .constraints import Consensus
 from .local import LocalFunction
 from .mixing import MixingProduct, as_mixing, spectral_interval
+from .network import ONE, Channel, Network
 
 if TYPE_CHECKING:
-    import numpy as np
     import scipy.sparse
 
 SPECTRUM_MARGIN = 1e-9  # lambda_min(W) must exceed -1 + this, lambda_2(W) stay below 1 - this
@@ -37,12 +41,13 @@ STEPS = ("constant", "diminishing")
 
 class Decentralised:
     """What the four methods share (docs/decentralised.md section 1): the checks of the problem and of
-    W, W as a sparse product, the smooth part s of f (all of f, or s of f = s + r for the proximal
-    methods, with prox_r), and alpha (1, B, 1) on the run's device: "auto" (the subclass's
-    default_alpha of L (B,)) or a number > 0."""
+    W, W as a sparse product (W^k over a channel, section 9), the smooth part s of f (all of f, or s of
+    f = s + r for the proximal methods, with prox_r), and alpha (1, B, 1) on the run's device: "auto"
+    (the subclass's default_alpha of L (B,)) or a number > 0."""
 
     uses_rho = False
     takes_x0 = True
+    takes_network = True  # all of pdmm.Network but privacy and wake="one" (check_network)
     family = "dgd/extra/nids/gradient-tracking"
     vectors_sent = 1
     silent_rounds = 0
@@ -50,16 +55,22 @@ class Decentralised:
 
     def __init__(self, graph: CompiledGraph, local: LocalFunction, edges: Consensus, rho: None,
                  mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis", alpha: "float | str" = "auto", *,
-                 channel: None = None):
-        if rho is not None or channel is not None:
-            raise ValueError(f"{self.name} takes neither rho nor a network channel (docs/decentralised.md section 7)")
+                 channel: Channel | None = None):
+        if rho is not None:
+            raise ValueError(f"{self.name} has no penalty parameter rho (docs/decentralised.md section 7)")
+        if channel is not None:
+            check_network(self.name, channel.network)
+            if channel.vectors != self.vectors_sent:
+                raise ValueError(f"{self.name} sends {self.vectors_sent} stacked vector(s) per message; its channel "
+                                 f"has vectors={channel.vectors}")
+        self.channel = channel
         if not isinstance(edges, Consensus):
             raise ValueError(f"{self.name} solves consensus problems only (constraints='consensus'); this problem "
                              "has edge-matrix constraints")
         self.smooth_part, self.prox_r = _split(local, self.name, self.proximal)
         self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
         self.lowest = _lowest_eigenvalue(self.W, self.name)
-        self.product = MixingProduct(self.W, graph.sign)
+        self.product = NetworkMixing(self.W, graph, channel)
         self.alpha = _step_size(alpha, self.default_alpha, self.smooth_part, local.shape[1], graph.sign)
 
     def default_alpha(self, L):
@@ -69,6 +80,40 @@ class Decentralised:
     def prox(self, v):
         """prox_{alpha r}(v) node by node, v itself for smooth f."""
         return v if self.prox_r is None else self.prox_r(v, self.alpha)
+
+    def asleep(self, new, state):
+        """The new state, with every node tensor's old rows where the channel's node sleeps (section 9); the
+        round counter of a diminishing step is the network's, not a node's."""
+        if self.channel is None:
+            return new
+        return {key: value if key == "round" else self.channel.keep_asleep(value, state[key])
+                for key, value in new.items()}
+
+
+class NetworkMixing:
+    """m -> base + alpha W^k m over node tensors (n, B, w) (docs/decentralised.md section 9). On the ideal
+    network (channel None) W^k = W, one sparse product (pdmm.mixing.MixingProduct). Over a channel, what
+    node j mixes is what it received,
+
+        (W^k m)_j = W_jj m_j + sum_{i in N(j)} W_ji r_{j|i},   r_{j|i} = Q(m_i) where i -> j delivered, else m_j,
+
+    computed as W m + sum_{i in N(j)} W_ji (r_{j|i} - m_i): a message delivered unquantised adds an exact 0,
+    so a network whose effects are all off is the ideal one bit for bit. The channel (its round drawn before
+    the step, Channel.draw) quantises, applies the round's delivered mask with the receiver's own m_j as what
+    it holds, and counts messages and bits (Channel.exchange)."""
+
+    def __init__(self, W: "scipy.sparse.csr_array", graph: CompiledGraph, channel: Channel | None):
+        self.product, self.graph, self.channel = MixingProduct(W, graph.sign), graph, channel
+        self.weights = None if channel is None else _edge_weights(W, graph)
+
+    def __call__(self, m: torch.Tensor, base: torch.Tensor | None = None, alpha: float = 1.0) -> torch.Tensor:
+        mixed = self.product(m, base, alpha)
+        if self.channel is None:
+            return mixed
+        own = self.graph.gather(m)  # by receiving edge e: m_j of its receiver j = src[e], and what j sends on e
+        received = self.channel.exchange(own, own)  # r_{j|i}, i = dst[e]
+        change = self.graph.aggregate(self.weights * (received - self.graph.gather_neighbour(m)))
+        return torch.add(mixed, change, alpha=alpha)
 
 
 class DGD(Decentralised):
@@ -80,14 +125,15 @@ class DGD(Decentralised):
     With a constant step the iterates converge to a point within O(alpha) of the solution, not to it,
     so the stopping test may never pass; a diminishing step converges, slowly. Smooth f_i only.
     alpha="auto": (1 + lambda_min(W)) / (2 L), half of the bound (1 + lambda_min(W)) / L under which
-    the step is gradient descent on a function that it decreases (section 2).
+    the step is gradient descent on a function that it decreases (section 2). Over a channel: W^k x^k
+    (x^k is what a node sends), and k in alpha_k counts the network's rounds (section 9).
     """
 
     name = "dgd"
 
     def __init__(self, graph: CompiledGraph, local: LocalFunction, edges: Consensus, rho: None,
                  mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis", alpha: "float | str" = "auto",
-                 step: str = "constant", *, channel: None = None):
+                 step: str = "constant", *, channel: Channel | None = None):
         if step not in STEPS:
             raise ValueError(f"step must be 'constant' or 'diminishing', got {step!r}")
         super().__init__(graph, local, edges, rho, mixing, alpha, channel=channel)
@@ -105,10 +151,10 @@ class DGD(Decentralised):
     def step(self, state):
         x = state["x"]
         if not self.diminishing:
-            return {"x": self.product(x, -self.alpha * self.smooth_part.gradient(x))}
+            return self.asleep({"x": self.product(x, -self.alpha * self.smooth_part.gradient(x))}, state)
         k = state["round"]
         alpha = self.alpha * torch.rsqrt(k + 1)
-        return {"x": self.product(x, -alpha * self.smooth_part.gradient(x)), "round": k + 1}
+        return self.asleep({"x": self.product(x, -alpha * self.smooth_part.gradient(x)), "round": k + 1}, state)
 
 
 class EXTRA(Decentralised):
@@ -125,7 +171,8 @@ class EXTRA(Decentralised):
         c^{k+1}   = c^k + (W - W~) x^k = c^k - (x^k - W x^k) / 2,
 
     one product with W per round. alpha="auto": (1 + lambda_min(W)) / (2 L) = lambda_min(W~) / L,
-    half of the papers' bound 2 lambda_min(W~) / L.
+    half of the papers' bound 2 lambda_min(W~) / L. Over a channel, the round's W^k x^k enters both
+    x^{k+1/2} and c^{k+1} (section 9).
     """
 
     name = "extra"
@@ -141,7 +188,7 @@ class EXTRA(Decentralised):
         x, correction = state["x"], state["correction"]
         mixed = self.product(x)
         half = mixed - self.alpha * self.smooth_part.gradient(x) + correction
-        return {"x": self.prox(half), "correction": correction + (mixed - x) / 2}
+        return self.asleep({"x": self.prox(half), "correction": correction + (mixed - x) / 2}, state)
 
 
 class NIDS(Decentralised):
@@ -154,6 +201,8 @@ class NIDS(Decentralised):
 
     computed with w^k = x^k - alpha grad s(x^k), the vector sent being x^k + w^k - w^{k-1}. Smooth f is
     s = f, r = 0 (x = z). alpha="auto": 1 / L, half of NIDS's bound 2 / L, which does not depend on W.
+    Over a channel, W~ becomes W~^k = (I + W^k) / 2 on the vector sent; the first, local, step is every
+    node's, awake or not (section 9).
     """
 
     name = "nids"
@@ -173,7 +222,7 @@ class NIDS(Decentralised):
             return {"x": self.prox(w), "z": w, "w": w}
         sent = x + w - state["w"]
         z = state["z"] - x + self.product(sent, sent) / 2  # W~ v = (v + W v) / 2
-        return {"x": self.prox(z), "z": z, "w": w}
+        return self.asleep({"x": self.prox(z), "z": z, "w": w}, state)
 
 
 class GradientTracking(Decentralised):
@@ -184,8 +233,9 @@ class GradientTracking(Decentralised):
         y^{k+1} = W y^k + grad f(x^{k+1}) - grad f(x^k)
 
     x^k and y^k travel together: one product with W on (n, B, 2d), two vectors per directed edge and
-    round. Smooth f_i only. alpha="auto": (1 + lambda_min(W))^2 / (4 L), half of the exact stability
-    limit when every f_i has the same Hessian (section 5).
+    round (one message of both over a channel: lost together, each quantised with its own range, W^k
+    for both; section 9). Smooth f_i only. alpha="auto": (1 + lambda_min(W))^2 / (4 L), half of the
+    exact stability limit when every f_i has the same Hessian (section 5).
     """
 
     name = "gradient-tracking"
@@ -203,7 +253,30 @@ class GradientTracking(Decentralised):
         mixed = self.product(torch.cat([state["x"], y], -1))
         x = mixed[..., :d] - self.alpha * y
         gradient = self.smooth_part.gradient(x)
-        return {"x": x, "y": mixed[..., d:] + gradient - state["gradient"], "gradient": gradient}
+        return self.asleep({"x": x, "y": mixed[..., d:] + gradient - state["gradient"], "gradient": gradient}, state)
+
+
+def check_network(name: str, network: Network) -> None:
+    """ValueError for the effects of a simulated network that have no meaning for these methods (docs/
+    decentralised.md section 9): privacy, the subspace perturbation of PDMM's dual variables z, which they do not
+    have; and wake="one", under which the awake node's neighbours all sleep, so that no message is ever mixed."""
+    if network.privacy is not None:
+        raise ValueError(f"network privacy perturbs the dual variables z of pdmm and qa-pdmm; {name} has none "
+                         "(leave privacy out; its other network effects apply)")
+    if network.wake == ONE:
+        raise ValueError(f"wake='one' is not defined for {name}: a sleeping node neither sends nor updates, so the "
+                         "one awake node would never mix a neighbour's value; give wake a probability")
+
+
+def _edge_weights(W, graph):
+    """(E, 1, 1): W_{src[e], dst[e]} of every directed edge (0 where W stores no entry), in the graph's dtype
+    and on its device."""
+    n, W = W.shape[0], W.sorted_indices()
+    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(W.indptr)) * n + W.indices
+    wanted = graph.src.cpu().numpy().astype(np.int64) * n + graph.dst.cpu().numpy()
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    weights = np.where(keys[at] == wanted, W.data[at], 0.0)
+    return torch.from_numpy(weights).to(graph.sign.device, graph.sign.dtype).view(-1, 1, 1)
 
 
 def _split(local, name, proximal):

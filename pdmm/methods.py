@@ -11,7 +11,9 @@ rules run with consensus or general edge matrices; all edge traffic passes throu
 `exchange`, the single place where message drops, quantisation or a process boundary belong.
 A `pdmm.network.Channel` (keyword `channel`; the caller draws each iteration's events before
 the step) simulates them there: sleeping nodes keep x, an edge that receives nothing keeps its
-state. Without one the step is the ideal network's, unchanged.
+state. Without one the step is the ideal network's, unchanged. The methods on a mixing matrix
+have no edge state: DGD, EXTRA, NIDS and gradient tracking take the channel in their products
+with W (pdmm.decentralised.NetworkMixing), gossip and chebyshev refuse it (check_mixing_options).
 State tensors: x (n, B, d), edge state (E, B, m). `uses_rho`: whether the method has the penalty
 parameter rho (pdmm.solve's default rho=None means 1.0 for those that do). `vectors_sent`: the
 messages (of the edge state's width) each directed edge carries per round on the ideal network;
@@ -22,7 +24,7 @@ import warnings
 import torch
 
 from .constraints import Consensus
-from .decentralised import DGD, EXTRA, NIDS, GradientTracking
+from .decentralised import DGD, EXTRA, NIDS, GradientTracking, check_network
 from .local import Quadratic
 from .local.base import add, is_scalar, spd_solver
 from .mixing import MixingProduct, as_mixing, spectral_interval
@@ -234,15 +236,23 @@ class ADMM:
 def check_mixing_options(method: str, rho=None, network=None, x0=None, backend: str = "local",
                          compile: bool = False) -> None:
     """ValueError for an option that a method on a mixing matrix does not take. None of them has a penalty
-    parameter or runs on a simulated network or in several processes; gossip and chebyshev also start from
-    x^0 = a, so refuse x0 (docs/averaging.md section 6), where dgd, extra, nids and gradient-tracking take it
+    parameter or runs in several processes. dgd, extra, nids and gradient-tracking run on a simulated network,
+    each round with its own W^k, but refuse its privacy and wake="one" (docs/decentralised.md section 9);
+    gossip and chebyshev refuse the network, as they compute mean(a) through a fixed polynomial in W that a
+    random W^k per round neither keeps (gossip's mean) nor has a recursion for (Chebyshev's). gossip and
+    chebyshev also start from x^0 = a, so refuse x0 (docs/averaging.md section 6), where the others take it
     (docs/decentralised.md section 7); and chebyshev is not compiled, as every round has its own Python float
     omega (a recompilation each)."""
     family = METHODS[method].family
     if rho is not None:
         raise ValueError(f"{method} has no penalty parameter: leave rho out (it applies to pdmm, qa-pdmm and admm)")
+    if network is not None and not METHODS[method].takes_network:
+        raise ValueError(f"network effects are not implemented for {family}: they compute mean(a) as a fixed "
+                         "polynomial in W, and a random W^k per round (lost messages, sleeping nodes) keeps "
+                         "neither gossip's mean nor Chebyshev's recursion; dgd, extra, nids and gradient-tracking "
+                         "take a network")
     if network is not None:
-        raise ValueError(f"network effects are not implemented for {family}; use the PDMM family or ADMM")
+        check_network(method, network)
     if x0 is not None and not METHODS[method].takes_x0:
         raise ValueError(f"{method} starts from the node values, x^0 = a; x0= does not apply")
     if backend != "local":
@@ -265,6 +275,7 @@ class Gossip:
     name = "gossip"
     uses_rho = False
     takes_x0 = False
+    takes_network = False
     family = "gossip/chebyshev"
     vectors_sent, silent_rounds = 1, 0
 

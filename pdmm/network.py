@@ -202,9 +202,11 @@ class Channel:
 
     Counts per instance: `messages` delivered and `bits` sent (a lost message is sent, a sleeping
     node or a down edge sends nothing), cumulative, (B,), taken by the exchange once per draw.
+    A transmission of `vectors` stacked vectors of `width` numbers each (gradient tracking's x and y,
+    docs/decentralised.md section 9) counts as that many messages, each quantised with its own range.
     """
 
-    def __init__(self, network, graph, batch, width, dtype):
+    def __init__(self, network, graph, batch, width, dtype, vectors=1):
         self.network, self.graph, self.batch, self.dtype = network, graph, batch, dtype
         device, E = graph.src.device, graph.num_edges
         self.generator = torch.Generator(device=device).manual_seed(network.seed)  # dither and privacy
@@ -229,7 +231,8 @@ class Channel:
             self.chain = tuple(draws.bound(p) for p in (p_gb / (p_gb + p_bg), 1 - p_bg, p_gb))  # first, stay, enter
         number = torch.finfo(dtype).bits if network.bits is None else network.bits
         header = HEADER_BITS if network.bits is not None and network.limit is None else 0
-        self.message_bits = width * number + header
+        self.vectors = vectors
+        self.message_bits = vectors * (width * number + header)
         self.messages = torch.zeros(batch, dtype=torch.float64, device=device)
         self.bits = torch.zeros(batch, dtype=torch.float64, device=device)
         self.iteration = 0
@@ -316,7 +319,7 @@ class Channel:
         """Add the drawn iteration's messages delivered and bits sent, once (counts per instance, None: all)."""
         if self._uncounted:
             E = self.graph.num_edges
-            self.messages += E if delivered is None else delivered
+            self.messages += self.vectors * (E if delivered is None else delivered)
             self.bits += self.message_bits * (E if sent is None else sent)
             self._uncounted = False
 
@@ -352,8 +355,10 @@ class Channel:
         return received if delivered is None else masked.choose(delivered, received, held)
 
     def quantise(self, y):
-        """b-bit uniform quantisation of the messages y (E, B, m), as the receiver reconstructs them."""
+        """b-bit uniform quantisation of the messages y (E, B, m), as the receiver reconstructs them; an adaptive
+        range per sender and stacked vector."""
         net, levels = self.network, 2.0 ** self.network.bits - 1
+        y = y.unflatten(-1, (self.vectors, -1))  # (E, B, vectors, width)
         if net.limit is None:  # the sender's largest magnitude this iteration
             node = self.graph.aggregate_max(y.abs().amax(-1, keepdim=True))
             R = self.graph.gather(node).clamp(min=torch.finfo(y.dtype).tiny)
@@ -362,10 +367,12 @@ class Channel:
         step = 2 * R / levels
         if net.rounding == "subtractive":
             u = (self._uniform(*y.shape) - 0.5) * step
-            return torch.round((y + u + R) / step).clamp(0, levels) * step - R - u
-        if net.rounding == "stochastic":
-            return torch.floor((y + R) / step + self._uniform(*y.shape)).clamp(0, levels) * step - R
-        return torch.round((y + R) / step).clamp(0, levels) * step - R
+            q = torch.round((y + u + R) / step).clamp(0, levels) * step - R - u
+        elif net.rounding == "stochastic":
+            q = torch.floor((y + R) / step + self._uniform(*y.shape)).clamp(0, levels) * step - R
+        else:
+            q = torch.round((y + R) / step).clamp(0, levels) * step - R
+        return q.flatten(-2)
 
     def perturb(self, z):
         """z^0 + N(0, privacy^2) per entry (subspace perturbation); z unchanged without privacy."""

@@ -90,9 +90,10 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     "chebyshev" (mixing, interval; docs/averaging.md).
 
     rho: the penalty parameter of pdmm, qa-pdmm and admm, None meaning 1.0; the methods on a mixing
-    matrix have none and refuse it, as they refuse network and backend="distributed" (the ideal
-    network in one process); gossip and chebyshev also refuse x0, as they start from x^0 = a
-    (docs/averaging.md section 6, docs/decentralised.md section 7).
+    matrix have none and refuse it, as they refuse backend="distributed" (one process); gossip and
+    chebyshev also refuse network (docs/decentralised.md section 9) and x0, as they start from
+    x^0 = a (docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a network,
+    but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
     Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
     (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
@@ -209,7 +210,8 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     graph, local, edges = ran.compile(device, dtype)
     width = edges.state_shape(problem.batch, problem.dim)[2]
     _tune_for(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
-    channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype)
+    channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype,
+                                                    vectors=METHODS[method].vectors_sent)
     algorithm = METHODS[method](graph, local, edges, None if rho is None else float(rho), channel=channel,
                                 **_renumbered_params(method_params, order, problem))
     if node_form:

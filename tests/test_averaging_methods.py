@@ -334,8 +334,8 @@ G6 = pdmm.topology("ring", n=6)
     ({"rho": 1.0}, "has no penalty parameter: leave rho out"),
     ({"x0": "random"}, "starts from the node values, x\\^0 = a; x0= does not apply"),
     ({"x0": np.zeros((6, 1))}, "x0= does not apply"),
-    ({"network": pdmm.Network(drop=0.1)}, "^network effects are not implemented for gossip/chebyshev; use the PDMM "
-                                          "family or ADMM$"),
+    ({"network": pdmm.Network(drop=0.1)}, r"^network effects are not implemented for gossip/chebyshev: they compute "
+                                          r"mean\(a\) as a fixed polynomial in W"),
     ({"form": "nodes"}, "form='nodes' is not available here"),
     ({"backend": "distributed"}, "backend='distributed' is not implemented for gossip/chebyshev"),
     ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),

@@ -387,8 +387,8 @@ def half_ring_mixing():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"rho": 1.0}, "has no penalty parameter: leave rho out"),
-    ({"network": pdmm.Network(drop=0.1)}, "^network effects are not implemented for dgd/extra/nids/gradient-tracking;"
-                                          " use the PDMM family or ADMM$"),
+    ({"network": pdmm.Network(privacy=1.0)}, "^network privacy perturbs the dual variables z of pdmm and qa-pdmm; "
+                                             "(dgd|extra|nids|gradient-tracking) has none"),
     ({"backend": "distributed"}, "backend='distributed' is not implemented for dgd/extra/nids/gradient-tracking"),
     ({"form": "nodes"}, "form='nodes' is not available here"),
     ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),
@@ -449,9 +449,9 @@ def test_problems_they_cannot_solve_are_refused_in_one_line(method, make, messag
     assert "\n" not in str(error.value)
 
 
-def test_the_constructor_itself_refuses_rho_and_a_channel():
+def test_the_constructor_itself_refuses_rho():
     graph_, local, edges = least_squares_on(G6).compile("cpu", torch.float64)
-    with pytest.raises(ValueError, match="extra takes neither rho nor a network channel"):
+    with pytest.raises(ValueError, match="^extra has no penalty parameter rho"):
         EXTRA(graph_, local, edges, 1.0)
 
 
@@ -491,7 +491,7 @@ def test_the_command_compares_every_method_with_their_specs_and_plots_them(tmp_p
     (["--problem", "lasso", "--method", "dgd"], "dgd: dgd needs smooth local functions; Lasso is not smooth"),
     (["--method", "extra", "--rho", "2"], "--rho does not apply to extra"),
     (["--method", "extra:rho=2"], "extra takes mixing=VALUE, alpha=VALUE"),
-    (["--method", "nids", "--drop", "0.1"], "network effects are not implemented for dgd/extra/nids/gradient-tracking"),
+    (["--method", "nids", "--privacy", "1"], "nids: network privacy perturbs the dual variables z"),
     (["--method", "nids:alpha=-1"], "alpha: must be 'auto' or a number > 0"),
     (["--method", "dgd:step=fast"], "step: must be one of constant, diminishing"),
     (["--method", "gradient-tracking:step=diminishing"], "gradient-tracking takes mixing=VALUE, alpha=VALUE"),

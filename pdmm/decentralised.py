@@ -64,6 +64,7 @@ class Decentralised:
                 raise ValueError(f"{self.name} sends {self.vectors_sent} stacked vector(s) per message; its channel "
                                  f"has vectors={channel.vectors}")
         self.channel = channel
+        self.biased = channel is not None and network_biases(channel.network)
         if not isinstance(edges, Consensus):
             raise ValueError(f"{self.name} solves consensus problems only (constraints='consensus'); this problem "
                              "has edge-matrix constraints")
@@ -266,6 +267,16 @@ def check_network(name: str, network: Network) -> None:
     if network.wake == ONE:
         raise ValueError(f"wake='one' is not defined for {name}: a sleeping node neither sends nor updates, so the "
                          "one awake node would never mix a neighbour's value; give wake a probability")
+
+
+def network_biases(network: Network) -> bool:
+    """Whether `network` moves the methods' limit off the solution (docs/decentralised.md section 9): a message
+    lost one way (drop > 0 for some edge, or bursts of loss) or quantised. Their iterates then settle at a
+    consensual point that the residual test cannot tell from the solution, so pdmm.solve never reports them
+    converged by it (only `target`, an error against the reference, stops such a run early)."""
+    drop = network.drop
+    probabilities = drop.values() if isinstance(drop, dict) else drop if isinstance(drop, tuple) else (drop,)
+    return network.bits is not None or network.burst is not None or any(p > 0 for p in probabilities)
 
 
 def _edge_weights(W, graph):

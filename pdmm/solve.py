@@ -102,6 +102,8 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of
     check_every: up to check_every - 1 iterations after the first iteration that meets the test;
     the state returned is that of the iteration it stopped at. Between tests nothing is read back from the device.
+    dgd, extra, nids and gradient-tracking over a network that loses messages one way or quantises settle off
+    the solution where this test would pass: they are never stopped by it (docs/decentralised.md section 9).
     reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
     the relative error ||x - x*||_F / ||x*||_F per recorded iteration. x0: None (zeros), "random"
     (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
@@ -214,6 +216,8 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
                                                     vectors=METHODS[method].vectors_sent)
     algorithm = METHODS[method](graph, local, edges, None if rho is None else float(rho), channel=channel,
                                 **_renumbered_params(method_params, order, problem))
+    if getattr(algorithm, "biased", False):  # a limit off the solution: the residual test cannot certify it
+        tol = -math.inf
     if node_form:
         algorithm = NodeForm(algorithm)
     x_star = _renumbered(_reference(problem, reference, device, dtype), order)

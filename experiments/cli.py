@@ -7,7 +7,7 @@ import sys
 
 from . import (compare_command, configs_command, learn_pdmm_command, network_command, plot_command, probe_command,
                report_command, solve_command, sweep_command, train_command)
-from .common import UsageError, package_version, tune_allocator
+from .common import RunFailure, UsageError, package_version, tune_allocator
 
 COMMANDS = [solve_command, train_command, sweep_command, configs_command, plot_command, report_command,
             learn_pdmm_command, compare_command, probe_command, network_command]
@@ -47,6 +47,29 @@ def main(argv=None):
     except UsageError as err:
         print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RunFailure as err:
+        print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:  # commands that keep partial work say how to resume it themselves
         print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError is a RuntimeError
+        if not out_of_memory(err):
+            raise
+        print(f"{parser.prog} {args.command}: error: out of memory: {first_line(err)}; use a smaller size "
+              "(batch, width, nodes)", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether err is an allocation failure: MemoryError (numpy's too), torch.OutOfMemoryError (a GPU) or the
+    RuntimeError of torch's CPU allocator ("... not enough memory: you tried to allocate N bytes"). One line,
+    exit 1 (README "Exit codes")."""
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or \
+        "not enough memory" in str(err) or "out of memory" in str(err).lower()
+
+
+def first_line(err: BaseException) -> str:
+    """The first non-empty line of err's message, or its type's name where it has none (a bare MemoryError)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__

@@ -1,8 +1,6 @@
 """Pieces every pdmm-bridge command shares: the usage error, argument types, graphs, the version."""
 import argparse
-import contextlib
 import math
-import os
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -15,79 +13,13 @@ class UsageError(Exception):
     """Bad input from the command line; the CLI prints it as one `error:` line and exits with code 2."""
 
 
-class WriteError(UsageError):
+class RunFailure(Exception):
+    """A failure while running on good input (a full disk, a dead process); the CLI prints it as one
+    `error:` line and exits with code 1."""
+
+
+class WriteError(RunFailure):
     """A file could not be written (disk full, read-only directory, file size limit); what it replaced is intact."""
-
-
-def write_atomic(path, data, keep=None):
-    """Write `data` (str or bytes) to `path` via a fsynced temporary file and a rename: never half a file.
-
-    With `keep`, the file `path` held before is renamed to `keep` first (so one good copy always exists).
-    An OSError is a WriteError naming `path`; the temporary file is removed.
-    """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as file:
-            file.write(data.encode() if isinstance(data, str) else data)
-            file.flush()
-            os.fsync(file.fileno())
-        if keep is not None and path.exists():
-            os.replace(path, keep)
-        os.replace(tmp, path)
-        sync_directory(path.parent)
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise WriteError(f"cannot write {path}: {err.strerror or err}") from None
-
-
-def sync_directory(path):
-    """fsync directory `path`, so the renames inside it survive a power loss."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def is_leftover(path):
-    """A temporary file a killed write leaves behind (NAME.tmp, .write-test): never part of the results."""
-    return path.name.endswith(".tmp") or path.name == ".write-test"
-
-
-OWNER_FILE = ".pdmm-bridge-output"  # names the command that made an output directory
-
-
-def claim_output_dir(path, command, force=False, reusable=False):
-    """Create the output directory `path` of `command` ("solve", "compare", ...) and return it as a Path.
-
-    An absent or empty directory is created and marked with OWNER_FILE. A non-empty one is refused
-    unless `force`, or `reusable` (commands that pick up their own earlier work, like compare) and
-    marked by the same command.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {path} is a file, not a directory")
-    if path.is_dir() and any(path.iterdir()) and not force:
-        owner = path / OWNER_FILE
-        if not (reusable and owner.is_file() and owner.read_text().strip() == command):
-            raise UsageError(f"{path} already exists and is not empty; choose another --out or pass --force "
-                             "to write into it")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / OWNER_FILE).write_text(command + "\n")
-    except OSError as err:
-        raise UsageError(f"cannot write to {path}: {err.strerror or err}") from None
-    return path
-
-
-def check_new_file(path, force=False):
-    """`path` as a Path, refused when it exists (a file this command would replace) unless `force`."""
-    path = Path(path)
-    if path.exists() and not force:
-        raise UsageError(f"{path} exists; choose another name or pass --force to replace it")
-    return path
 
 
 tune_allocator = pdmm.tune_allocator  # moved to pdmm (pdmm.solve applies it on large runs); kept importable here

@@ -23,7 +23,6 @@ lines per panel), compare_all.png (every row) and learning.png.
 import argparse
 import json
 import math
-import shutil
 import sys
 from pathlib import Path
 
@@ -33,12 +32,13 @@ import torch
 from bridge.comparison import FROM_PDMM, CompareTable, SeedResult, Setting, evaluate_seed, numbers_sent, protocol
 from bridge.fitting import MIN_DELTA, PATIENCE
 
-from .common import UsageError, claim_output_dir, package_version
+from . import rundir
+from .common import UsageError, package_version
 from .compare_report import load, summary, write_outputs
 from .config import load_config, to_tables
 from .results_doc import replace_section
-from .runs import read_metrics
-from .sweep_command import run_name, seeds as parse_seeds
+from .runs import is_number, read_json, read_metrics
+from .sweep_command import check_names, run_name, seeds as parse_seeds
 from .tasks import build_task
 from .tasks.graph_consensus import graph_family
 from .train import best_weights, load_weights, train
@@ -116,8 +116,12 @@ def row_variants(args):
 
 
 def run_config(args, overrides, seed):
+    """The config of one transformer row, its names checked (sweep_command.check_names): a typo in --residuals
+    fails here, before anything is trained or written."""
     try:
-        return load_config(args.config, [*args.overrides, *overrides, f"train.seed={seed}"])
+        config = load_config(args.config, [*args.overrides, *overrides, f"train.seed={seed}"])
+        check_names(config)
+        return config
     except UsageError as err:
         raise UsageError(f"{err} (in a compare row with {', '.join(overrides)})") from None
 
@@ -128,8 +132,8 @@ def trained_models(args, out, seed, rows):
     models, budgets, curves = {}, {}, []
     for label, assignment, overrides in rows:
         config = run_config(args, overrides, seed)
-        run_dir = out / "runs" / run_name(assignment, seed)
-        if (run_dir / "config.toml").is_file() and load_config(run_dir / "config.toml") != config:
+        run_dir = rundir.make_dir(out / "runs") / run_name(assignment, seed)
+        if (run_dir / "config.toml").is_file() and load_config(rundir.inside(run_dir / "config.toml", out)) != config:
             raise UsageError(f"{run_dir} was trained with a different config; choose another --out")
         if not (run_dir / "summary.json").is_file():
             train(config, run_dir, resume=(run_dir / "ckpt.pt").is_file(), force=True, progress=not args.no_progress)
@@ -137,7 +141,7 @@ def trained_models(args, out, seed, rows):
         model = build_task(config).build_model()
         load_weights(model, best_weights(run_dir))
         models[label] = model
-        done = json.loads((run_dir / "summary.json").read_text())
+        done = read_json(run_dir / "summary.json")
         budgets[label] = {key: done.get(key) for key in ("steps", "best_step", "wall_seconds", "stopped_by")}
         curves += [{"method": label, "seed": seed, "step": row["step"], "val_loss": row["val_loss"],
                     "val_error": row["val_error"]} for row in read_metrics(run_dir / "metrics.jsonl") if "val_loss" in row]
@@ -148,22 +152,49 @@ def seed_result(args, out, setting, seed, rows, key):
     """(the seed's SeedResult, its learning-curve rows), read from OUT/seeds/seed=S.json when it was computed
     under the same `key`."""
     path = out / "seeds" / f"seed={seed}.json"
-    if path.is_file():
-        saved = json.loads(path.read_text())
-        if saved.get("key") == key:
-            return SeedResult({tuple(k.split("\t")): np.array(v, dtype=float) for k, v in saved["log_errors"].items()},
-                              saved["fitted"]), saved["curves"]
+    saved = saved_seed(path, key)
+    if saved is not None:
+        return saved
     models, budgets, curves = trained_models(args, out, seed, rows)
     show = (lambda text: None) if args.no_progress else (lambda text: print(f"seed {seed}: {text}", flush=True))
     result = evaluate_seed(setting, seed, models, show, training=budgets)
-    path.parent.mkdir(exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"key": key, "fitted": result.fitted, "curves": curves,
-                               "log_errors": {"\t".join(k): [None if math.isnan(x) else x for x in v]
-                                              for k, v in result.log_errors.items()}}))
-    tmp.replace(path)
+    rundir.make_dir(path.parent)
+    rundir.write_file(path, json.dumps({"key": key, "fitted": result.fitted, "curves": curves,
+                                        "log_errors": {"\t".join(k): [None if math.isnan(x) else x for x in v]
+                                                       for k, v in result.log_errors.items()}}))
     result.fitted = json.loads(json.dumps(result.fitted))  # as read back: the same keys (strings) either way
     return result, curves
+
+
+def saved_seed(path, key):
+    """(SeedResult, learning-curve rows) from seed file `path` when it was computed under `key`, else None;
+    a malformed file is a UsageError (check_seed_file)."""
+    saved = read_json(path)
+    if saved is None:
+        return None
+    check_seed_file(saved, path)
+    if saved["key"] != key:
+        return None
+    return SeedResult({tuple(k.split("\t")): np.array(v, dtype=float) for k, v in saved["log_errors"].items()},
+                      saved["fitted"]), saved["curves"]
+
+
+def check_seed_file(saved, path):
+    """UsageError naming OUT/seeds/seed=S.json and what is wrong unless it has the shape seed_result writes:
+    key, fitted (objects), curves (a list of objects) and log_errors ({"method\tset": [number or null]})."""
+    def wrong(what):
+        raise UsageError(f"{path}: {what}; delete the file to recompute the seed")
+    if not isinstance(saved, dict) or not all(key in saved for key in ("key", "fitted", "curves", "log_errors")):
+        wrong("expected an object with key, fitted, curves and log_errors")
+    if not isinstance(saved["fitted"], dict) or not isinstance(saved["log_errors"], dict):
+        wrong("fitted and log_errors must be objects")
+    if not (isinstance(saved["curves"], list) and all(isinstance(row, dict) for row in saved["curves"])):
+        wrong("curves must be a list of objects")
+    for name, values in saved["log_errors"].items():
+        if len(name.split("\t")) != 2:
+            wrong(f"log_errors key {name!r} is not 'method<TAB>set'")
+        if not (isinstance(values, list) and all(v is None or is_number(v) for v in values)):
+            wrong(f"log_errors {name!r} must be a list of numbers (or null)")
 
 
 def untrained_models(args, rows):
@@ -202,13 +233,15 @@ def run(args):
     setting = Setting(graph_family(task.options), depth, args.rounds, args.test_graphs, args.tune_graphs,
                       base.train.batch_size, task.options.mu_scale, args.learned_steps, args.finetune_steps,
                       checkpoints=checkpoints(models, depth, args.rounds))
-    out = claim_output_dir(args.out, "compare", args.force, reusable=True)
+    out = rundir.claim(args.out, "compare", args.force, reusable=True)
     command = " ".join(["pdmm-bridge compare", str(args.config), "--residuals", args.residuals, "--tied", args.tied,
                         "--widths", args.widths, "--seeds", ",".join(map(str, seeds)), "--rounds", str(args.rounds),
                         *(f"--set {o}" for o in args.overrides)])
     key = json.loads(json.dumps({  # as it reads back from OUT/seeds/*.json
         "setting": repr(setting), "protocol": protocol(), "version": package_version(),
         "rows": {label: to_tables(run_config(args, overrides, 0)) for label, _, overrides in rows}}))
+    for seed in seeds:  # every saved seed file is checked before anything trains
+        saved_seed(out / "seeds" / f"seed={seed}.json", key)
     try:
         done = {seed: seed_result(args, out, setting, seed, rows, key) for seed in seeds}
     except KeyboardInterrupt:
@@ -238,7 +271,7 @@ def regenerate(args):
         table, meta, curves = load(source)
     except (ValueError, KeyError, json.JSONDecodeError) as err:
         raise UsageError(f"--from {source}: {err}") from None
-    out = claim_output_dir(args.out, "compare", args.force, reusable=True)
+    out = rundir.claim(args.out, "compare", args.force, reusable=True)
     return publish(args, out, table, meta, curves)
 
 
@@ -246,11 +279,10 @@ def publish(args, out, table, meta, curves):
     """Write every output, the summary to stdout and, with --results, the section of that file."""
     text = write_outputs(out, table, meta, curves)
     if args.results:
-        figures = Path(args.results).parent / "figures"
-        figures.mkdir(parents=True, exist_ok=True)
+        figures = rundir.make_dir(Path(args.results).parent / "figures")
         for name in ("compare.png", "compare_all.png", "learning.png"):
             if (out / name).is_file():
-                shutil.copyfile(out / name, figures / name)
+                rundir.copy_file(out / name, figures / name)
         replace_section(args.results, "compare", text.replace("](compare", "](figures/compare")
                         .replace("](learning", "](figures/learning"),
                         scale={"seeds": len(table.seeds), "rounds": table.rounds}, force=args.force)

@@ -4,6 +4,7 @@ Everything here reads the table, the run's meta data (compare.json) and the lear
 so `compare --from DIR` regenerates every output from the committed per-seed CSV without training.
 """
 import csv
+import io
 import json
 import math
 from collections import Counter
@@ -16,25 +17,21 @@ from bridge.comparison import (BAYES, BEST, BEST_SAFE, BOUNDS, FLOOR, FROM_PDMM,
                                ONE_NUMBER_TIED, ORACLE, OWN_INTERVAL, POLY_ORACLE, REFERENCES, SEED_COLUMNS,
                                CompareTable, per_round)
 
+from . import rundir
+from .rundir import save_figure, write_csv
+
 CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
 MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
 
 
-def write_csv(path, rows, columns):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """The rows of a CSV file with a header, as dicts (read through rundir)."""
+    return list(csv.DictReader(io.StringIO(rundir.read_text(path), newline="")))
 
 
 def load(directory):
     """(table, meta, curves) from a compare directory's seeds.csv, compare.json and curves.csv."""
-    meta = json.loads((directory / "compare.json").read_text())
+    meta = json.loads(rundir.read_text(directory / "compare.json"))
     rows = read_csv(directory / "seeds.csv")
     if not rows or list(rows[0]) != list(SEED_COLUMNS):
         raise ValueError(f"{directory / 'seeds.csv'} is not a compare seeds.csv (columns {', '.join(SEED_COLUMNS)})")
@@ -50,13 +47,13 @@ def write_outputs(out, table, meta, curves):
     write_csv(out / "curves.csv", curves, CURVE_COLUMNS)
     rows = table.rows()
     write_csv(out / "compare.csv", rows, rows[0])
-    (out / "compare.json").write_text(json.dumps(meta, indent=1))
+    rundir.write_file(out / "compare.json", json.dumps(meta, indent=1))
     plot(table, headline_methods(table), out / "compare.png")
     plot(table, {name: table.methods for name in table.sets}, out / "compare_all.png")
     if curves:
         plot_learning(curves, out / "learning.png")
     text = markdown(table, meta, curves)
-    (out / "compare.md").write_text(text)
+    rundir.write_file(out / "compare.md", text)
     return text
 
 
@@ -133,7 +130,7 @@ def plot(table, methods, path):
     bands = ("band: 95 % interval across seeds (clipped to the axes)" if len(table.seeds) >= MIN_BAND_SEEDS
              else f"no bands below {MIN_BAND_SEEDS} seeds")
     fig.suptitle(f"mean of {len(table.seeds)} seeds; {bands}", fontsize=9)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def plot_learning(curves, path):
@@ -152,7 +149,7 @@ def plot_learning(curves, path):
     axes[0].legend(fontsize=6)
     for ax in axes[len(methods):]:
         ax.set_visible(False)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def fmt(cell):

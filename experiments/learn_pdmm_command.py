@@ -11,14 +11,15 @@ that Markdown file.
 """
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from bridge.learned import learned_vs_constant
 
-from .common import UsageError, claim_output_dir, package_version
+from . import rundir
+from .common import UsageError, package_version
+from .rundir import save_figure
 from .results_doc import replace_section
 
 
@@ -50,20 +51,19 @@ def add_parser(subparsers):
 def run(args):
     if min(args.train_graphs, args.test_graphs, args.steps) < 1:
         raise UsageError("--train-graphs, --test-graphs and --steps must be >= 1")
-    out = claim_output_dir(args.out, "learn-pdmm", args.force, reusable=True)
+    out = rundir.claim(args.out, "learn-pdmm", args.force, reusable=True)
     results, training, curves = learned_vs_constant(args.layers, args.train_graphs, args.test_graphs, args.steps,
                                                     args.seed)
     command = "pdmm-bridge learn-pdmm " + " ".join(
         f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
         for k, v in vars(args).items() if k in ("layers", "train_graphs", "test_graphs", "steps", "seed"))
-    (out / "results.json").write_text(json.dumps({"version": package_version(), "command": command,
-                                                  "results": results, "training": training}, indent=2) + "\n")
+    rundir.write_file(out / "results.json", json.dumps({"version": package_version(), "command": command,
+                                                        "results": results, "training": training}, indent=2) + "\n")
     plot_errors(curves, out / "errors.png")
-    (out / "results.md").write_text(markdown(results, command, "errors.png"))
+    rundir.write_file(out / "results.md", markdown(results, command, "errors.png"))
     if args.results:  # the figure goes to figures/ beside the results file
-        figure = Path(args.results).parent / "figures" / "learned_pdmm_errors.png"
-        figure.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / "errors.png", figure)
+        figure = rundir.make_dir(Path(args.results).parent / "figures") / "learned_pdmm_errors.png"
+        rundir.copy_file(out / "errors.png", figure)
         replace_section(args.results, "learned-pdmm", markdown(results, command, "figures/learned_pdmm_errors.png"),
                         scale={"steps": args.steps, "train_graphs": args.train_graphs, "test_graphs": args.test_graphs},
                         force=args.force)
@@ -98,4 +98,4 @@ def plot_errors(curves, path):
            title="learned vs constant-rho PDMM, held-out instances")
     ax.grid(True, alpha=0.4)
     ax.legend()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)

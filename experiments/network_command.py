@@ -1,7 +1,9 @@
 """pdmm-bridge network-sweep: iterations to a target error against loss, wake probability and bits, written
-as section "network-sweep" of a Markdown file with its figure (the computation is experiments/network_sweep.py).
+to --out as network_sweep.md with its figure network_sweep.png (the computation is experiments/network_sweep.py),
+and with --results FILE also as section "network-sweep" of FILE (the figure copied to figures/ beside it).
 
-    pdmm-bridge network-sweep                  # n = 100, 3 seeds: docs/RESULTS.md, docs/figures/network_sweep.png
+    pdmm-bridge network-sweep                                   # n = 100, 3 seeds: runs/network-sweep/
+    pdmm-bridge network-sweep --results docs/RESULTS.md         # and the section, docs/figures/network_sweep.png
 """
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ import numpy as np
 
 from .network_sweep import AXES, METHODS, network_sweep, paired_interval
 
+from . import rundir
 from .common import UsageError, positive
 from .results_doc import check_section, replace_section
 
@@ -26,8 +29,11 @@ def add_parser(subparsers):
     parser.add_argument("--rho", type=positive(float), default=1.0, help="penalty of every method")
     parser.add_argument("--target", type=positive(float), default=1e-6, help="relative error to reach")
     parser.add_argument("--iters", type=int, default=3000, help="iterations before a run counts as not reached")
-    parser.add_argument("--results", default="docs/RESULTS.md", help="Markdown file receiving the section")
-    parser.add_argument("--force", action="store_true", help="replace a section made from a larger run")
+    parser.add_argument("--out", default="runs/network-sweep", help="output directory")
+    parser.add_argument("--results", metavar="FILE", help="also write the tables as a section of this Markdown file "
+                                                          "(the figure to figures/ beside it)")
+    parser.add_argument("--force", action="store_true", help="write into a non-empty --out that network-sweep did "
+                                                             "not make; replace a section made from a larger run")
     return parser
 
 
@@ -36,18 +42,24 @@ def run(args):
         raise UsageError(f"need --nodes >= 2, --dim >= 1, --seeds >= 2, --iters >= 1; got {args.nodes}, "
                          f"{args.dim}, {args.seeds}, {args.iters}")
     scale = {"nodes": args.nodes, "seeds": args.seeds, "iters": args.iters}
-    check_section(args.results, SECTION, scale, args.force)  # refuse before the work, not after
+    if args.results:
+        check_section(args.results, SECTION, scale, args.force)  # refuse before the work, not after
+    out = rundir.claim(args.out, "network-sweep", args.force, reusable=True)
     rows = network_sweep(seeds=tuple(range(args.seeds)), n=args.nodes, dim=args.dim, rho=args.rho,
                          target=args.target, max_iter=args.iters,
                          progress=lambda row: print(f"{row['axis'] or 'ideal'} {row['value'] or ''} {row['method']}: "
                                                     f"{row['iterations']}", file=sys.stderr))
-    figure = Path(args.results).parent / "figures" / "network_sweep.png"
-    plot(rows, figure, args.target)
+    plot(rows, out / "network_sweep.png", args.target)
     command = " ".join(["pdmm-bridge network-sweep"] + sys.argv[2:]) if sys.argv[1:2] == ["network-sweep"] \
         else "pdmm-bridge network-sweep"
-    replace_section(args.results, SECTION, markdown(rows, args, command, figure.relative_to(Path(args.results).parent)),
-                    scale=scale, force=args.force)
-    print(f"wrote section {SECTION} of {args.results} and {figure}")
+    rundir.write_file(out / "network_sweep.md", markdown(rows, args, command, "network_sweep.png"))
+    print(out / "network_sweep.md")
+    if args.results:
+        figures = rundir.make_dir(Path(args.results).parent / "figures")
+        rundir.copy_file(out / "network_sweep.png", figures / "network_sweep.png")
+        replace_section(args.results, SECTION, markdown(rows, args, command, "figures/network_sweep.png"),
+                        scale=scale, force=args.force)
+        print(f"wrote section {SECTION} of {args.results} and {figures / 'network_sweep.png'}")
     return 0
 
 
@@ -119,6 +131,5 @@ def plot(rows, path, target):
     axes[0].set_ylabel(f"iterations to {target:g}")
     axes[0].legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    rundir.save_figure(fig, path, dpi=110)
     plt.close(fig)

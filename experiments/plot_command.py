@@ -32,7 +32,9 @@ import numpy as np
 
 import pdmm
 
-from .common import UsageError, check_new_file
+from . import rundir
+from .common import UsageError
+from .rundir import check_new_file
 from .plots import AXES, PANELS, plot_convergence, plot_runs
 from .runs import aligned, expand, group_runs, is_solve_dir, is_sweep_dir, load_solve
 
@@ -88,7 +90,7 @@ def output_file(args, name, in_dir):
     else:
         out = Path(f"plot_{name}.png")
     check_new_file(out, args.force)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    rundir.make_dir(out.parent)
     return out
 
 

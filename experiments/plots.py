@@ -2,6 +2,8 @@
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, StrMethodFormatter
 
+from .rundir import save_figure
+
 
 PANELS = {"residual": ("residual", "constraint residual (RMS)", "log"),
           "error": ("relative error", r"$\|x - x^\star\|_F \,/\, \|x^\star\|_F$", "log"),
@@ -40,7 +42,7 @@ def plot_convergence(histories, path, title, panels=("residual", "error"), x="it
                     va="center", transform=ax.transAxes)
     _legends(fig)
     fig.suptitle(title)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     return fig
 
 
@@ -85,7 +87,7 @@ def plot_runs(curves, metric, path, title=None):
         ax.grid(True, alpha=0.4)
     by_step.legend(title="mean over seeds, band min..max")
     fig.suptitle(title or metric)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     return fig
 
 
@@ -102,5 +104,5 @@ def plot_training(rows, path, title, best_step=None):
     ax.set(xlabel="step", ylabel="loss", title=title)
     ax.grid(True, alpha=0.4)
     ax.legend()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     return fig

@@ -20,7 +20,9 @@ from matplotlib.figure import Figure
 
 from bridge.probe import pdmm_residual, probe_model
 
-from .common import UsageError, check_new_file
+from . import rundir
+from .common import UsageError
+from .rundir import check_new_file, save_figure
 from .config import load_config
 from .tasks import build_task
 from .train import CHECKPOINT, load_weights, step_generator
@@ -45,13 +47,10 @@ def run(args):
     out = Path(args.out) if args.out else run_dir
     for name in ("probe.json", "probe.png"):
         check_new_file(out / name, args.force)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"cannot write to {out}: {err.strerror or err}") from None
+    rundir.make_dir(out)
     record = {"run": str(run_dir), "residual": config.model.residual, "layers": totals,
               "pdmm_residual_normalised": residual}
-    (out / "probe.json").write_text(json.dumps(record, indent=2) + "\n")
+    rundir.write_file(out / "probe.json", json.dumps(record, indent=2) + "\n")
     plot_probe(totals, residual, config.model.residual, out / "probe.png")
     for index, total in enumerate(totals, start=1):
         print(f"layer {index}: " + ", ".join(f"{k} {v:.3f}" for k, v in total.items()))
@@ -68,7 +67,7 @@ def probe_layers(run_dir, batches=4):
         raise UsageError(f"{run_dir} has no {CHECKPOINT} to probe; train it first (or let it reach a checkpoint)")
     if batches < 1:
         raise UsageError("--batches must be >= 1")
-    config = load_config(run_dir / "config.toml")
+    config = load_config(rundir.inside(run_dir / "config.toml"))
     task = build_task(config)
     torch.manual_seed(config.train.seed)
     model = task.build_model()
@@ -104,4 +103,4 @@ def plot_probe(totals, residual, name, path):
     for ax in (ratios, cosines, right):
         ax.grid(True, alpha=0.4)
         ax.legend()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)

@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import UsageError, check_new_file
+from . import rundir
+from .common import UsageError
+from .rundir import check_new_file
 from .plot_command import plot_groups
 from .repro_report import (SUMMARY_SECTION, checked_spec, copy_figures, extra_figures, extra_sections, metric_value,
                            refresh_summary, setting, verdict_lines)
@@ -111,7 +113,7 @@ def run(args):
     lines += extra + _problems(runs, missing)
     lines += [line for figure in figures + more_figures for line in ("", f"![{figure[5:-4]}]({figure})")]
     lines += verdict_lines(spec, runs)
-    (path / "report.md").write_text("\n".join(lines) + "\n")
+    rundir.write_file(path / "report.md", "\n".join(lines) + "\n")
     print(path / "report.md")
     if args.results:
         links = copy_figures(path, figures + more_figures, args.results)

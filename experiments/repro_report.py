@@ -38,7 +38,6 @@ of the per-seed quantity. The p-values of all tests of a section are Holm-correc
 import functools
 import json
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,10 +50,12 @@ from scipy import stats
 from attention import MultiHeadAttention
 from bridge.probe import STATISTICS
 
+from . import rundir
 from .common import UsageError
 from .config import load_config
 from .probe_command import probe_layers
 from .results_doc import replace_section
+from .rundir import save_figure
 from .runs import differing_keys, flat_config, label, relevant
 from .tasks import build_task
 from .train import CHECKPOINT, load_weights, lower_is_better
@@ -412,11 +413,11 @@ def summary_lines(results):
 def refresh_summary(results):
     """Rewrite the summary section of `results` (created just before the first repro section)."""
     path = Path(results)
-    text = path.read_text()
+    text = rundir.read_text(path)
     if f"<!-- begin {SUMMARY_SECTION} -->" not in text:
         first = text.find("<!-- begin repro-")
         empty = f"<!-- begin {SUMMARY_SECTION} -->\n<!-- end {SUMMARY_SECTION} -->\n\n"
-        path.write_text(text[:first] + empty + text[first:] if first >= 0 else text + "\n" + empty)
+        rundir.write_file(path, text[:first] + empty + text[first:] if first >= 0 else text + "\n" + empty)
     replace_section(path, SUMMARY_SECTION, "\n".join(summary_lines(path)), force=True)
 
 
@@ -491,7 +492,7 @@ def plot_log_steps(groups, metrics, path):
     for ax in axes[len(names):]:
         ax.set_visible(False)
     axes[0].legend(fontsize=8)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def run_lambdas(run):
@@ -555,7 +556,7 @@ def plot_probes(groups, path):
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(True, alpha=0.4)
         ax.legend(fontsize=7)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     return table
 
 
@@ -585,7 +586,7 @@ def against_section(runs, key, metric, baseline, keys, path):
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(True, alpha=0.4)
         ax.legend(fontsize=8)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     base = next((name for name, members in others.items() if all(matches(r, baseline) for r in members)), None)
     names = list(others)
     lines = [f"| {short} | " + " | ".join(f"s/step {n}" for n in names)
@@ -662,11 +663,10 @@ def variant_keys(spec, runs):
 
 def copy_figures(path, figures, results):
     """Copy the figures beside the results file (figures/repro/<sweep>_<file>); {file: new relative link}."""
-    folder = Path(results).parent / "figures" / "repro"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = rundir.make_dir(Path(results).parent / "figures" / "repro")
     links = {}
     for figure in figures:
         target = folder / f"{path.resolve().name}_{figure}"
-        shutil.copyfile(path / figure, target)
+        rundir.copy_file(path / figure, target)
         links[figure] = f"figures/repro/{target.name}"
     return links

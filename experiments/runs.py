@@ -8,8 +8,13 @@ A run directory holds config.toml ([task], [model], [train]), metrics.jsonl (one
 logged step), and, once finished, summary.json; meta.json records versions and the command line.
 A sweep directory holds sweep.json and one run directory per entry of its "runs" list. A solve
 directory (`pdmm-bridge solve`) holds config.json and history.csv, one curve per method label.
+
+Every file is read through experiments.rundir (a link leading outside its directory is refused) and
+checked on read (metrics rows, summary.json, sweep.json): a file that does not have the shape the
+project writes is one UsageError naming it and what is wrong (README, "What a run writes").
 """
 import csv
+import io
 import json
 import tomllib
 import warnings
@@ -18,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import rundir
 from .common import UsageError
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
@@ -76,73 +82,150 @@ def is_run_dir(path):
     return (Path(path) / "metrics.jsonl").is_file()
 
 
-def load_run(path):
-    """The Run in directory `path`; UsageError when it has no metrics.jsonl or an unreadable file."""
+def load_run(path, root=None):
+    """The Run in directory `path` (inside `root`, a sweep directory, when given); UsageError when it has no
+    metrics.jsonl, a file is unreadable or malformed, or the directory is a link leading outside `root`."""
     path = Path(path)
+    if root is not None:
+        rundir.inside(path, root)
     if not is_run_dir(path):
         raise UsageError(f"{path} is not a run directory (no metrics.jsonl)")
     try:
-        config = tomllib.loads((path / "config.toml").read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        config = tomllib.loads(rundir.read_text(path / "config.toml"))
+    except tomllib.TOMLDecodeError as err:
         raise UsageError(f"cannot read the config of run {path}: {err}") from None
-    return Run(path, config, read_metrics(path / "metrics.jsonl"),
-               _read_json(path / "summary.json"), _read_json(path / "meta.json"))
+    summary = read_json(path / "summary.json")
+    check_summary(summary, path / "summary.json")
+    return Run(path, config, read_metrics(path / "metrics.jsonl"), summary, read_json(path / "meta.json"))
 
 
 def read_metrics(file):
-    """The rows of metrics.jsonl; a last line cut short by a killed run is dropped with a TornLine warning,
-    a bad earlier one is a UsageError."""
-    try:
-        lines = file.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"cannot read {file}: {err}") from None
+    """The rows of metrics.jsonl (parse_metrics; a torn last line is skipped with a TornLine warning)."""
+    return parse_metrics(rundir.read_text(file), file)
+
+
+def is_number(value) -> bool:
+    """An int or float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def row_problem(row) -> str | None:
+    """What is wrong with one metrics row: an object with an integer 'step' >= 0 and numbers (or null) for
+    values; None when nothing is."""
+    if not (isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool)
+            and row["step"] >= 0):
+        return "expected an object with an integer 'step' >= 0"
+    bad = next((key for key, value in row.items() if key != "step" and value is not None and not is_number(value)),
+               None)
+    return None if bad is None else f"{bad} is {row[bad]!r}, not a number"
+
+
+def parse_metrics(text: str, file, torn_last: bool = True) -> list:
+    """The rows of metrics.jsonl text (`file` names it in errors): a last line cut short by a killed run is
+    dropped with a TornLine warning when `torn_last`, any other bad line is a UsageError naming its number."""
+    lines = text.splitlines()
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            if not (isinstance(row, dict) and isinstance(row.get("step"), int)):
-                raise ValueError("expected an object with an integer 'step'")
+            problem = row_problem(row)
+            if problem:
+                raise ValueError(problem)
         except ValueError as err:
-            if number == len(lines):
+            if torn_last and number == len(lines) and not text.endswith("\n"):
                 warnings.warn(f"{file}, line {number} is cut short (a run killed while writing it); skipped",
-                              TornLine, stacklevel=2)
+                              TornLine, stacklevel=3)
                 break
             raise UsageError(f"{file}, line {number}: {err}") from None
         rows.append(row)
     return rows
 
 
-def _read_json(file):
-    """The parsed file, None when it does not exist."""
-    if not file.is_file():
+def read_json(file, root=None):
+    """The parsed JSON file (read through rundir.read_text), None when it does not exist."""
+    file = Path(file)
+    if not (file.is_file() or file.is_symlink()):
         return None
     try:
-        return json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return json.loads(rundir.read_text(file, root))
+    except ValueError as err:
         raise UsageError(f"cannot read {file}: {err}") from None
 
 
+SUMMARY_NUMBERS = ("steps", "params", "seconds_per_step", "tokens_per_second", "wall_seconds", "best_step")
+
+
+def check_summary(summary, file) -> None:
+    """UsageError naming `file` unless `summary` (None: absent) has the shape train() writes."""
+    if summary is None:
+        return
+    if not isinstance(summary, dict) or not isinstance(summary.get("status"), str):
+        raise UsageError(f"{file}: expected an object with a string 'status'")
+    for key in SUMMARY_NUMBERS:
+        if summary.get(key) is not None and not is_number(summary[key]):
+            raise UsageError(f"{file}: {key} is {summary[key]!r}, not a number")
+    for key in ("final", "best"):
+        values = summary.get(key, {})
+        if not isinstance(values, dict) or any(v is not None and not is_number(v) for v in values.values()):
+            raise UsageError(f"{file}: {key} must map metric names to numbers")
+
+
+STATUSES = ("pending", "finished", "failed")
+
+
+def check_sweep(sweep, file) -> None:
+    """UsageError naming `file` and what is wrong unless `sweep` has the shape the sweep command writes."""
+    def wrong(what):
+        raise UsageError(f"{file}: {what}; it is not a sweep record pdmm-bridge wrote")
+    if not isinstance(sweep, dict):
+        wrong("expected an object")
+    if not isinstance(sweep.get("runs"), list):
+        wrong("'runs' must be a list")
+    for key, kind in (("grid", dict), ("variants", list), ("seeds", list), ("set", list), ("report", dict)):
+        if sweep.get(key) is not None and not isinstance(sweep[key], kind):
+            wrong(f"'{key}' must be a{'n object' if kind is dict else ' list'}")
+    names = set()
+    for number, entry in enumerate(sweep["runs"], 1):
+        if not isinstance(entry, dict):
+            wrong(f"run {number} is not an object")
+        name = entry.get("name")
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or "\\" in name:
+            wrong(f"run {number} names a run {name!r} outside the sweep directory (a run name is one directory name)")
+        if name in names:
+            wrong(f"run {name!r} is listed twice")
+        names.add(name)
+        if entry.get("status", "pending") not in STATUSES:
+            wrong(f"run {name!r} has status {entry.get('status')!r}, not one of {', '.join(STATUSES)}")
+        if not isinstance(entry.get("overrides", {}), dict):
+            wrong(f"run {name!r} has overrides that are not an object")
+        if entry.get("error") is not None and not isinstance(entry["error"], str):
+            wrong(f"run {name!r} has an error that is not a string")
+        seed = entry.get("seed")
+        if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
+            wrong(f"run {name!r} has seed {seed!r}, not an integer")
+
+
 def read_sweep(path):
-    """sweep.json of a sweep directory as a dict, or None for a plain directory of run directories."""
-    return _read_json(Path(path) / "sweep.json")
+    """sweep.json of a sweep directory as a dict (check_sweep), or None for a plain directory of run directories."""
+    sweep = read_json(Path(path) / "sweep.json")
+    if sweep is not None:
+        check_sweep(sweep, Path(path) / "sweep.json")
+    return sweep
 
 
 def sweep_runs(path):
-    """The run directories of a sweep: in sweep.json's order when there is one, else the subdirectories by name."""
+    """The run directories of a sweep: in sweep.json's order when there is one, else the subdirectories by name;
+    a run directory that is a link leading outside the sweep is refused."""
     path = Path(path)
     sweep = read_sweep(path)
     if sweep is None:
-        return [load_run(p) for p in sorted(path.iterdir()) if is_run_dir(p)]
+        return [load_run(p, path) for p in sorted(path.iterdir()) if is_run_dir(p)]
     runs = []
-    for entry in sweep.get("runs", []):
-        name = entry["name"]
-        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
-            raise UsageError(f"{path / 'sweep.json'} names a run {name!r} outside the sweep directory; "
-                             "a run name is one directory name")
-        if is_run_dir(path / name):
-            runs.append(load_run(path / name))
+    for entry in sweep["runs"]:
+        if is_run_dir(path / entry["name"]):
+            runs.append(load_run(path / entry["name"], path))
             runs[-1].entry = entry
     return runs
 
@@ -265,7 +348,7 @@ def load_solve(path):
         raise UsageError(f"{path} is not a solve directory (no config.json and history.csv)")
     curves = {}
     try:
-        with open(path / "history.csv", newline="") as file:
+        with io.StringIO(rundir.read_text(path / "history.csv"), newline="") as file:
             for row in csv.DictReader(file):
                 curve = curves.setdefault(row["method"], {})
                 for key, value in row.items():
@@ -273,5 +356,5 @@ def load_solve(path):
                         curve.setdefault(key, []).append(float(value))
     except (KeyError, ValueError, csv.Error) as err:
         raise UsageError(f"cannot read {path / 'history.csv'}: {err}") from None
-    return SolveRun(path, _read_json(path / "config.json"),
+    return SolveRun(path, read_json(path / "config.json"),
                     {label: {key: np.array(values) for key, values in curve.items()} for label, curve in curves.items()})

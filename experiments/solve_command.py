@@ -47,8 +47,8 @@ then starts `torchrun --standalone --nproc-per-node P` on the same command; ever
 the same graph and data from --seed, and process 0 writes the outputs.
 """
 import argparse
-import csv
 import inspect
+import io
 import json
 import os
 import subprocess
@@ -70,7 +70,8 @@ import pdmm.mixing
 import pdmm.tuning
 from pdmm.synthetic import KINDS, make_data, make_problem
 
-from .common import UsageError, build_graph, claim_output_dir, device, key_value, package_version, positive
+from . import rundir
+from .common import UsageError, build_graph, device, key_value, package_version, positive
 from .plots import plot_convergence
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -297,7 +298,7 @@ def _run(args):
     _check_methods(problem, specs, params, args, network)
     rank = _rank(args)
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
-        claim_output_dir(args.out, "solve", args.force)
+        rundir.claim(args.out, "solve", args.force)
         return _launch(args)
     x_star = pdmm.reference(problem) if args.reference == "cvxpy" else None
     out = _claim(args, rank)
@@ -319,7 +320,9 @@ def _run(args):
     counted = () if network is None else [c for c in NETWORK_COLUMNS if any(c in curve for curve in curves.values())]
     _write_history(out / "history.csv", curves, (*HISTORY_COLUMNS, *counted))
     arrays = {f"x_{label}": result.x for label, result in results.items()}
-    np.savez(out / "result.npz", **arrays, **({} if x_star is None else {"x_star": x_star}))
+    npz = io.BytesIO()
+    np.savez(npz, **arrays, **({} if x_star is None else {"x_star": x_star}))
+    rundir.write_file(out / "result.npz", npz.getvalue())
     graph_name = args.graph if args.graph in pdmm.TOPOLOGIES else Path(args.graph).name
     title = f"{args.problem} on {graph_name} (n={problem.n})" + (" — interrupted" if interrupted else "")
     plot_convergence(curves, out / "convergence.png", title)
@@ -466,14 +469,14 @@ def _rank(args):
 
 
 def _claim(args, rank):
-    """claim_output_dir(--out) in this process, or under torchrun in process 0, whose refusal every process raises
+    """rundir.claim(--out) in this process, or under torchrun in process 0, whose refusal every process raises
     (so that none waits for the others in a collective)."""
     if rank is None:
-        return claim_output_dir(args.out, "solve", args.force)
+        return rundir.claim(args.out, "solve", args.force)
     refusal = [None]
     if rank == 0:
         try:
-            claim_output_dir(args.out, "solve", args.force)
+            rundir.claim(args.out, "solve", args.force)
         except UsageError as err:
             refusal = [str(err)]
     torch.distributed.broadcast_object_list(refusal, src=0)
@@ -586,7 +589,7 @@ def _write_config(path, args, specs, params, G, results, failures, tunings):
     } for label, result in results.items()}
     config = {"version": package_version(), "args": resolved, "interrupted": any(r.interrupted for r in results.values()),
               "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()}, "methods": summary}
-    path.write_text(json.dumps(config, indent=2) + "\n")
+    rundir.write_file(path, json.dumps(config, indent=2) + "\n")
 
 
 def _tuning_entry(tuning):
@@ -602,13 +605,10 @@ def _write_tuning(path, tunings):
     """tuning.csv: one row per run label and grid value (TUNING_COLUMNS); iterations is where the run stopped
     (at the target, at the best iterations so far, or at --iters), error the worst instance's there (inf:
     diverged)."""
-    with open(path, "w", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(TUNING_COLUMNS)
-        for label, tuning in tunings.items():
-            for trial in tuning.trials:
-                writer.writerow((label, tuning.parameter, f"{trial.value:.6g}", trial.iterations, int(trial.reached),
-                                 f"{trial.error:.6g}", int(trial.diverged), int(trial.value == tuning.value)))
+    rundir.write_csv(path, [TUNING_COLUMNS, *(
+        (label, tuning.parameter, f"{trial.value:.6g}", trial.iterations, int(trial.reached), f"{trial.error:.6g}",
+         int(trial.diverged), int(trial.value == tuning.value)) for label, tuning in tunings.items()
+        for trial in tuning.trials)])
 
 
 def _tuning_summary(label, tuning):
@@ -622,12 +622,9 @@ def _tuning_summary(label, tuning):
 
 
 def _write_history(path, curves, columns):
-    with open(path, "w", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(("method", "iteration", *columns))
-        for label, curve in curves.items():
-            for k in range(len(curve.get("residual", ()))):
-                writer.writerow((label, k + 1, *(curve[c][k] if c in curve else "" for c in columns)))
+    rundir.write_csv(path, [("method", "iteration", *columns), *(
+        (label, k + 1, *(curve[c][k] if c in curve else "" for c in columns))
+        for label, curve in curves.items() for k in range(len(curve.get("residual", ()))))])
 
 
 def _summary(label, result, diverged, out):

@@ -42,7 +42,8 @@ from urllib.parse import quote
 
 import attention
 
-from .common import UsageError, claim_output_dir, write_atomic
+from . import rundir
+from .common import RunFailure, UsageError
 from .config import TABLES, apply_override, load_config, load_plan, toml_value
 from .repro_report import checked_spec
 from .tasks import TASKS
@@ -72,13 +73,20 @@ def parsed_value(key, text):
     return tables[table][name]
 
 
+NAME_MAX = 255  # bytes in one directory name on Linux and macOS file systems
+
+
 def run_name(assignment, seed):
     """"residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped.
 
     The name is one path component inside OUT whatever the grid values (`/` and `\\` are escaped, and
-    it always holds an `=`, so it is never `.` or `..`)."""
+    it always holds an `=`, so it is never `.` or `..`); a name over NAME_MAX bytes is a UsageError."""
     parts = [f"{key.split('.')[-1]}={value}" for key, value in assignment.items()] + [f"seed={seed}"]
-    return quote(",".join(parts), safe="=,+-.@")
+    name = quote(",".join(parts), safe="=,+-.@")
+    if len(name.encode()) > NAME_MAX:
+        raise UsageError(f"the run name {name[:40]}... is {len(name.encode())} bytes, over the {NAME_MAX} a "
+                         "directory name may hold; use shorter grid values")
+    return name
 
 
 def seeds(text):
@@ -194,7 +202,7 @@ def plan(args, spec):
 
 def write_sweep(record, out):
     """sweep.json, written atomically: a sweep killed at any moment leaves the previous record whole."""
-    write_atomic(out / "sweep.json", json.dumps(record, indent=2) + "\n")
+    rundir.write_file(out / "sweep.json", json.dumps(record, indent=2) + "\n")
 
 
 def run(args):
@@ -215,7 +223,9 @@ def run(args):
             raise UsageError(f"{out} holds a different sweep; choose another --out")
         record["runs"] = previous["runs"]  # keep earlier failures on record until their run is retried
     # a sweep.json written before directories were marked is this command's own work too
-    claim_output_dir(out, "sweep", force=args.force or (out / "sweep.json").is_file(), reusable=True)
+    rundir.claim(out, "sweep", force=args.force or (out / "sweep.json").is_file(), reusable=True)
+    for entry in runs:  # a member that is a link would put a whole run outside OUT
+        rundir.refuse_link(out / entry["name"])
     write_sweep(record, out)
     try:
         failed = run_all(args, runs, record, out)
@@ -235,7 +245,7 @@ def run_all(args, runs, record, out):
     for plan_entry, entry in zip(runs, record["runs"]):
         run_dir = out / plan_entry["name"]
         config = load_config(args.config, plan_entry["set"])
-        if (run_dir / "config.toml").is_file() and load_config(run_dir / "config.toml") != config:
+        if (run_dir / "config.toml").is_file() and load_config(rundir.inside(run_dir / "config.toml", out)) != config:
             raise UsageError(f"{run_dir} was run with a different config than {args.config} now gives; "
                              "choose another --out")
         if (run_dir / "summary.json").is_file():
@@ -255,7 +265,7 @@ def train_entry(args, config, run_dir, entry):
     except Exception as err:  # one failing run must not stop the sweep
         entry["status"], entry["error"] = "failed", f"{type(err).__name__}: {err}"
         print(f"{run_dir}: failed: {entry['error']}", file=sys.stderr)
-        if not isinstance(err, UsageError):
+        if not isinstance(err, (UsageError, RunFailure)):
             traceback.print_exc(file=sys.stderr)
         return False
     entry["status"], entry["error"] = "finished", None

@@ -23,18 +23,19 @@ differ). Rank 0 reads and writes every file; the others receive what it read (th
 over the process group. A checkpoint holds the unwrapped model, the optimiser and rank 0's RNG
 state, none of which depends on P, so a run resumes on any number of processes.
 """
+import hashlib
 import io
 import json
 import math
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 import tomllib
+import uuid
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -45,10 +46,11 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .common import UsageError, WriteError, is_leftover, package_version, write_atomic
+from . import rundir
+from .common import UsageError, WriteError, package_version
 from .config import TrainConfig, from_tables, load_config, to_tables, to_toml
 from .plots import plot_training
-from .runs import read_metrics
+from .runs import parse_metrics, read_json, read_metrics
 from .tasks import build_task
 from .world import DataParallel, World
 
@@ -56,6 +58,7 @@ CHECKPOINT, PREVIOUS = "ckpt.pt", "ckpt.prev.pt"  # the newest checkpoint, and t
 BEST = "best.pt"  # the model weights at the best evaluation, kept under the plateau rule (train.patience > 0)
 EXTENDABLE = ("max_iters", "warmup_iters", "lr", "min_lr")  # [train] keys --extend may change: the schedule
 RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT, PREVIOUS)  # what marks a directory as a run
+WRITES = (*RUN_FILES, BEST, "meta.json", "summary.json", "curves.png", "sample.txt")  # --force's list without a marker
 
 
 class TrainingDiverged(RuntimeError):
@@ -64,6 +67,10 @@ class TrainingDiverged(RuntimeError):
 
 class UnsafeCheckpoint(UsageError):
     """A checkpoint that needs pickle: crafted or from another program, never a crash's leftover; not skipped."""
+
+
+class ForeignCheckpoint(UsageError):
+    """A checkpoint of another run (its run id or config hash differs from the run's): never resumed from."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -121,8 +128,12 @@ def optimizer_for(model, train, device):
 
 
 def prepare_directory(out, resume, force):
-    """Create `out`, or check it can be resumed; never overwrite an existing run without force."""
+    """Create and mark `out`, or check it can be resumed; never overwrite an existing run without force.
+
+    --force empties `out` of what pdmm-bridge wrote there (rundir.clear) and refuses when anything else
+    is there; a run directory that is a symbolic link is refused (README, "What a run writes")."""
     out = Path(out)
+    rundir.refuse_link(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file, not a run directory")
     if resume:
@@ -132,20 +143,11 @@ def prepare_directory(out, resume, force):
                              + (" (the run stopped before its first checkpoint; start it again with --force)"
                                 if started else ""))
         return out
-    if out.exists() and not all(is_leftover(p) for p in out.iterdir()):
+    if out.exists() and not all(rundir.is_leftover(p) for p in out.iterdir()):
         if not force:
             raise UsageError(f"{out} already holds a run; pass --resume to continue it or --force to overwrite it")
-        if not any((out / name).exists() for name in RUN_FILES):
-            raise UsageError(f"{out} is not empty and holds no run ({', '.join(RUN_FILES)}); --force only "
-                             "overwrites run directories")
-        shutil.rmtree(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / ".write-test").touch()
-        (out / ".write-test").unlink()
-    except OSError as err:
-        raise UsageError(f"cannot write to {out}: {err.strerror or err}") from None
-    return out
+        rundir.clear(out, legacy=WRITES)
+    return rundir.claim(out, "train", force=True)
 
 
 def has_checkpoint(out):
@@ -164,10 +166,10 @@ def git_commit():
 
 
 def save_atomic(obj, path, keep=None):
-    """torch.save through write_atomic: a crash never leaves half a checkpoint; `keep` receives the one before."""
+    """torch.save through rundir.write_file: a crash never leaves half a checkpoint; `keep` receives the one before."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    write_atomic(path, buffer.getbuffer(), keep)
+    rundir.write_file(path, buffer.getbuffer(), keep)
 
 
 def load_checkpoint(path, keys=("model",)):
@@ -178,19 +180,57 @@ def load_checkpoint(path, keys=("model",)):
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected pickle protocol")  # noise before the refusal
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+            checkpoint = torch.load(io.BytesIO(rundir.read_bytes(path)), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise UnsafeCheckpoint(f"refusing to load {path}: it holds objects only pickle can rebuild, and unpickling can run "
                          "code; pdmm-bridge checkpoints hold only tensors, numbers, strings, lists and dicts, so this "
                          "file is corrupt, from another program or crafted") from None
-    except OSError as err:
-        raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
+    except UsageError:
+        raise
     except Exception:  # torch raises many types for malformed files
         raise UsageError(f"cannot read {path}: it is empty, truncated or not a PyTorch checkpoint") from None
     missing = [key for key in keys if not (isinstance(checkpoint, dict) and key in checkpoint)]
     if missing:
         raise UsageError(f"{path} is not a pdmm-bridge checkpoint: it has no {', '.join(missing)}")
+    wrong = [f"{key} ({problem})" for key in keys if (problem := entry_problem(key, checkpoint[key]))]
+    if wrong:
+        raise UsageError(f"{path} is not a pdmm-bridge checkpoint: wrong {'; '.join(wrong)}")
     return checkpoint
+
+
+NUMBER = (int, float)
+STATE_TYPES = {"step": int, "metrics_bytes": int, "elapsed": NUMBER, "train_seconds": NUMBER, "timed_steps": int,
+               "first_seconds": NUMBER, "stopped": bool, "best_value": NUMBER, "best_step": int,
+               "since_best": int}  # a checkpoint's "state": what a resume reads (step and metrics_bytes required)
+
+
+def entry_problem(key: str, value) -> str | None:
+    """What is wrong with entry `key` of a checkpoint (model, optimizer, rng, state), None when it has the
+    shape train() writes."""
+    if key == "model" and not (isinstance(value, dict) and all(isinstance(k, str) and torch.is_tensor(v)
+                                                                for k, v in value.items())):
+        return "expected a dict of parameter names to tensors"
+    if key == "optimizer" and not (isinstance(value, dict) and isinstance(value.get("state"), dict)
+                                   and isinstance(value.get("param_groups"), list)):
+        return "expected an optimizer state dict with state and param_groups"
+    if key == "rng" and not (torch.is_tensor(value) and value.dtype == torch.uint8):
+        return "expected a byte tensor"
+    if key == "state":
+        return state_problem(value)
+    return None
+
+
+def state_problem(state) -> str | None:
+    """What is wrong with a checkpoint's "state" dict (STATE_TYPES), None when nothing is."""
+    if not isinstance(state, dict) or "step" not in state or "metrics_bytes" not in state:
+        return "expected a dict with step and metrics_bytes"
+    for name, kind in STATE_TYPES.items():
+        value = state.get(name)
+        if value is None and name not in ("step", "metrics_bytes"):
+            continue
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind) or value < 0:
+            return f"{name} must be {'true or false' if kind is bool else 'a number >= 0'}, got {value!r}"
+    return None
 
 
 def best_weights(run_dir) -> Path:
@@ -199,7 +239,7 @@ def best_weights(run_dir) -> Path:
     config = Path(run_dir) / "config.toml"
     if not config.is_file():
         raise UsageError(f"{run_dir} is not a run directory: it has no config.toml")
-    return Path(run_dir) / (BEST if load_config(config).train.patience else CHECKPOINT)
+    return Path(run_dir) / (BEST if load_config(rundir.inside(config)).train.patience else CHECKPOINT)
 
 
 def load_weights(model, path):
@@ -212,7 +252,7 @@ def load_weights(model, path):
 
 
 def write_json(obj, path):
-    write_atomic(path, json.dumps(obj, indent=2) + "\n")
+    rundir.write_file(path, json.dumps(obj, indent=2) + "\n")
 
 
 def write_row(file, row):
@@ -232,20 +272,23 @@ def sync_rows(file):
         raise WriteError(f"cannot write {file.name}: {err.strerror or err}") from None
 
 
-def usable_checkpoint(out):
+def usable_checkpoint(out, identity):
     """The newest checkpoint of `out` that loads and fits metrics.jsonl, reporting one skipped in one line.
 
-    A checkpoint that needs pickle is an UnsafeCheckpoint error, not skipped: no crash leaves one."""
+    A checkpoint that needs pickle (UnsafeCheckpoint) or belongs to another run (ForeignCheckpoint: its
+    (run id, config hash) differs from `identity`, run_identity(out)) is an error, not skipped: no crash
+    leaves one. The metrics rows the checkpoint counts are validated too (check_rows)."""
     problems = []
     for name in (CHECKPOINT, PREVIOUS):
         if not (out / name).is_file():
             continue
         try:
             checkpoint = load_checkpoint(out / name, ("model", "optimizer", "rng", "state"))
+            check_identity(checkpoint, identity, out / name)
             logged = (out / "metrics.jsonl").stat().st_size if (out / "metrics.jsonl").is_file() else 0
             if logged < checkpoint["state"]["metrics_bytes"]:
                 raise UsageError(f"{out / name} counts more metrics rows than {out / 'metrics.jsonl'} holds")
-        except UnsafeCheckpoint:
+        except (UnsafeCheckpoint, ForeignCheckpoint):
             raise
         except UsageError as err:
             problems.append(str(err))
@@ -253,19 +296,50 @@ def usable_checkpoint(out):
         if problems:
             print(f"pdmm-bridge train: warning: {problems[-1]}; resuming from {out / name} "
                   f"(step {checkpoint['state']['step']}), which replaces it", file=sys.stderr)
+        check_rows(out / "metrics.jsonl", checkpoint["state"]["metrics_bytes"])
         if name == PREVIOUS:  # so the next checkpoint keeps this good one as ckpt.prev.pt, not a bad ckpt.pt
-            rename(out / PREVIOUS, out / CHECKPOINT)
+            rundir.rename(out / PREVIOUS, out / CHECKPOINT)
         return checkpoint
     raise UsageError(f"cannot resume {out}: no checkpoint can be used ({'; '.join(problems)}); "
                      "start it again with --force")
 
 
-def rename(src, dst):
-    """os.replace; an OSError is a WriteError naming `dst`."""
+def check_rows(file, size):
+    """UsageError naming `file` and the line when its first `size` bytes (the rows a checkpoint counts) are not
+    whole metrics rows: a resume refuses them before training, not after."""
+    data = rundir.read_bytes(file)[:size]
     try:
-        os.replace(src, dst)
-    except OSError as err:
-        raise WriteError(f"cannot write {dst}: {err.strerror or err}") from None
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise UsageError(f"{file}: the rows the checkpoint counts are not UTF-8 text; the file was altered") from None
+    if text and not text.endswith("\n"):
+        raise UsageError(f"{file}: the rows the checkpoint counts end mid-line; the file was altered")
+    parse_metrics(text, file, torn_last=False)
+
+
+def config_hash(tables: dict) -> str:
+    """sha256 of a run's config tables less the keys --extend may change (EXTENDABLE): what the run is."""
+    kept = {table: {key: value for key, value in values.items() if not (table == "train" and key in EXTENDABLE)}
+            for table, values in tables.items()}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_identity(out, stored) -> tuple:
+    """(run id from meta.json, None before run ids; config_hash of `stored`, the config in out/config.toml):
+    what every checkpoint of run `out` carries."""
+    meta = read_json(out / "meta.json") or {}
+    return meta.get("run_id"), config_hash(to_tables(stored))
+
+
+def check_identity(checkpoint, identity, path):
+    """ForeignCheckpoint unless the checkpoint's run id and config hash are the run's (`identity`)."""
+    run_id, expected = identity
+    stored = checkpoint.get("config_hash") or (config_hash(checkpoint["config"])
+                                               if isinstance(checkpoint.get("config"), dict) else None)
+    if checkpoint.get("run_id") != run_id or stored != expected:
+        what = "run id" if checkpoint.get("run_id") != run_id else "config"
+        raise ForeignCheckpoint(f"{path} belongs to another run (its {what} differs from {path.parent}'s "
+                                "meta.json and config.toml); refusing to resume from it")
 
 
 def extension(stored, config, out):
@@ -291,13 +365,13 @@ def record_extension(out, changed, state, config):
                if stop_reason(state, config.train) == "plateau" else "when train.stop_metric was reached")
         raise UsageError(f"cannot extend {out}: it stopped early at step {state['step']} {how}, "
                          "and would stop there again")
-    (out / "summary.json").unlink(missing_ok=True)
-    meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").is_file() else {}
+    rundir.remove(out / "summary.json")
+    meta = read_json(out / "meta.json") or {}
     meta.setdefault("extended", []).append({
         "at_step": state["step"], "argv": sys.argv, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **{f"train.{key}": {"from": old, "to": new} for key, (old, new) in changed.items()}})
     write_json(meta, out / "meta.json")
-    write_atomic(out / "config.toml", to_toml(config))
+    rundir.write_file(out / "config.toml", to_toml(config))
 
 
 def train(config, out, resume=False, force=False, progress=True, extend=False):
@@ -320,43 +394,49 @@ def train(config, out, resume=False, force=False, progress=True, extend=False):
     except WriteError as err:
         kept = ("the last good checkpoint is intact; resume with --resume once the problem is fixed"
                 if has_checkpoint(out) else "no checkpoint was written yet")
-        raise UsageError(f"{err} ({kept})") from None
+        raise WriteError(f"{err} ({kept})") from None
 
 
 def resume_changes(config, out, extend):
-    """The EXTENDABLE keys `config` changes in run `out` (extension()); UsageError if it cannot be resumed with it."""
+    """(the EXTENDABLE keys `config` changes in run `out` (extension()), the run's identity (run_identity));
+    UsageError if it cannot be resumed with it."""
     for name in ("config.toml", "metrics.jsonl"):
         if not (out / name).is_file():
             raise UsageError(f"cannot resume: {out} has no {name}")
-    stored = from_tables(tomllib.loads((out / "config.toml").read_text()), source=str(out / "config.toml"))
+    try:
+        tables = tomllib.loads(rundir.read_text(out / "config.toml"))
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"cannot read {out / 'config.toml'}: {err}") from None
+    stored = from_tables(tables, source=str(out / "config.toml"))
+    identity = run_identity(out, stored)
     if extend:
-        return extension(stored, config, out)
+        return extension(stored, config, out), identity
     if to_tables(stored) != to_tables(config):
         raise UsageError(f"the config differs from the one {out} was started with ({out / 'config.toml'}); "
                          "resume with that file, or pass --extend to raise train.max_iters")
-    return {}
+    return {}, identity
 
 
 def reopen(out, state, changed, config):
     """Truncate metrics.jsonl to the checkpoint's rows (a torn one too: they are recomputed); record --extend."""
-    with open(out / "metrics.jsonl", "r+b") as f:
-        f.truncate(state["metrics_bytes"])
+    rundir.truncate(out / "metrics.jsonl", state["metrics_bytes"])
     if changed:
         record_extension(out, changed, state, config)
 
 
 def start_run(out, config, device, world):
-    """config.toml and meta.json of a new run."""
-    write_atomic(out / "config.toml", to_toml(config))
+    """config.toml and meta.json of a new run (meta.json's run_id: the identity its checkpoints carry)."""
+    rundir.write_file(out / "config.toml", to_toml(config))
     processes = {"processes": world.size, "backend": dist.get_backend()} if world.size > 1 else {}
-    write_json({"version": package_version(), "git_commit": git_commit(), "torch": torch.__version__,
+    write_json({"run_id": uuid.uuid4().hex, "version": package_version(), "git_commit": git_commit(),
+                "torch": torch.__version__,
                 "device": str(device), **processes, "argv": sys.argv, "python": sys.version.split()[0],
                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, out / "meta.json")
 
 
 def run_steps(config, out, resume, progress, extend, world):
     """train() after prepare_directory."""
-    changed = world.first(resume_changes, config, out, extend) if resume else {}
+    changed, identity = world.first(resume_changes, config, out, extend) if resume else ({}, None)
     train_cfg = config.train
     device = torch.device(train_cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -381,7 +461,7 @@ def run_steps(config, out, resume, progress, extend, world):
     state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0,
              "stopped": False, "best_value": None, "best_step": None, "since_best": 0}  # the last 3: the plateau rule
     if resume:
-        checkpoint = world.first(usable_checkpoint, out)  # RNG states stay on CPU; rank 0 reads, all receive
+        checkpoint = world.first(usable_checkpoint, out, identity)  # RNG states stay on CPU; rank 0 reads, all receive
         try:
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
@@ -395,6 +475,7 @@ def run_steps(config, out, resume, progress, extend, world):
         world.first(reopen, out, state, changed, config)
     else:
         world.first(start_run, out, config, device, world)
+        identity = world.first(run_identity, out, config)
     if world.size > 1:  # gradients averaged over the processes in backward()
         wrapped = DataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         forward = torch.compile(wrapped) if train_cfg.compile else wrapped
@@ -406,11 +487,12 @@ def run_steps(config, out, resume, progress, extend, world):
     def checkpoint(step):
         save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
                      "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                     "state": {**state, "step": step}, "config": to_tables(config)}, out / CHECKPOINT, out / PREVIOUS)
+                     "state": {**state, "step": step}, "config": to_tables(config), "run_id": identity[0],
+                     "config_hash": identity[1]}, out / CHECKPOINT, out / PREVIOUS)
 
     start_time = time.perf_counter() - state["elapsed"]
     first_step = state["step"] + 1
-    metrics_file = open(out / "metrics.jsonl", "a") if world.rank == 0 else None  # rank 0 writes every file
+    metrics_file = rundir.open_append(out / "metrics.jsonl") if world.rank == 0 else None  # rank 0 writes every file
     bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress or world.rank != 0,
                desc=out.name, dynamic_ncols=True)
     with sigint_flag() as interrupt:
@@ -551,6 +633,6 @@ def finish(task, model, config, out, state, params, world):
         model.eval()
         device = next(model.parameters()).device
         generator = torch.Generator(device).manual_seed(step_generator(config.train.seed, steps, 2).initial_seed())
-        (out / "sample.txt").write_text(task.sample(model, generator, device))
+        rundir.write_file(out / "sample.txt", task.sample(model, generator, device))
     write_json(summary, out / "summary.json")  # last: its presence marks the run finished
     return summary

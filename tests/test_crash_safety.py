@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import experiments.common as common
+import experiments.rundir as rundir
 import experiments.train as train_module
 from experiments.cli import main
 from experiments.config import load_config
@@ -124,7 +124,7 @@ from experiments.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 KILLS = {  # a real SIGKILL inside a checkpoint write (ckpt.pt renamed away, its successor not yet in place) and mid-row
-    "between the renames of a checkpoint": dict(target="os.replace", at=5, before="pass", patch="os.replace"),
+    "between the renames of a checkpoint": dict(target="os.replace", at=11, before="pass", patch="os.replace"),  # 1-8: the marker, its updates, config.toml, meta.json, the first checkpoint
     "in the middle of a metrics row": dict(target="train.write_row", at=8, patch="train.write_row",
                                            before="args[0].write('{\"step\": 8, \"tra'); args[0].flush()"),
 }
@@ -334,11 +334,11 @@ def test_a_full_disk_is_one_error_line_and_the_last_good_checkpoint_stays(tmp_pa
         return real_open(path, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(common, "open", disk_full_after_two_checkpoints, raising=False)
+        patch.setattr(rundir, "open", disk_full_after_two_checkpoints, raising=False)
         with pytest.raises(SystemExit) as exit:
             main([*ARGV, "--out", str(out)])
     err = capsys.readouterr().err.strip()
-    assert exit.value.code == 2 and err.count("\n") == 0 and "Traceback" not in err
+    assert exit.value.code == 1 and err.count("\n") == 0 and "Traceback" not in err  # a runtime failure
     assert "ckpt.pt" in err and "No space left on device" in err and "last good checkpoint is intact" in err
     assert load_checkpoint(out / "ckpt.pt", ("state",))["state"]["step"] == 6 and not list(out.glob("*.tmp"))
     assert main([*ARGV, "--out", str(out), "--resume"]) == 0
@@ -355,7 +355,7 @@ def test_a_file_size_limit_is_one_error_line_and_the_run_resumes_after(tmp_path)
 
     extend = [*PYTHON, *ARGV, "--out", str(out), "--extend", "--set=train.max_iters=16"]
     limited = subprocess.run(extend, capture_output=True, text=True, env=ENV, preexec_fn=small_files)
-    assert limited.returncode == 2 and "Traceback" not in limited.stderr
+    assert limited.returncode == 1 and "Traceback" not in limited.stderr
     assert limited.stderr.strip().count("\n") == 0 and "ckpt.pt" in limited.stderr and "File too large" in limited.stderr
     assert load_checkpoint(out / "ckpt.pt", ("state",))["state"]["step"] == 10
     assert subprocess.run([*PYTHON, *ARGV, "--out", str(out), "--resume", "--set=train.max_iters=16"],

@@ -317,12 +317,16 @@ def test_network_sweep_counts_iterations_to_the_target_per_seed():
 
 def test_network_sweep_command_writes_its_section_and_figure(tmp_path):
     results = tmp_path / "RESULTS.md"
-    assert main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "300", "--results", str(results)]) == 0
+    out = tmp_path / "sweep"
+    assert main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "300", "--out", str(out),
+                 "--results", str(results)]) == 0
+    assert (out / "network_sweep.png").is_file() and "](network_sweep.png)" in (out / "network_sweep.md").read_text()
     text = results.read_text()
     assert "<!-- begin network-sweep" in text and "pdmm-bridge network-sweep" in text and "| 0.5 |" in text
     assert (tmp_path / "figures" / "network_sweep.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(SystemExit) as exit:  # a smaller run does not replace a larger one without --force
-        main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "100", "--results", str(results)])
+        main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "100", "--out", str(out),
+              "--results", str(results)])
     assert exit.value.code == 2
 
 

@@ -267,7 +267,7 @@ def test_force_refuses_to_delete_a_directory_that_is_not_a_run(tmp_path, capsys)
     with pytest.raises(SystemExit):
         main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), *[f"--set={s}" for s in TINY],
               "--out", str(tmp_path / "data"), "--force"])
-    assert "holds no run" in capsys.readouterr().err and (tmp_path / "data" / "precious.txt").is_file()
+    assert "also holds precious.txt" in capsys.readouterr().err and (tmp_path / "data" / "precious.txt").is_file()
 
 
 def test_grid_values_become_safe_directory_names(tmp_path):

@@ -86,7 +86,7 @@ def test_a_checkpoint_holds_only_what_weights_only_loading_accepts(tmp_path):
                                                       "model.n_head=2"])
     train(config, tmp_path / "run", progress=False)
     checkpoint = torch.load(tmp_path / "run" / CHECKPOINT, weights_only=True)
-    assert set(checkpoint) == {"model", "optimizer", "rng", "cuda_rng", "state", "config"}
+    assert set(checkpoint) == {"model", "optimizer", "rng", "cuda_rng", "state", "config", "run_id", "config_hash"}
     assert checkpoint["rng"].dtype == torch.uint8 and checkpoint["state"]["step"] == 2
     assert checkpoint["config"] == to_tables(config)
 

@@ -24,12 +24,25 @@ from pathlib import Path
 from .common import UsageError, WriteError
 
 MARKER = ".pdmm-bridge-output"  # names the command that made an output directory, then what it wrote there
+NAME_MAX = 255  # bytes in one file or directory name on Linux and macOS file systems
 
 
 def refuse_link(path: Path) -> None:
-    """UsageError when `path` is a symbolic link: nothing is written through one."""
+    """UsageError when `path` is a symbolic link (nothing is written through one) or has a name over NAME_MAX
+    bytes."""
+    long = next((part for part in Path(path).parts if len(part.encode()) > NAME_MAX), None)
+    if long is not None:
+        raise UsageError(f"{path}: the name {long[:40]}... is {len(long.encode())} bytes, over the {NAME_MAX} a file "
+                         "or directory name may hold")
     if Path(path).is_symlink():
         raise UsageError(f"{path} is a symbolic link; pdmm-bridge writes into real directories and files only")
+
+
+def refuse_links(directory: Path, names) -> None:
+    """refuse_link for each of `names` in `directory` and its temporary file NAME.tmp, and for the marker."""
+    for name in (*names, MARKER):
+        refuse_link(Path(directory) / name)
+        refuse_link(Path(directory) / f"{name}.tmp")
 
 
 def inside(path, root=None) -> Path:
@@ -162,7 +175,8 @@ def truncate(path, size: int) -> None:
 
 
 def remove(path) -> None:
-    """Remove file `path` if it exists (a link is removed, never its target)."""
+    """Remove file `path` if it exists; a link there is refused (UsageError)."""
+    refuse_link(path)
     try:
         Path(path).unlink(missing_ok=True)
     except OSError as err:

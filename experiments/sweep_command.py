@@ -73,9 +73,6 @@ def parsed_value(key, text):
     return tables[table][name]
 
 
-NAME_MAX = 255  # bytes in one directory name on Linux and macOS file systems
-
-
 def run_name(assignment, seed):
     """"residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped.
 
@@ -83,8 +80,8 @@ def run_name(assignment, seed):
     it always holds an `=`, so it is never `.` or `..`); a name over NAME_MAX bytes is a UsageError."""
     parts = [f"{key.split('.')[-1]}={value}" for key, value in assignment.items()] + [f"seed={seed}"]
     name = quote(",".join(parts), safe="=,+-.@")
-    if len(name.encode()) > NAME_MAX:
-        raise UsageError(f"the run name {name[:40]}... is {len(name.encode())} bytes, over the {NAME_MAX} a "
+    if len(name.encode()) > rundir.NAME_MAX:
+        raise UsageError(f"the run name {name[:40]}... is {len(name.encode())} bytes, over the {rundir.NAME_MAX} a "
                          "directory name may hold; use shorter grid values")
     return name
 

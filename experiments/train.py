@@ -137,6 +137,7 @@ def prepare_directory(out, resume, force):
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file, not a run directory")
     if resume:
+        rundir.refuse_links(out, WRITES)  # a link anywhere the run writes: refused before anything is read
         if not has_checkpoint(out):
             started = (out / "metrics.jsonl").is_file()
             raise UsageError(f"cannot resume: {out} has no {CHECKPOINT}"

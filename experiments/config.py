@@ -82,6 +82,8 @@ class TrainConfig:
     patience: int = 0               # 0: off; else stop after this many evaluations in a row without improvement
     min_delta: float = 0.0          # an improvement beats the best so far by more than this fraction of it
     plateau_metric: str = ""        # what patience watches; "": the task's first metric (val_loss)
+    memory_check: bool = True       # refuse a config whose estimated memory exceeds what the device has
+                                    # available (experiments/memory.py); false: try anyway
 
 
 @dataclass
@@ -97,6 +99,7 @@ NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_
                 "gates", "group_lasso", "send_width",
                 "patience", "min_delta"}
 MODEL_KINDS = ("transformer", "convex", "convex_blocks")
+MAX_SEED = 2**32 - 1  # train.seed seeds scikit-learn (digits' split), numpy and torch: the range all of them take
 
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -228,6 +231,8 @@ def check_ranges(config):
                     raise UsageError(f"{table}.{f.name} must be >= 0, got {value}")
                 if f.name not in NON_NEGATIVE and f.name != "stop_value" and value <= 0:
                     raise UsageError(f"{table}.{f.name} must be > 0, got {value}")
+    if config.train.seed > MAX_SEED:
+        raise UsageError(f"train.seed must be an integer from 0 to 2^32 - 1, got {config.train.seed}")
     for name, value in (("model.dropout", config.model.dropout), ("train.beta1", config.train.beta1),
                         ("train.beta2", config.train.beta2), ("train.min_delta", config.train.min_delta)):
         if value >= 1:

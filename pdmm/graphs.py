@@ -3,6 +3,7 @@ import functools
 import inspect
 import math
 import numbers
+import re
 from pathlib import Path
 from xml.parsers import expat
 
@@ -102,28 +103,112 @@ def topology(kind, n, seed=0, **params):
     return nx.convert_node_labels_to_integers(G, label_attribute="label")
 
 
-def load_graph(path):
-    """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix).
+def load_graph(path, arrays=False):
+    """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix): a networkx
+    graph, or with arrays=True a pdmm.Graph (the same nodes in the same order; self loops dropped with a
+    warning), which large edge lists need (no Python object per edge).
 
-    Edge-list node labels that are all integers ("7", not "07") become ints; extra edge-list columns
-    are ignored, never evaluated. A GraphML file that declares a DOCTYPE is refused (_refuse_doctype).
+    An edge list is read as networkx.read_edgelist reads it: text after "#" is a comment, a line with fewer
+    than two fields is skipped, fields after the first two are ignored, never evaluated; nodes are numbered
+    in order of first appearance, and labels that are all integers ("7", not "07") become ints. It is parsed
+    by read_edge_list at C speed in memory proportional to the edges (README "Graph files"). A GraphML file
+    that declares a DOCTYPE is refused (_refuse_doctype).
     """
+    from .graph import Graph, _from_pairs
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"graph file not found: {path}")
+    graphml = path.suffix.lower() == ".graphml"
     try:
-        if path.suffix.lower() == ".graphml":
+        if graphml:
             _refuse_doctype(path)
-            G = nx.read_graphml(path)
+            G = nx.Graph(nx.read_graphml(path))
         else:
-            G = nx.read_edgelist(path, data=False)
-    except Exception as err:  # networkx raises many types for malformed files
-        raise ValueError(f"could not read graph file {path}: {err}") from None
-    if G.number_of_edges() == 0:
+            labels, src, dst = read_edge_list(path)
+    except Exception as err:  # networkx and the reader's allocations raise many types for malformed or huge files
+        raise ValueError(f"could not read graph file {path}: {_reason(err)}") from None
+    if (G.number_of_edges() if graphml else len(src)) == 0:
         raise ValueError(f"graph file {path} holds no edges")
-    if path.suffix.lower() != ".graphml" and all(_is_int_label(v) for v in G):
-        G = nx.relabel_nodes(G, int)
-    return nx.Graph(G)
+    if graphml:
+        return Graph.from_networkx(G) if arrays else G
+    if arrays:
+        return _from_pairs(len(labels), src, dst, labels, warn=True)
+    G = nx.Graph()
+    G.add_nodes_from(labels)
+    G.add_edges_from(zip(map(labels.__getitem__, src.tolist()), map(labels.__getitem__, dst.tolist())))
+    return G
+
+
+EDGE_CHUNK = 2**22  # bytes of an edge list parsed at a time: its token lists take about 10x this
+_ODD_LINE = re.compile(rb"^[ \t\r\f\v]*\S+[ \t\r\f\v]*$|^[ \t\r\f\v]*\S+[ \t\r\f\v]+\S+[ \t\r\f\v]+\S", re.M)
+
+
+def read_edge_list(path) -> tuple[list, np.ndarray, np.ndarray]:
+    """(labels, src, dst) of the edge list at `path`: node k is labels[k] (order of first appearance, ints where
+    every label is the canonical text of an int), and line e's edge is (src[e], dst[e]), int64, self loops and
+    repeats kept. Read in chunks of EDGE_CHUNK bytes of whole lines; a chunk whose lines are all ASCII with
+    none or two fields (after comments) is split at C speed (bytes.split), any other goes line by line."""
+    ends = []
+    with open(path, "rb") as file:
+        rest = b""
+        while True:
+            block = file.read(EDGE_CHUNK)
+            data = rest + block
+            cut = len(data) if not block else data.rfind(b"\n") + 1
+            data, rest = data[:cut], data[cut:]
+            if data:
+                ends.append(_chunk_ends(data))
+            if not block:
+                break
+    ends = [e for e in ends if len(e)]
+    if not ends:
+        return [], np.empty(0, np.int64), np.empty(0, np.int64)
+    if any(e.dtype.kind == "U" for e in ends):
+        ends = [e.astype(str) for e in ends]
+    labels, index = _numbered(np.concatenate(ends).ravel())
+    return labels, index[0::2], index[1::2]
+
+
+def _chunk_ends(data: bytes) -> np.ndarray:
+    """(lines, 2) array of the first two fields of every line of `data` with at least two (bytes 'S' at C speed,
+    str 'U' line by line where some line is not ASCII or has one or more than two fields)."""
+    if b"#" in data:
+        data = re.sub(rb"#[^\n]*", b"", data)
+    if data.isascii() and not _ODD_LINE.search(data):
+        return np.array(data.split(), dtype=bytes).reshape(-1, 2)
+    pairs = [fields[:2] for fields in (line.split() for line in data.decode("utf-8").splitlines())
+             if len(fields) >= 2]
+    return np.array(pairs, dtype=str).reshape(-1, 2)
+
+
+def _numbered(flat: np.ndarray) -> tuple[list, np.ndarray]:
+    """(labels in order of first appearance, the index of every entry of flat): ints where every label is the
+    canonical text of an int (as load_graph has always made them), else str."""
+    keys = flat
+    try:
+        numbers_ = flat.astype(np.int64)
+        if np.array_equal(numbers_.astype(flat.dtype), flat):
+            keys = numbers_
+    except (ValueError, OverflowError):
+        pass
+    unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    labels = unique[order].tolist()
+    if keys.dtype.kind == "S":
+        labels = [label.decode() for label in labels]
+    return labels, rank[inverse.ravel()]
+
+
+def _reason(err: BaseException) -> str:
+    """What went wrong, never empty: the first line of the message (after "out of memory" for a MemoryError),
+    or the error's type where there is none (a bare MemoryError has no message)."""
+    text = str(err).strip().splitlines()
+    if isinstance(err, MemoryError):
+        return "out of memory" + (f": {text[0]}" if text else "")
+    return text[0] if text else type(err).__name__
 
 
 def _refuse_doctype(path):
@@ -138,11 +223,3 @@ def _refuse_doctype(path):
     parser.StartDoctypeDeclHandler = refuse
     with open(path, "rb") as file:
         parser.ParseFile(file)
-
-
-def _is_int_label(label):
-    """True for labels that are the canonical text of an int ("7", "-3"; not "07" or "--3")."""
-    try:
-        return str(int(label)) == label
-    except ValueError:
-        return False

@@ -20,12 +20,12 @@ from .mixing import check_mixing, mixing_matrix, spectral_interval
 from .network import Network
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
 from .reference import reference
-from .solve import DivergenceError, Result, solve, tune_allocator
+from .solve import ConvergenceWarning, DivergenceError, Result, solve, tune_allocator
 from .tuning import Tuning, tune
 
 __all__ = [
     "CompiledGraph", "TOPOLOGIES", "load_graph", "topology", "LocalFunction", "Quadratic", "Lasso", "Logistic",
     "METHODS", "Network", "Problem", "averaging", "lasso", "least_squares", "logistic", "quadratic", "reference",
-    "DivergenceError", "Result", "solve", "tune_allocator",
+    "ConvergenceWarning", "DivergenceError", "Result", "solve", "tune_allocator",
     "Graph", "mixing_matrix", "check_mixing", "spectral_interval", "datasets", "Tuning", "tune",
 ]

@@ -244,14 +244,14 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
     so_far = _Progress((state, 0, 0))
     start = time.perf_counter()
 
-    def finish(converged):
+    def finish(status):
         state, done, rows = so_far.now
-        return _result(_gathered(state, owner, group), done, book, rows, converged, start, **run)
+        return _result(_gathered(state, owner, group), done, book, rows, status, start, **run)
 
     with torch.no_grad():
-        converged = _iterate(algorithm.step, so_far, book, max_iter, record_every, check_every, tol, target, method,
-                             rho, finish)
-    return finish(converged)
+        status = _iterate(algorithm.step, so_far, book, max_iter, record_every, check_every, tol, target, method,
+                          rho, finish)
+    return finish(status)
 
 
 def _owners(problem, given, world, group):
@@ -335,6 +335,14 @@ class _PartBookkeeping(_Bookkeeping):
                                    (~torch.isfinite(x)).sum().reshape(1).to(x.dtype)]), self.group)
         B, n = x.shape[1], self.local.shape[0]
         return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B:2 * B] / n), sums[-1] == 0
+
+    def state_sizes(self, t, t_old):
+        """As _Bookkeeping.state_sizes over all ranks' rows of t (each rank's edges or nodes), one all-reduce."""
+        change = t - t_old
+        sums = _all_sum(torch.cat([(t * t).sum((0, 2)), (change * change).sum((0, 2)),
+                                   t.new_tensor([len(t)])]), self.group)
+        B, rows = t.shape[1], sums[-1].clamp(min=1)
+        return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B:2 * B] / rows)
 
 
 __all__ = ["DEFAULT_TIMEOUT", "init_process_group", "partition", "blocks", "solve"]

@@ -175,6 +175,22 @@ class Network:
     def scheduled(self):
         return isinstance(self.edge_up, tuple)
 
+    def stuck(self):
+        """Why no run over this network can make progress, or None: wake = 0 for every node (none ever updates),
+        edge_up = 0 (no edge is ever up) or drop = 1 (every message is lost). A single node of wake 0 is allowed
+        (a deterministic network may keep one node asleep on purpose).
+        pdmm.solve refuses such a network: its state would never change and the residual test could pass at
+        x^0 (README "The stopping test")."""
+        wake = self.wake.values() if isinstance(self.wake, Mapping) else \
+            self.wake if isinstance(self.wake, tuple) else () if self.wake == ONE else (self.wake,)
+        if not isinstance(self.wake, Mapping) and wake and all(q == 0 for q in wake):
+            return "wake=0 for every node: none ever wakes, so none updates"
+        if isinstance(self.edge_up, numbers.Real) and self.edge_up == 0:
+            return "edge_up=0: no edge is ever up, so no message is ever sent"
+        if isinstance(self.drop, numbers.Real) and self.drop == 1:
+            return "drop=1: every message is lost"
+        return None
+
     def relabelled(self, order, edge_of):
         """The same network for a renumbered graph (pdmm.Problem.relabelled): per-node and per-edge sequences
         reordered to the new nodes (order) and directed edges (edge_of). Dicts and schedules name node labels,

@@ -5,6 +5,7 @@ import math
 import numbers
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,9 @@ from .network import Channel, Network, private_point, privacy_gaps
 from .problem import _node_data
 
 DIVERGENCE_GROWTH = 1e6
+FROZEN_EPS = 4  # a state whose every tensor changes by <= FROZEN_EPS * eps * its RMS in a step is frozen (stalled)
+DUAL_SLACK = 100  # the multipliers' test is implied by x's for rho <= DUAL_SLACK (_Bookkeeping.state_test)
+STATUSES = ("converged", "max_iter", "stalled", "diverged", "interrupted")
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 CHECK_EVERY = 10  # iterations between stopping tests: each test reads a few numbers back from the device
 CHECK_EVERY_NODES = 50  # the same in the node form, where the test's edge residual costs 0.5-3 steps
@@ -37,7 +41,10 @@ class Result:
     "messages" and "bits" (cumulative messages delivered and bits sent), with a reference "error",
     with network privacy "privacy_x" and "privacy_messages"; iterations: how many were run (the
     state in x); reference: the x* the error was measured against; network: the simulated network
-    (None: ideal)."""
+    (None: ideal); status: how the run ended, one of STATUSES: "converged" (the stopping test or
+    target passed; `converged` is True exactly then), "max_iter", "stalled" (the state stopped
+    changing short of the tolerance: more iterations would not help), "diverged" (the Result of a
+    DivergenceError) or "interrupted" (Ctrl-C); see solve's "Stopping test"."""
     x: np.ndarray
     iterations: int
     converged: bool
@@ -49,11 +56,30 @@ class Result:
     reference: np.ndarray | None = field(default=None, repr=False)
     interrupted: bool = False
     network: Network | None = None
+    status: str | None = None  # None: from converged ("converged" or "max_iter"), for Results built by hand
+
+    def __post_init__(self):
+        if self.status is None:
+            self.status = "converged" if self.converged else "max_iter"
+        if self.status not in STATUSES or (self.status == "converged") != bool(self.converged):
+            raise ValueError(f"status must be one of {STATUSES}, 'converged' exactly when converged is True; got "
+                             f"status={self.status!r}, converged={self.converged!r}")
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the run stopped because its state no longer changed, short of the tolerance."""
+        return self.status == "stalled"
 
     def __repr__(self):
         last = {k: float(np.max(v[-1])) for k, v in self.history.items() if k != "iteration" and len(v)}
         summary = "".join(f", {k}={v:.3g}" for k, v in last.items())
-        return f"Result({self.method}, iterations={self.iterations}, converged={self.converged}{summary})"
+        return f"Result({self.method}, iterations={self.iterations}, status={self.status}{summary})"
+
+
+class ConvergenceWarning(UserWarning):
+    """pdmm.solve stopped at max_iter, or stalled, without meeting its stopping test (tol > 0); like
+    scikit-learn's ConvergenceWarning. Silence it with warnings.filterwarnings("ignore",
+    category=pdmm.ConvergenceWarning); a run with tol=0 runs all its iterations and never warns."""
 
 
 class DivergenceError(RuntimeError):
@@ -95,9 +121,16 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     x^0 = a (docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a network,
     but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
-    Stops when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
-    (tol defaults to 1e-10 in float64, 1e-5 in float32); on slowly converging runs the error
-    left is then up to about 10 tol. The test runs every `check_every` iterations (default 10;
+    Stops, converged, when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
+    (tol defaults to 1e-10 in float64, 1e-5 in float32) and, for the methods with rho, rho times the
+    RMS change of x (the multipliers' fixed-point residual) falls to tol * max(DUAL_SLACK, RMS of
+    the multiplier state), which a huge rho pinning x near x^0 cannot pass (implied by the first
+    test for rho <= DUAL_SLACK); on slowly converging runs the error left is then up to about 10 tol.
+    A run whose whole state stops changing short of that (a floating-point fixed point) ends
+    "stalled"; result.status says "converged", "max_iter", "stalled", "diverged" or "interrupted".
+    With tol > 0, a run that ends at max_iter or stalled warns (ConvergenceWarning); tol=0 runs all
+    max_iter iterations silently. A network with wake=0, edge_up=0 or drop=1 and a rho beyond
+    what dtype resolves (check_rho_resolved) are refused (README "The stopping test"). The test runs every `check_every` iterations (default 10;
     50 in the node form, `form` below, where the residual the test computes over the edges costs
     0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of
     check_every: up to check_every - 1 iterations after the first iteration that meets the test;
@@ -173,6 +206,7 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     _check_count("max_iter", max_iter)
     if dtype not in DEFAULT_TOL:
         raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    check_rho_resolved(rho, problem, dtype)
     tol = DEFAULT_TOL[dtype] if tol is None else tol
     if not (_is_real(tol) and tol >= 0):
         raise ValueError(f"tol must be a number >= 0, got {tol!r}")
@@ -181,10 +215,14 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
                          f"reference={'None' if reference is None else 'given'}")
     _check_count("record_every", record_every, optional=True)
     _check_count("check_every", check_every, optional=True)
+    if torch.device(device).type == "meta":
+        raise ValueError("device='meta' holds no data; solve on 'cpu' or a GPU ('cuda')")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
     if network is not None and not isinstance(network, Network):
         raise TypeError(f"network must be a pdmm.Network or None, got {type(network).__name__}")
+    if network is not None and network.stuck() is not None:
+        raise ValueError(f"network: {network.stuck()}; no method can make progress over it")
     if network is not None and network.privacy is not None and method == "admm":
         raise ValueError("network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
     names = _history_names(history, reference, network)
@@ -201,8 +239,9 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     if backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
         from . import distributed
         _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
-        return distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network,
-                                 target, names, record_every, check_every, compile, method_params, partition)
+        return _warned(distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0,
+                                         network, target, names, record_every, check_every, compile, method_params,
+                                         partition), tol)
     order = _node_order(problem, reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
     if order is not None:
@@ -234,20 +273,17 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     so_far = _Progress((state, 0, 0))
     start = time.perf_counter()
 
-    def finish(converged):
+    def finish(status):
         state, done, rows = so_far.now
-        return _result(state, done, book, rows, converged, start, **run)
+        return _result(state, done, book, rows, status, start, **run)
 
-    converged, interrupted = False, False
     with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
         try:
-            converged = _iterate(step, so_far, book, max_iter, record_every, check_every, tol, target, method, rho,
-                                 finish, before=None if channel is None else channel.draw, bar=bar if progress else None)
+            status = _iterate(step, so_far, book, max_iter, record_every, check_every, tol, target, method, rho,
+                              finish, before=None if channel is None else channel.draw, bar=bar if progress else None)
         except KeyboardInterrupt:
-            interrupted = True
-    result = finish(converged)
-    result.interrupted = interrupted
-    return result
+            status = "interrupted"
+    return _warned(finish(status), tol)
 
 
 @dataclass
@@ -260,10 +296,11 @@ class _Progress:
 def _iterate(step, progress, book, max_iter, record_every, check_every, tol, target, method, rho, finish,
              before=None, bar=None):
     """Up to max_iter steps from progress.now, recording every record_every-th iteration (book.record) and testing
-    every check_every-th and the last (book.check, one read from the device); True once the stopping test passes.
+    every check_every-th and the last (book.check, one read from the device). Returns "converged" once the stopping
+    test passes, "stalled" once the state stops changing short of it (book.check), else "max_iter".
     The residual is computed at iteration 1 (the divergence baseline), at recorded and at tested iterations only,
-    once each (`seen`). Divergence raises DivergenceError with finish(False), the Result so far. before(): called
-    before each step (a network's draws); bar: a tqdm bar, updated at the tests."""
+    once each (`seen`). Divergence raises DivergenceError with finish("diverged"), the Result so far. before():
+    called before each step (a network's draws); bar: a tqdm bar, updated at the tests."""
     first, shown, posted = None, 0, -20
     for k in range(1, max_iter + 1):
         if before is not None:
@@ -279,8 +316,8 @@ def _iterate(step, progress, book, max_iter, record_every, check_every, tol, tar
         if k % check_every and k < max_iter:
             progress.now = new, k, rows + recorded
             continue
-        stop, finite, grown, largest = book.check(x, state["x"], seen, first, rows + recorded, tol, target)
-        if (stop or not finite or grown or k == max_iter) and not recorded:
+        stop, stalled, finite, grown, largest = book.check(new, state, seen, first, rows + recorded, tol, target)
+        if (stop or stalled or not finite or grown or k == max_iter) and not recorded:
             book.record(rows, k, x, seen)
             recorded = True
         progress.now = new, k, rows + recorded
@@ -288,16 +325,16 @@ def _iterate(step, progress, book, max_iter, record_every, check_every, tol, tar
             message = (f"{method} diverged at iteration {k}: " + (
                 "the iterates or the objective are no longer finite" if not finite else
                 f"the residual grew from {first.max():.3g} to {largest:.3g}") + (f" (rho={rho})" if rho else ""))
-            raise DivergenceError(message, finish(False))
+            raise DivergenceError(message, finish("diverged"))
         if bar is not None:
             bar.update(k - shown)
             shown = k
-            if k - posted >= 20 or stop or k == max_iter:
+            if k - posted >= 20 or stop or stalled or k == max_iter:
                 bar.set_postfix(residual=f"{largest:.2e}")
                 posted = k
-        if stop:
-            return True
-    return False
+        if stop or stalled:
+            return "converged" if stop else "stalled"
+    return "max_iter"
 
 
 class _Bookkeeping:
@@ -359,23 +396,63 @@ class _Bookkeeping:
         """(RMS of x, RMS of x - x_old) per instance, (B,) each, and whether every entry of x is finite."""
         return _rms(x), _rms(x - x_old), torch.isfinite(x).all()
 
-    def check(self, x, x_old, seen, first, rows, tol, target):
-        """(stop, finite, grown, largest residual) after the step from x_old to x: the stopping test and
-        the divergence test, in one read from the device; rows: those recorded up to this iteration's."""
+    def state_sizes(self, t, t_old):
+        """(RMS of t, RMS of t - t_old) per instance, (B,) each, for a state tensor (N, B, m) other than x."""
+        return _rms(t), _rms(t - t_old)
+
+    def state_test(self, new, old, tol, scale, change):
+        """(passes, frozen), 0-dim bool tensors, from the method's state besides x (z, u, x_half, ...; README "The
+        stopping test"). passes: the fixed-point residual of the multipliers, rho * (RMS change of x), what one step
+        moves them by, is <= tol * max(DUAL_SLACK * scale, their RMS), so a large rho (x pinned while the
+        multipliers still travel) cannot pass with x stuck near x^0; with rho <= DUAL_SLACK this follows from the
+        test on x, and methods without rho pass. frozen: every state tensor changed by at most
+        FROZEN_EPS * eps * its RMS in the step (rounding only): the step no longer moves the state."""
+        eps = FROZEN_EPS * torch.finfo(scale.dtype).eps
+        frozen = torch.ones((), dtype=torch.bool, device=scale.device)
+        largest = torch.zeros_like(scale)
+        for key, t in new.items():
+            before = old.get(key)
+            if key == "x" or not (torch.is_tensor(t) and t.dim() == 3 and t.is_floating_point()) or \
+                    not (torch.is_tensor(before) and before.shape == t.shape):
+                continue
+            size, moved = self.state_sizes(t, before)
+            frozen = frozen & (moved <= eps * size).all()
+            largest = torch.maximum(largest, size)
+        if self.rho is None:
+            return torch.ones_like(frozen), frozen
+        passes = (self.rho * change <= tol * torch.maximum(DUAL_SLACK * scale, largest)).all()
+        return passes, frozen
+
+    def check(self, new, old, seen, first, rows, tol, target):
+        """(stop, stalled, finite, grown, largest residual) after the step from state `old` to `new`: the
+        stopping test, the stall test and the divergence test, in one read from the device; rows: those
+        recorded up to this iteration's.
+
+        stop: the residual and the change of x are <= tol * max(1, RMS of x) and the method's multipliers
+        pass state_test (or the target error is reached); stalled: not stop, yet x and the whole state are
+        frozen (a floating-point fixed point short of tol, or a step that changes nothing), tested with tol > 0
+        for pdmm, qa-pdmm and admm on the ideal network only (README "The stopping test")."""
+        x, x_old = new["x"], old["x"]
         residual = self.residual(x, seen)
         size, change, finite = self.sizes(x, x_old)
         scale = torch.clamp(size, min=1.0)
-        stop = (residual <= tol * scale).all() & (change <= tol * scale).all()
+        passes, frozen = self.state_test(new, old, tol, scale, change)
+        stop = (residual <= tol * scale).all() & (change <= tol * scale).all() & passes
         if target is not None:
             stop |= (self.error(x, seen) <= target).all()
+        frozen = frozen & (change <= FROZEN_EPS * torch.finfo(x.dtype).eps * size).all()
+        # tol=0: every iteration; a network: random steps; the methods on a mixing matrix: some settle off the
+        # solution by design (constant-step dgd) and run to max_iter as before
+        watched = 0 < tol < math.inf and self.channel is None and self.rho is not None
+        stalled = ~stop & frozen & watched
         finite = finite & torch.isfinite(residual).all()
         if "objective" in self.columns:  # every objective recorded since the last test
             finite &= torch.isfinite(self.columns["objective"][self.checked:rows]).all()
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
         grown = (residual > DIVERGENCE_GROWTH * floor).any()
-        stop, finite, grown, largest = _read(stop, finite, grown, residual.max())
+        stop, stalled, finite, grown, largest = _read(stop, stalled, finite, grown, residual.max())
         self.checked = rows
-        return bool(stop), bool(finite), bool(grown), largest
+        return bool(stop), bool(stalled), bool(finite), bool(grown), largest
 
     def arrays(self, rows, batched):
         """The history as numpy arrays: "iteration" (rows,) and each name (rows, B), or (rows,) unbatched."""
@@ -449,6 +526,26 @@ def _resolved_rho(method, rho, network, x0, backend, compile):
     if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
     return rho
+
+
+def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype) -> None:
+    """ValueError where rho is beyond what dtype resolves for a consensus problem: rho * eps * d_i exceeds every
+    local curvature L_i (smoothness of f_i's smooth part), so that every node update x_i = argmin f_i(x) + ...
+    + rho d_i / 2 ||x||^2 rounds f_i away and no iteration can move x towards the solution (README "The stopping
+    test"). Problems without a curvature bound (or with edge matrices) are left to the stopping test."""
+    if rho is None or not problem.is_consensus:
+        return
+    try:
+        curvature = float(problem.local.composite()[0].smoothness().max())
+    except (ValueError, NotImplementedError):
+        return
+    degree = int(problem.compiled.degree.min())
+    penalty = rho * degree * torch.finfo(dtype).eps
+    if penalty > curvature:
+        dtype_name = str(dtype).removeprefix("torch.")
+        raise ValueError(f"rho={rho:g} is beyond what {dtype_name} resolves for this problem: rho * eps * degree = "
+                         f"{penalty:.3g} exceeds the largest local curvature L = {curvature:.3g}, so every node "
+                         f"update rounds f_i away; use rho <= {curvature / (degree * torch.finfo(dtype).eps):.3g}")
 
 
 def _is_real(value):
@@ -542,13 +639,32 @@ def _renumbered(x, order):
     return x if x is None or order is None else x.index_select(0, order)
 
 
-def _result(state, done, book, rows, converged, start, problem, method, params, x_star, network, order=None):
+def _warned(result, tol):
+    """result, after a ConvergenceWarning where a run with a stopping test (0 < tol < inf: not tol=0, nor a biased
+    method's) ended at max_iter or stalled (README "The stopping test")."""
+    if result.status in ("max_iter", "stalled") and 0 < tol < math.inf:
+        why, advice = (("its state stopped changing", "tol may be below what the dtype resolves") if result.stalled
+                       else ("it reached max_iter", "raise max_iter or check rho"))
+        warnings.warn(f"{result.method} did not converge: {why} after {result.iterations} iterations, short of "
+                      f"tol={tol:g} (residual {_last(result, 'residual')}); {advice}, or pass tol=0 to run a fixed "
+                      "number of iterations", ConvergenceWarning, stacklevel=3)
+    return result
+
+
+def _last(result, name):
+    """The last recorded value of history entry `name`, worst instance, as text ("not recorded" without one)."""
+    values = result.history.get(name)
+    return "not recorded" if values is None or not len(values) else f"{float(np.max(values[-1])):.3g}"
+
+
+def _result(state, done, book, rows, status, start, problem, method, params, x_star, network, order=None):
     """The Result, with node rows back in the graph's own order where the run renumbered them (order)."""
     x = state["x"] if order is None else torch.empty_like(state["x"]).index_copy_(0, order, state["x"])
     if x_star is not None and order is not None:
         x_star = torch.empty_like(x_star).index_copy_(0, order, x_star)
     return Result(
-        x=_to_numpy(x, problem.batched), iterations=done, converged=converged,
+        x=_to_numpy(x, problem.batched), iterations=done, converged=status == "converged", status=status,
+        interrupted=status == "interrupted",
         history=book.arrays(rows, problem.batched), method=method, params=params,
         nodes=list(problem.compiled.nodes), seconds=time.perf_counter() - start,
         reference=None if x_star is None else _to_numpy(x_star, problem.batched), network=network)

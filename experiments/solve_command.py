@@ -50,6 +50,7 @@ import argparse
 import inspect
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -57,7 +58,6 @@ import warnings
 import zipfile
 from pathlib import Path
 
-import networkx as nx
 import numpy as np
 import torch
 
@@ -67,7 +67,9 @@ import pdmm.decentralised
 import pdmm.distributed
 import pdmm.methods
 import pdmm.mixing
+import pdmm.npz
 import pdmm.tuning
+from pdmm.solve import check_rho_resolved
 from pdmm.synthetic import KINDS, make_data, make_problem
 
 from . import rundir
@@ -172,6 +174,30 @@ def _mixing(text):
     return text
 
 
+def _tolerance(text):
+    """--tol: a finite number >= 0 (0 runs every --iters iteration), refused while parsing, before any work."""
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _seed(text):
+    """--seed: an integer in [0, 2^63): every generator seeded from it (numpy, torch, pdmm.Network) takes it."""
+    value = int(text)
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2^63 - 1, got {text}")
+    return value
+
+
+def _solve_device(text):
+    """--device: a torch device this machine has (common.device) that holds data: not 'meta'."""
+    text = device(text)
+    if torch.device(text).type == "meta":
+        raise argparse.ArgumentTypeError("'meta' holds no data; solve on cpu or a GPU (cuda)")
+    return text
+
+
 def _wake(text):
     """--wake: a number, or "one" (one node awake per iteration); the range is pdmm.Network's to check."""
     if text.strip() == "one":
@@ -208,7 +234,9 @@ def add_parser(subparsers):
     data.add_argument("--reg", type=float, help=f"logistic ridge weight of each f_i (default {DEFAULT_REG}); with "
                       "--data builtin:NAME the l2 weight of the whole problem, split evenly over the nodes (default "
                       f"{pdmm.datasets.BREAST_CANCER_L2:g} for breast_cancer)")
-    data.add_argument("--data", metavar="FILE.npz", help="read the data arrays from this file instead of sampling, or "
+    data.add_argument("--data", metavar="FILE.npz", help="read the data arrays from this file instead of sampling "
+                      f"(headers checked first: at most {pdmm.npz.NPZ_LIMIT // 2**20} MiB of arrays, compressed at most "
+                      f"{pdmm.npz.NPZ_RATIO}:1, no objects), or "
                       f"builtin:NAME for a data set shipped with a library ({', '.join(pdmm.datasets.DATASETS)})")
     graph = p.add_argument_group("graph")
     graph.add_argument("--graph", default="random_geometric",
@@ -236,14 +264,15 @@ def add_parser(subparsers):
     solver.add_argument("--tune", type=positive(float), nargs="?", const=pdmm.tuning.TARGET, metavar="TARGET",
                         help="choose each run's rho or alpha, unless its spec sets it, on pdmm.tune's grid: the value "
                         f"that reaches relative error TARGET (default {pdmm.tuning.TARGET:g}) in the fewest iterations")
-    solver.add_argument("--tol", type=float, default=1e-10, help="stop when the residual and the change of x "
-                        "fall below tol * max(1, RMS of x); 0 runs all --iters")
+    solver.add_argument("--tol", type=_tolerance, default=1e-10, help="stop when the residual and the change of x "
+                        "fall below tol * max(1, RMS of x) and the multipliers have settled (README \"The stopping "
+                        "test\"); 0 runs all --iters")
     solver.add_argument("--reference", choices=("cvxpy", "none"), default="cvxpy",
                         help="centralised solution for the relative error")
-    solver.add_argument("--device", type=device, default="cpu", help="torch device, e.g. cpu or cuda")
+    solver.add_argument("--device", type=_solve_device, default="cpu", help="torch device, e.g. cpu or cuda")
     solver.add_argument("--dtype", choices=list(DTYPES), default="float64", help="floating-point type of the "
                         "iterates")
-    solver.add_argument("--seed", type=int, default=0, help="seed for the graph, the synthetic data and the network")
+    solver.add_argument("--seed", type=_seed, default=0, help="seed for the graph, the synthetic data and the network")
     solver.add_argument("--nproc", type=positive(int), default=1, help="processes: more than 1 runs the partitioned "
                         "engine under torchrun (pdmm only, consensus problems, ideal network)")
     network = p.add_argument_group("simulated network (pdmm.Network; every run sees the same draws)")
@@ -290,10 +319,7 @@ def _run(args):
     params = _method_params(args, specs)
     to_tune = _to_tune(args, specs)
     network = _network(args)
-    G = build_graph(args.graph, args.nodes, args.seed, dict(args.graph_param))
-    if args.graph not in pdmm.TOPOLOGIES and not nx.is_connected(G):  # named topologies are always connected
-        raise UsageError(f"the graph in {args.graph} is disconnected: it has {nx.number_connected_components(G)} "
-                         "connected components; PDMM needs a connected graph")
+    G = _graph(args)
     problem = _problem(args, G)
     _check_methods(problem, specs, params, args, network)
     rank = _rank(args)
@@ -354,11 +380,13 @@ def _solve_all(problem, specs, params, x_star, args, network):
         history += ["privacy_x", "privacy_messages"]
     for label, method, _ in specs:
         try:
-            results[label] = pdmm.solve(
-                problem, method=method, max_iter=args.iters, tol=args.tol, reference=x_star, device=args.device,
-                dtype=DTYPES[args.dtype], progress=not args.no_progress and not _rank(args), network=network,
-                history=history, record_every=1, backend="distributed" if args.nproc > 1 else "local",
-                **params[label])
+            with warnings.catch_warnings():  # the summary line says "not converged" or "stalled" itself
+                warnings.simplefilter("ignore", pdmm.ConvergenceWarning)
+                results[label] = pdmm.solve(
+                    problem, method=method, max_iter=args.iters, tol=args.tol, reference=x_star, device=args.device,
+                    dtype=DTYPES[args.dtype], progress=not args.no_progress and not _rank(args), network=network,
+                    history=history, record_every=1, backend="distributed" if args.nproc > 1 else "local",
+                    **params[label])
         except pdmm.DivergenceError as err:
             results[label], failures[label] = err.result, str(err)
         except KeyboardInterrupt:  # before its first iteration
@@ -433,10 +461,15 @@ def _network(args):
     if given == dict(drop=0.0, wake=1.0, edge_up=1.0, bits=None, privacy=None, dither=False, limit=None, burst=None):
         return None
     try:
-        return pdmm.Network(**given, seed=args.seed)
+        network = pdmm.Network(**given, seed=args.seed)
     except ValueError as err:
         flag = str(err).split()[0].replace("_", "-")
         raise UsageError(f"--{flag}: {err}") from None
+    stuck = network.stuck()
+    if stuck is not None:
+        flag = stuck.split("=")[0].replace("_", "-")
+        raise UsageError(f"--{flag}: {stuck}; no method can make progress over this network")
+    return network
 
 
 def _check_methods(problem, specs, params, args, network):
@@ -450,7 +483,9 @@ def _check_methods(problem, specs, params, args, network):
         try:
             if not pdmm.METHODS[method].uses_rho:
                 pdmm.methods.check_mixing_options(method, network=network)
-            pdmm.METHODS[method](*parts, values.pop("rho", None), **values)
+            rho = values.pop("rho", None)
+            pdmm.METHODS[method](*parts, rho, **values)
+            check_rho_resolved(rho, problem, DTYPES[args.dtype])
             if args.nproc > 1:
                 pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
         except (ValueError, TypeError) as err:
@@ -508,6 +543,26 @@ def _defaults(method):
             if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY}
 
 
+def _graph(args):
+    """The graph of --graph: a named topology (common.build_graph), or a graph file read as a pdmm.Graph (arrays,
+    no Python object per edge: pdmm.load_graph(arrays=True)), which must be connected; its warnings (self loops)
+    printed as one line each."""
+    if args.graph in pdmm.TOPOLOGIES or not Path(args.graph).is_file() or args.graph_param:
+        return build_graph(args.graph, args.nodes, args.seed, dict(args.graph_param))  # its errors for the rest
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            G = pdmm.load_graph(args.graph, arrays=True)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    for warning in caught:
+        print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
+    if G.components > 1:
+        raise UsageError(f"the graph in {args.graph} is disconnected: it has {G.components} connected components; "
+                         "PDMM needs a connected graph")
+    return G
+
+
 def _problem(args, G):
     """The pdmm.Problem from --data or synthetic data; bad or missing data is a UsageError."""
     if args.data is not None and args.data.startswith(BUILTIN):
@@ -522,11 +577,10 @@ def _problem(args, G):
             raise UsageError(f"data file not found: {args.data}")
         if not zipfile.is_zipfile(args.data):
             raise UsageError(f"{args.data} is not an .npz archive (write one with numpy.savez)")
-        try:
-            with np.load(args.data, allow_pickle=False) as archive:  # pickled objects could run code
-                data = dict(archive)
-        except (OSError, ValueError) as err:
-            raise UsageError(f"could not read data file {args.data}: {err}") from None
+        try:  # every header checked before any data is read (pdmm.npz: size, compression ratio, no objects)
+            data = pdmm.npz.read_npz(args.data)
+        except pdmm.npz.NpzError as err:
+            raise UsageError(f"could not read data file {err}") from None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -581,6 +635,7 @@ def _write_config(path, args, specs, params, G, results, failures, tunings):
     resolved.update(graph_param=dict(args.graph_param), methods=[label for label, _, _ in specs])
     summary = {label: {
         "method": result.method, "iterations": result.iterations, "converged": result.converged,
+        "status": "diverged" if label in failures else result.status,
         "diverged": label in failures, "interrupted": result.interrupted, "seconds": result.seconds,
         "residual": _final(result, "residual"), "error": _final(result, "error"),
         "messages": _final(result, "messages"), "bits": _final(result, "bits"),
@@ -635,6 +690,8 @@ def _summary(label, result, diverged, out):
         status = f"interrupted after {result.iterations} iterations"
     elif result.converged:
         status = f"converged in {result.iterations} iterations"
+    elif result.stalled:
+        status = f"stalled after {result.iterations} iterations (the state stopped changing short of --tol)"
     else:
         status = f"not converged after {result.iterations} iterations"
     line = f"{label}: {status} ({result.seconds:.2f} s)"

@@ -65,7 +65,8 @@ def _member_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, ratio: float)
         except (ValueError, EOFError) as err:
             raise NpzError(f"member {info.filename!r} has no valid .npy header ({err})") from None
     if dtype.hasobject:
-        raise NpzError(f"member {info.filename!r} holds Python objects (dtype {dtype}), which could run code")
+        raise NpzError(f"Object arrays are refused: member {info.filename!r} holds Python objects (dtype {dtype}), "
+                       "which could run code")
     declared = math.prod(shape) * dtype.itemsize
     if declared > info.file_size:
         raise NpzError(f"member {info.filename!r} declares shape {shape} of {dtype} ({_size(declared)}) but holds "

@@ -40,11 +40,14 @@ the printed summary give the worst instance (the one convergence waits for). Ctr
 current run after its last whole iteration, writes what ran (marked "interrupted" in
 config.json and the plot's title) and exits with status 130.
 
---nproc P solves with P processes on this machine through torchrun (gloo): the partitioned engine
-of `pdmm.solve(..., backend="distributed")` (plain or averaged pdmm, consensus problems with
-quadratic local functions, the ideal network). The command checks its arguments and claims --out,
-then starts `torchrun --standalone --nproc-per-node P` on the same command; every process builds
-the same graph and data from --seed, and process 0 writes the outputs.
+--nproc P solves with P processes on this machine (gloo): the partitioned engine of
+`pdmm.solve(..., backend="distributed")` (plain or averaged pdmm, consensus problems with quadratic
+local functions, the ideal network). The command checks its arguments and claims --out, then starts
+P copies of the same command as one job (experiments/launch.py, torchrun's env:// variables); every
+process builds the same graph and data from --seed, and process 0 writes the outputs. Ctrl-C stops
+every process at the same iteration and process 0 writes what ran, as one process does; a failure
+prints one line for the job (exit 2 for bad input, 1 for a runtime failure); the processes die with
+the launcher (kill -9 of it ends them at once).
 """
 import argparse
 import inspect
@@ -52,7 +55,6 @@ import io
 import json
 import math
 import os
-import subprocess
 import sys
 import warnings
 import zipfile
@@ -72,8 +74,8 @@ import pdmm.tuning
 from pdmm.solve import check_rho_resolved
 from pdmm.synthetic import KINDS, make_data, make_problem
 
-from . import rundir
-from .common import UsageError, build_graph, device, key_value, package_version, positive
+from . import launch, rundir
+from .common import RunFailure, UsageError, build_graph, device, key_value, package_version, positive
 from .plots import plot_convergence
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -302,14 +304,33 @@ def add_parser(subparsers):
 
 
 def run(args):
+    launch.listen()
     try:
         return _run(args)
     except KeyboardInterrupt:
-        print("pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # of a --nproc job, process 0 speaks for all
+            print("pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written",
+                  file=sys.stderr)
         return 130
+    except Exception as err:  # in a process of a --nproc job: one line for the launcher to print
+        code = 2 if isinstance(err, UsageError) else 1
+        if not launch.report(code, _failure_line(err)):
+            raise
+        return code
     finally:
         if torch.distributed.is_initialized():  # a --nproc process
             torch.distributed.destroy_process_group()
+
+
+def _failure_line(err):
+    """The one line of a --nproc process's failure: a UsageError or RunFailure as the CLI prints it, anything
+    else (a collective that failed, a bug) with the process and the exception's type."""
+    from .cli import first_line  # cli imports this module
+
+    if isinstance(err, (UsageError, RunFailure)):
+        return f"pdmm-bridge solve: error: {err}"
+    where = f"process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}"
+    return f"pdmm-bridge solve: error: {where}: {type(err).__name__}: {first_line(err)}"
 
 
 def _run(args):
@@ -337,7 +358,7 @@ def _run(args):
     specs, params, tunings = _with_tuned_values(specs, params, tunings)
     results, failures, interrupted = _solve_all(problem, specs, params, x_star, args, network)
     if rank:  # process 0 writes and reports
-        return 1 if failures else 0
+        return 130 if interrupted else 1 if failures else 0
 
     curves = {label: _mean_history(result.history) for label, result in results.items()}
     _write_config(out / "config.json", args, specs, params, G, results, failures, tunings)
@@ -499,6 +520,7 @@ def _rank(args):
     if args.nproc == 1 or "RANK" not in os.environ:
         return None
     if not torch.distributed.is_initialized():
+        launch.die_with_parent()
         pdmm.distributed.init_process_group()
     return torch.distributed.get_rank()
 
@@ -521,19 +543,9 @@ def _claim(args, rank):
 
 
 def _launch(args):
-    """Run this command again under `torchrun --standalone --nproc-per-node P` (its --out already claimed); its
-    exit status. --nproc itself is left out (torchrun's parser would take it for its own --nproc-per-node): the
-    processes read P from torchrun's WORLD_SIZE."""
-    argv, skip = [], False
-    for word in args.argv:
-        if not skip and word.startswith("--np"):  # --nproc P, --nproc=P (or an abbreviation)
-            skip = "=" not in word
-            continue
-        argv, skip = argv + ([] if skip else [word]), False
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-               "-m", "experiments", *argv, "--force"]
-    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    return subprocess.run(command, env=environment).returncode
+    """Run this command again as args.nproc processes of one job (launch.launch; its --out already claimed, hence
+    --force); the job's exit status. The processes read P from WORLD_SIZE."""
+    return launch.launch([*args.argv, "--force"], args.nproc)
 
 
 def _defaults(method):

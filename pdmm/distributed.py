@@ -35,8 +35,14 @@ float64/float32 on the CPU; anything else raises ValueError naming it. Every ran
 ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
 iteration. Collectives time out after the timeout given when the process group was initialised:
 `init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes.
+
+Ctrl-C (SIGINT) during the iterations stops every rank at the same iteration, as one process does: a
+rank's SIGINT only sets a flag, all-reduced with the stopping test's sums at the next test, and every
+rank then returns the Result so far with result.interrupted = True (status "interrupted").
 """
 import hashlib
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,6 +50,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from .compiled import CompiledGraph, EdgeList
 from .constraints import Consensus
@@ -211,8 +218,9 @@ def check_supported(problem, method, device, network, compile, method_params):
 
 
 def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network, target, names,
-          record_every, check_every, compile, method_params, owners=None, group=None):
-    """pdmm.solve's loop on this rank's part of the graph (called by pdmm.solve with arguments already checked)."""
+          record_every, check_every, compile, method_params, owners=None, group=None, progress=False):
+    """pdmm.solve's loop on this rank's part of the graph (called by pdmm.solve with arguments already checked);
+    progress: a tqdm bar on this rank."""
     rank, world = check_group(group)
     arguments = dict(method=method, rho=rho, max_iter=max_iter, tol=tol, reference=reference, dtype=str(dtype),
                      seed=seed, x0=x0, target=target, names=names, record_every=record_every,
@@ -248,10 +256,32 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
         state, done, rows = so_far.now
         return _result(_gathered(state, owner, group), done, book, rows, status, start, **run)
 
-    with torch.no_grad():
+    with torch.no_grad(), _DeferredInterrupts() as asked, \
+            tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
+        book.asked = asked
         status = _iterate(algorithm.step, so_far, book, max_iter, record_every, check_every, tol, target, method,
-                          rho, finish)
+                          rho, finish, bar=bar if progress else None)
     return finish(status)
+
+
+class _DeferredInterrupts:
+    """A context in which SIGINT (Ctrl-C) sets a flag instead of raising KeyboardInterrupt, so that no rank leaves
+    a collective half-done: `with _DeferredInterrupts() as asked:` asked() is whether one came. Outside the main
+    thread, or where SIGINT has a handler other than Python's default, nothing is changed (asked() stays False)."""
+
+    def __enter__(self):
+        self.came, self.previous = False, None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous = signal.signal(signal.SIGINT, self._flag)
+        return lambda: self.came
+
+    def _flag(self, signum, frame):
+        self.came = True
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _owners(problem, given, world, group):
@@ -305,7 +335,9 @@ class _Summed:
 
 
 class _PartBookkeeping(_Bookkeeping):
-    """solve's bookkeeping with every norm summed over the ranks (residuals over each rank's forward edges)."""
+    """solve's bookkeeping with every norm summed over the ranks (residuals over each rank's forward edges), and
+    the ranks' Ctrl-C flags (asked(), set by solve) summed with them: `interrupted` is whether any rank was asked to
+    stop."""
 
     def part(self, own, undirected, group):
         self.own, self.undirected, self.group = torch.from_numpy(own), undirected, group
@@ -329,12 +361,14 @@ class _PartBookkeeping(_Bookkeeping):
 
     def sizes(self, x, x_old):
         """As _Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one
-        all-reduce."""
+        all-reduce, which also sums the ranks' Ctrl-C flags into `interrupted`."""
         change = x - x_old
         sums = _all_sum(torch.cat([(x * x).sum((0, 2)), (change * change).sum((0, 2)),
-                                   (~torch.isfinite(x)).sum().reshape(1).to(x.dtype)]), self.group)
+                                   (~torch.isfinite(x)).sum().reshape(1).to(x.dtype),
+                                   x.new_tensor([float(self.asked())])]), self.group)
         B, n = x.shape[1], self.local.shape[0]
-        return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B:2 * B] / n), sums[-1] == 0
+        self.interrupted = bool(sums[-1] > 0)
+        return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B:2 * B] / n), sums[-2] == 0
 
     def state_sizes(self, t, t_old):
         """As _Bookkeeping.state_sizes over all ranks' rows of t (each rank's edges or nodes), one all-reduce."""

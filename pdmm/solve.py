@@ -241,7 +241,7 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
         _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
         return _warned(distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0,
                                          network, target, names, record_every, check_every, compile, method_params,
-                                         partition), tol)
+                                         partition, progress=progress), tol)
     order = _node_order(problem, reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
     if order is not None:
@@ -334,6 +334,8 @@ def _iterate(step, progress, book, max_iter, record_every, check_every, tol, tar
                 posted = k
         if stop or stalled:
             return "converged" if stop else "stalled"
+        if book.interrupted:  # a Ctrl-C that book.check has agreed on (the distributed ranks)
+            return "interrupted"
     return "max_iter"
 
 
@@ -355,6 +357,7 @@ class _Bookkeeping:
                         for name in self.stored}
         self.last = None  # (row, iteration) of a final row off the record_every grid: only the last row can be
         self.checked = 0  # rows already seen by the divergence test
+        self.interrupted = False  # set by a check that learns of a Ctrl-C (distributed: every rank's, all-reduced)
 
     def residual(self, x, seen):
         """RMS over the edges of the constraint residual A_ij x_i + A_ji x_j - b_ij: (B,), kept in `seen`

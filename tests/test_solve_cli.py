@@ -114,7 +114,7 @@ def test_plot_draws_several_solve_directories_one_line_per_method(tmp_path, caps
 
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="torch.distributed with gloo is not available")
-def test_nproc_runs_the_partitioned_engine_under_torchrun_and_matches_one_process(tmp_path):
+def test_nproc_runs_the_partitioned_engine_as_one_job_and_matches_one_process(tmp_path):
     common = ["--nodes", "40", "--problem", "least_squares", "--iters", "300", "--no-progress"]
     run = [sys.executable, "-m", "experiments", "solve", *common]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

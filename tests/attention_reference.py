@@ -9,9 +9,12 @@ import torch.nn.functional as F
 
 
 def split_qkv(module, x):
-    """Q, K, V (B, T, C) from the module's c_attn weights (K = Q when symmetric)."""
+    """Q, K, V (B, T, C) from the module's c_attn weights (K = Q when symmetric; V alone, Q = K = None, for the
+    "mean" kernel)."""
     y = x @ module.c_attn.weight.T + (module.c_attn.bias if module.c_attn.bias is not None else 0)
     C = x.shape[-1]
+    if module.config.kernel == "mean":
+        return None, None, y
     if module.config.symmetric:
         return y[..., :C], y[..., :C], y[..., C:]
     return y[..., :C], y[..., C:2 * C], y[..., 2 * C:]
@@ -38,6 +41,9 @@ def multi_head(module, x, mask):
     """MH(X) and V(X), (B, T, C), for the module's kernel."""
     cfg = module.config
     q, k, v = split_qkv(module, x)
+    if cfg.kernel == "mean":  # w_ij = 1 / |N(i)|
+        weights = mask.to(v.dtype) / mask.sum(-1, keepdim=True)
+        return torch.cat([weights @ vm for vm in heads_of(v, cfg.n_head)], -1), v
     out = []
     for qm, km, vm in zip(heads_of(q, cfg.n_head), heads_of(k, cfg.n_head), heads_of(v, cfg.n_head)):
         if cfg.kernel == "softmax":

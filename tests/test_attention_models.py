@@ -61,7 +61,8 @@ def test_gpt_starts_near_uniform_ties_weights_and_generates():
         model(torch.zeros(1, 17, dtype=torch.long))
 
 
-@pytest.mark.parametrize("residual,kernel", [(r, "softmax") for r in RESIDUALS] + [("standard", k) for k in KERNELS[1:]]
+@pytest.mark.parametrize("residual,kernel", [(r, "softmax") for r in RESIDUALS]
+                         + [("standard", k) for k in KERNELS[1:] if k != "mean"]  # equal weights cannot pick a position
                          + [("belief_star", "diff")])
 def test_every_gpt_variant_learns_to_copy_from_two_tokens_back_on_held_out_sequences(residual, kernel):
     torch.manual_seed(0)

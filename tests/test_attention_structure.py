@@ -18,7 +18,9 @@ def module_for(residual="standard", kernel="softmax", symmetric=False, layer_ind
     return MultiHeadAttention(cfg, layer_index=layer_index).double()
 
 
-@pytest.mark.parametrize("residual,kernel,symmetric", itertools.product(RESIDUALS, KERNELS, [False, True]))
+@pytest.mark.parametrize("residual,kernel,symmetric", [(r, k, s) for r, k, s in itertools.product(RESIDUALS, KERNELS,
+                                                                                                  [False, True])
+                                                        if not (k == "mean" and s)])  # "mean" has no Q or K to tie
 def test_future_tokens_never_change_earlier_outputs(residual, kernel, symmetric):
     module = module_for(residual, kernel, symmetric)
     x = torch.randn(B, T, C, dtype=torch.float64)

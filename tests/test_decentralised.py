@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import pdmm
+from mixing_reference import metropolis
 from experiments.cli import main
 from experiments.plot_command import _with_counts
 from experiments.runs import load_solve
@@ -119,18 +120,6 @@ def test_diminishing_step_dgd_keeps_reducing_the_error_slowly():
 
 
 # --- iterate by iterate against the papers' equations, one node at a time ------------------------------------------
-
-def metropolis(G):
-    """W_ij = 1 / (1 + max(d_i, d_j)) on edges, W_ii = 1 - sum_j W_ij, in list(G.nodes) order, entry by entry."""
-    nodes = list(G.nodes)
-    W = np.zeros((len(nodes), len(nodes)))
-    for u, v in G.edges():
-        i, j = nodes.index(u), nodes.index(v)
-        W[i, j] = W[j, i] = 1 / (1 + max(G.degree(u), G.degree(v)))
-    for i in range(len(nodes)):
-        W[i, i] = 1 - sum(W[i, j] for j in range(len(nodes)) if j != i)
-    return W
-
 
 class Nodes:
     """The local data of a least squares or lasso problem, node by node: gradients of the smooth part and the

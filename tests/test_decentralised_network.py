@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import pdmm
+from mixing_reference import metropolis
 from experiments.cli import main
 from pdmm.decentralised import EXTRA
 from pdmm.network import Channel
@@ -28,16 +29,6 @@ def least_squares(n=8, B=2, d=2, seed=0):
     H = rng.normal(size=(B, n, 4, d))
     y = (H @ rng.normal(size=(B, 1, d, 1)))[..., 0] + 0.3 * rng.normal(size=(B, n, 4))
     return pdmm.least_squares(G, H, y), H, y
-
-
-def metropolis(G):
-    """W_ij = 1 / (1 + max(d_i, d_j)) on edges, W_ii = 1 - sum_j W_ij, in list(G.nodes) order."""
-    nodes = list(G.nodes)
-    W = np.zeros((len(nodes), len(nodes)))
-    for u, v in G.edges():
-        i, j = nodes.index(u), nodes.index(v)
-        W[i, j] = W[j, i] = 1 / (1 + max(G.degree(u), G.degree(v)))
-    return W + np.diag(1 - W.sum(1))
 
 
 def events(p, network, rounds, width):

@@ -125,7 +125,7 @@ class Setting:
     batch: int = 16
     mu_scale: float = 1.0
     learned_steps: int = 2000
-    finetune_steps: int = 600
+    finetune_steps: int = 2000
     finetune_lr: tuple = (1e-4, 1e-2)  # Adam's lr from the PDMM weights, from random weights
     checkpoints: tuple = ()
     val_graphs: int = 2

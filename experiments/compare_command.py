@@ -69,7 +69,7 @@ def add_parser(subparsers):
                                                                     "per seed")
     parser.add_argument("--learned-steps", type=int, default=2000,
                         help="cap on the Adam steps of learned PDMM (it stops earlier when its validation loss plateaus)")
-    parser.add_argument("--finetune-steps", type=int, default=600, help="the same cap for the PDMM-transformer")
+    parser.add_argument("--finetune-steps", type=int, default=2000, help="the same cap for the PDMM-transformers (each depth stage of the tied one)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                         help="override a config key (repeatable)")
     parser.add_argument("--out", default="runs/compare", help="output directory (a compare directory is resumed)")

@@ -62,7 +62,8 @@ def is_transformer(method):
 
 
 def is_model(method):
-    """Rows that send more than one number per edge and round: trained and hand-set transformers."""
+    """Model rows, trained and hand-set transformers (PDMM-transformers among them), whose numbers sent per edge
+    and round (w, 1 for the one-number ones) the verdicts at equal numbers sent match."""
     return is_transformer(method) or method.startswith("pdmm-transformer")
 
 
@@ -161,9 +162,9 @@ def fmt(cell):
 
 
 def equal_numbers(table):
-    """[(row, its round r, the round of the best classical row that has sent as many numbers)] for every row
-    that sends more than one number, at its rounds 1 and K where that round was evaluated (compare runs the
-    classical rows to w and w K for every such row)."""
+    """[(row, its round r, the round of the best classical row that has sent as many numbers)] for every model
+    row, w numbers per round, at its rounds 1 and K where round w r was evaluated (compare runs the classical
+    rows to w and w K for every such row; w = 1 is equal rounds)."""
     out = []
     for method in table.methods:
         sent = table.sent.get(method)

@@ -146,22 +146,21 @@ def _specs(text):
     return specs
 
 
-def _eta(text):
-    if text in ("L", "safe"):
-        return text
-    try:
-        return positive(float)(text)
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(f"must be 'L', 'safe' or a number > 0, got {text!r}") from None
+def _positive_or(*words):
+    """A parser of one of `words` as written, or a number > 0."""
+    named = ", ".join(f"'{word}'" for word in words)
+
+    def parse(text):
+        if text in words:
+            return text
+        try:
+            return positive(float)(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise argparse.ArgumentTypeError(f"must be {named} or a number > 0, got {text!r}") from None
+    return parse
 
 
-def _alpha(text):
-    if text == "auto":
-        return text
-    try:
-        return positive(float)(text)
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a number > 0, got {text!r}") from None
+_eta, _alpha = _positive_or("L", "safe"), _positive_or("auto")
 
 
 def _step(text):

@@ -10,8 +10,8 @@ import scipy.sparse as sp
 import torch
 
 import pdmm
+import solve_cli
 import pdmm.mixing
-from experiments.cli import main
 
 KINDS = ("metropolis", "lazy_metropolis", "max_degree")
 METHODS = ("gossip", "chebyshev")
@@ -393,7 +393,7 @@ def test_other_problems_are_refused_in_one_line(method, make):
 # --- the solve command ------------------------------------------------------------------------------------------
 
 def solve_command(out, *options):
-    return main(["solve", "--no-progress", "--nodes", "20", *options, "--out", str(out)])
+    return solve_cli.solve_command(out, *options, nodes=20)
 
 
 def test_the_command_compares_pdmm_gossip_and_chebyshev_with_their_specs(tmp_path):
@@ -422,8 +422,4 @@ def test_the_command_compares_pdmm_gossip_and_chebyshev_with_their_specs(tmp_pat
     (["--method", "chebyshev:mixing=uniform"], "mixing: must be one of metropolis, lazy_metropolis, max_degree"),
 ])
 def test_the_command_refuses_in_one_line_with_status_2(tmp_path, capsys, options, culprit):
-    with pytest.raises(SystemExit) as exit:
-        solve_command(tmp_path / "run", *options)
-    message = capsys.readouterr().err.strip()
-    assert exit.value.code == 2 and "\n" not in message and culprit in message
-    assert not (tmp_path / "run").exists()
+    solve_cli.assert_refused_in_one_line(tmp_path / "run", capsys, options, culprit, nodes=20)

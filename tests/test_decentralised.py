@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import pdmm
+import solve_cli
 from mixing_reference import metropolis
 from experiments.cli import main
 from experiments.plot_command import _with_counts
@@ -447,7 +448,7 @@ def test_the_constructor_itself_refuses_rho():
 # --- the solve and plot commands -----------------------------------------------------------------------------------
 
 def solve_command(out, *options):
-    return main(["solve", "--no-progress", "--nodes", "15", *options, "--out", str(out)])
+    return solve_cli.solve_command(out, *options, nodes=15)
 
 
 def test_the_command_compares_every_method_with_their_specs_and_plots_them(tmp_path):
@@ -486,8 +487,4 @@ def test_the_command_compares_every_method_with_their_specs_and_plots_them(tmp_p
     (["--method", "gradient-tracking:step=diminishing"], "gradient-tracking takes mixing=VALUE, alpha=VALUE"),
 ])
 def test_the_command_refuses_in_one_line_with_status_2(tmp_path, capsys, options, culprit):
-    with pytest.raises(SystemExit) as exit:
-        solve_command(tmp_path / "run", *options)
-    message = capsys.readouterr().err.strip()
-    assert exit.value.code == 2 and "\n" not in message and culprit in message
-    assert not (tmp_path / "run").exists()
+    solve_cli.assert_refused_in_one_line(tmp_path / "run", capsys, options, culprit, nodes=15)

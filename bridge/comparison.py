@@ -141,7 +141,7 @@ class Setting:
     @property
     def horizon(self):
         """The last round any row is evaluated at."""
-        return max(self.rounds, *self.checkpoints)
+        return max((self.rounds, *self.checkpoints))
 
     def classical_rounds(self):
         """The rounds at which the classical rows are evaluated: 1..R and the checkpoints."""

@@ -345,3 +345,10 @@ def test_safe_chebyshev_never_grows_the_error_where_a_tuned_interval_diverges():
     assert worst <= 1 + 1e-12
     unsafe = classical_errors("chebyshev", {"mixing": "metropolis", "interval": (-0.3, 0.9)}, 40, instances)
     assert float(unsafe.max()) > 1
+
+
+def test_a_setting_without_checkpoints_has_its_rounds_as_horizon():
+    """bridge.compare's default Setting (checkpoints=()) once failed in max(rounds, *()) before any row ran."""
+    family = GraphFamily("random_geometric", 16, 24)
+    assert Setting(family, depth=4, rounds=8).horizon == 8
+    assert Setting(family, depth=4, rounds=8, checkpoints=(12, 3)).horizon == 12

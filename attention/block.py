@@ -1,4 +1,5 @@
-"""The pre-norm transformer block: gather over the token graph, then fuse per token (MATH.md 4).
+"""The pre-norm transformer block: gather over the token graph, then fuse per token (docs/theory/attention.md
+section 2).
 
     Y = X + Attn(N(X), graph)      (Attn returns R W^o + b, R the configured residual signal)
     X = Y + MLP(N(Y))              (MLP: GELU or bilinear GLU; N: LayerNorm, or the identity for norm=None)

@@ -1,4 +1,5 @@
-"""AttentionConfig: the switches of one attention layer (MATH.md sections 4-5)."""
+"""AttentionConfig: the switches of one attention layer (docs/theory/attention.md section 3;
+docs/theory/residuals.md section 1)."""
 import math
 import numbers
 from dataclasses import dataclass
@@ -11,8 +12,8 @@ KERNELS = ("softmax", "diff", "linear", "mean")
 class AttentionConfig:
     """Sizes and switches shared by every attention layer and model in this package.
 
-    residual: what replaces MH(X) before W^o (MATH.md 5): "standard" MH, "attentionx" V - gamma MH,
-        "belief" MH - alpha V per token, "belief_star" belief plus a per-head belief signal through
+    residual: what replaces MH(X) before W^o (docs/theory/residuals.md section 1): "standard" MH,
+        "attentionx" V - gamma MH, "belief" MH - alpha V per token, "belief_star" belief plus a per-head belief signal through
         an extra W^s, "concat" [MH, V] through a 2 d_model-wide W^o, "accumulated" the standard
         update plus beta times the sum of the earlier layers' updates (a dual memory, like PDMM's
         lambda; it needs the model to pass a SignalMemory through its layers).
@@ -27,7 +28,8 @@ class AttentionConfig:
     symmetric: tie K to Q (no W^K), with any kernel but "mean", which has neither.
     probe: keep the last forward's MH, V, residual and attention statistics in `module.probes`.
     self_loops: whether each token attends to itself in the token graph a model builds (ViT's full
-        graph); False drops the diagonal, the AttentionX paper's ViT setting (alpha_kk = 0, MATH.md 5).
+        graph); False drops the diagonal, the AttentionX paper's ViT setting (alpha_kk = 0,
+        docs/theory/residuals.md section 3).
         GPT (token 0 would attend to nothing) and GraphTransformer (its graph is passed in) refuse False.
     send_width: the numbers a token sends each neighbour per layer. None: its key and value, d_model
         each (2 d_model). An integer w >= 2: keys and queries are w_k = w // 2 wide and values

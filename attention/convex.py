@@ -1,4 +1,5 @@
-"""Convex attention (MATH.md 6): softmax rows relaxed to the unit simplex, the layer trained as a group lasso.
+"""Convex attention (docs/theory/convex.md sections 2, 3): softmax rows relaxed to the unit simplex, the layer
+trained as a group lasso.
 
     model = attention.ConvexAttention(n_tokens=4, d=32, n_outputs=97, n_gates=16)
     logits = model(x)                                   # x: (B, 4, 32) fixed token embeddings -> (B, 97)
@@ -10,8 +11,8 @@ With Z_jl in R^{n x d} (rows z_jlk, one per token) and fixed random gates I_j(X)
 
 n_outputs = 1 is the scalar-output model (n d parameters), c outputs the vector-output one (n d c),
 n_gates = h > 0 the ReLU-gated one (n d c h); n_gates = 0 means one gate that is always open. The
-objective mean_i L(y(X_i), y_i) + beta penalty(Z) is convex in Z and unconstrained (MATH.md 6 writes
-the sum over i; the mean only divides beta by the sample count), so Adam trains it, and `solve_exact` finds its minimiser with cvxpy for small sizes. `ConvexTokenClassifier` puts
+objective mean_i L(y(X_i), y_i) + beta penalty(Z) is convex in Z and unconstrained (docs/theory/convex.md
+section 7; the source writes the sum over i, the mean only divides beta by the sample count), so Adam trains it, and `solve_exact` finds its minimiser with cvxpy for small sizes. `ConvexTokenClassifier` puts
 the layer over fixed random embeddings of token ids, so a whole sequence model stays convex (the
 convexity check; its logits are additive in the tokens within a gate pattern). `ConvexTransformer` is
 the source's architecture for the grokking experiments: trained token embeddings, then blocks of
@@ -132,7 +133,8 @@ class ConvexTokenClassifier(nn.Module):
 
 
 class ConvexBlock(nn.Module):
-    """One block of convex attention + FCN over a sequence (MATH.md 6, gated form, c = n d outputs):
+    """One block of convex attention + FCN over a sequence (gated form, c = n d outputs;
+    docs/theory/convex.md section 8):
 
         X <- X + Y,   Y[t, l] = sum_j I_j(N(X)) trace(Z_{j,(t,l)}^T N(X)),   I_j(X) = 1{u_1j^T X u_2j >= 0}
 
@@ -151,7 +153,8 @@ class ConvexBlock(nn.Module):
 class ConvexTransformer(nn.Module):
     """Token ids (B, n_tokens) -> logits (B, n_outputs): trained embeddings, n_blocks - 1 ConvexBlocks and a
     gated convex readout (ConvexAttention with n_outputs outputs) on the normalised sequence, so `n_blocks`
-    counts attention + FCN layers as the source does (MATH.md 6). Each block has its own fixed gates."""
+    counts attention + FCN layers as the source does (docs/theory/convex.md section 8). Each block has its own
+    fixed gates."""
 
     def __init__(self, vocab_size, n_tokens, d, n_outputs, n_blocks=1, n_gates=0, seed=0):
         super().__init__()

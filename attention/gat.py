@@ -1,4 +1,5 @@
-"""Graph attention with GAT's additive scores, as a drop-in for MultiHeadAttention (MATH.md 5).
+"""Graph attention with GAT's additive scores, as a drop-in for MultiHeadAttention (docs/theory/residuals.md
+section 12).
 
     alpha_ij = softmax_{j in N(i)}( LeakyReLU(c^T [W h_i || W h_j]) ),   head_i = sum_j alpha_ij W h_j
 

@@ -1,4 +1,4 @@
-"""Token graphs: which tokens each token attends to (MATH.md section 4).
+"""Token graphs: which tokens each token attends to (docs/theory/attention.md section 3).
 
 Token i attends to token j iff (i, j) is an edge. Full attention is the complete graph, causal
 attention the graph with j <= i, and any other graph is held as an edge list. A graph runs in one
@@ -90,7 +90,8 @@ class TokenGraph:
 
     def without_self_loops(self, layout="auto"):
         """The same graph minus every edge (i, i): each token attends to the others but not to itself
-        (the AttentionX paper's ViT, MATH.md 5); an error when a token is left attending to nothing."""
+        (the AttentionX paper's ViT, docs/theory/residuals.md section 3); an error when a token is left attending
+        to nothing."""
         src, dst = self.edges()
         keep = src != dst
         return TokenGraph.from_edges(self.n, src[keep], dst[keep], layout)

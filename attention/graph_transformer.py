@@ -1,7 +1,7 @@
 """A transformer whose tokens are the nodes of a graph and whose token graph is that graph.
 
 With self loops, layer l lets each node read its neighbours once: after l layers a node has had
-exactly l rounds of neighbour communication, the budget of l PDMM iterations (MATH.md 2, 4).
+exactly l rounds of neighbour communication, the budget of l PDMM iterations (docs/theory/attention.md section 6).
 """
 import torch
 import torch.nn as nn

@@ -1,4 +1,5 @@
-"""Attention kernels over a token graph: q, k, v (B, nh, T, hs) -> heads (B, nh, T, hs) (MATH.md 4-5).
+"""Attention kernels over a token graph: q, k, v (B, nh, T, hs) -> heads (B, nh, T, hs) (docs/theory/attention.md
+sections 3, 5; docs/theory/residuals.md section 10).
 
 Each kernel turns scores into weights over the neighbours of every token and sums their values:
 head_i = sum_{j in N(i)} w_ij v_j. Softmax on full, causal and dense-mask graphs goes through

@@ -1,4 +1,5 @@
-"""Multi-head attention whose residual signal, score kernel and token graph are switches (MATH.md 4-5)."""
+"""Multi-head attention whose residual signal, score kernel and token graph are switches (docs/theory/attention.md
+section 1; docs/theory/residuals.md section 1)."""
 import math
 import numbers
 
@@ -87,7 +88,8 @@ class MultiHeadAttention(nn.Module):
         return tuple(t.view(B, T, self.config.n_head, -1).transpose(1, 2) for t in (q, k, v))
 
     def attend(self, q, k, v, graph):
-        """The heads head_m = sum_{j in N(i)} w_ij v_j of the configured kernel (MATH.md 4-5)."""
+        """The heads head_m = sum_{j in N(i)} w_ij v_j of the configured kernel
+        (docs/theory/attention.md section 3; docs/theory/residuals.md section 1)."""
         p = self.config.dropout if self.training else 0.0
         if self.config.kernel == "mean":  # w_ij = 1 / |N(i)|: the softmax of equal (zero) scores
             zeros = v.new_zeros(v.shape[:-1] + (1,))
@@ -116,7 +118,7 @@ class MultiHeadAttention(nn.Module):
         return softmax_entropy(q, k, graph) if self.config.kernel == "softmax" else None  # "mean": log |N(i)|
 
     def residual_signal(self, mh, v):
-        """R from MH(X) and V(X), both (B, T, w_v) (MATH.md 5)."""
+        """R from MH(X) and V(X), both (B, T, w_v) (docs/theory/residuals.md section 1)."""
         residual, gamma = self.config.residual, self.config.gamma
         if residual in ("standard", "accumulated"):
             return mh
@@ -176,7 +178,8 @@ def safe_squared_norm(v):
 
 
 def orthogonal_part(a, v):
-    """Delta = a - alpha v, alpha = <a, v> / <v, v>: the part of a orthogonal to v, row by row (MATH.md 5).
+    """Delta = a - alpha v, alpha = <a, v> / <v, v>: the part of a orthogonal to v, row by row
+    (docs/theory/residuals.md section 4).
 
     Where a row of V is (numerically) zero there is nothing to project out: alpha = 0, Delta = a, and
     no NaN or inf in either pass.

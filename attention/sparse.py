@@ -1,4 +1,4 @@
-"""Attention over an edge list in blocks of edges: message, softmax, aggregate (MATH.md 4).
+"""Attention over an edge list in blocks of edges: message, softmax, aggregate (docs/theory/attention.md section 5).
 
 On a sparse token graph one attention head is three steps over the edges e = (i -> j) of a
 pdmm `EdgeList` (src = i the attending token, dst = j the attended one), in token-major tensors

@@ -9,7 +9,7 @@ renumbers such graphs by reverse Cuthill-McKee before it runs them (its default 
 2^16 directed edges on; pdmm.compiled.locality_order); *renumber s* is that one-off cost. Per graph and dimension d,
 milliseconds per iteration of:
 
-    naive   the four-line loop below (MATH.md 2, worked case) on the graph as numbered: the baseline
+    naive   the four-line loop below (docs/theory/pdmm.md section 8, worked case) on the graph as numbered: the baseline
             every row is divided by
     given   a bare `PDMM.step` (pdmm.methods: aggregate, fuse, exchange) on the graph as numbered
     edges   the same step on the renumbered graph

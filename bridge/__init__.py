@@ -1,4 +1,5 @@
-"""bridge: where "transformers vs the classical methods" is answered (MATH.md 2-5, docs/averaging.md 7).
+"""bridge: where "transformers vs the classical methods" is answered (docs/theory/attention.md sections 4, 6;
+docs/averaging.md section 7).
 
     setting = bridge.Setting(bridge.GraphFamily("random_geometric", 64, 128, radius=0.18))
     table = bridge.compare(setting, seeds=range(5))        # bounds, classical rows tuned per round, PDMM-transformer

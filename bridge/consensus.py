@@ -3,7 +3,8 @@
 An instance is a connected graph from a family and node values a_i = mu + s z_i, z_i ~ N(0, 1),
 with an offset mu ~ N(0, mu_scale^2) and a spread s log-uniform in [0.5, 2] drawn per instance,
 so no fixed guess is close to the answer. The target is the consensus solution x* = mean(a) at
-every node (PDMM's averaging problem, f_i(x) = 1/2 (x - a_i)^2, MATH.md 1-2). Errors are measured
+every node (PDMM's averaging problem, f_i(x) = 1/2 (x - a_i)^2,
+docs/theory/problem.md section 2; docs/theory/pdmm.md section 8). Errors are measured
 against the initial disagreement, e = ||x - x*|| / ||a - x*|| (1 for x = a, free of offset and
 scale).
 """

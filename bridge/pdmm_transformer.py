@@ -1,6 +1,6 @@
 """PDMM for distributed averaging, built by hand as a GraphTransformer: block k is PDMM iteration k.
 
-For f_i(x) = 1/2 (x - a_i)^2 with consensus constraints and theta = 1 (MATH.md 2), v_i = u_i / d_i
+For f_i(x) = 1/2 (x - a_i)^2 with consensus constraints and theta = 1 (docs/theory/pdmm.md section 8), v_i = u_i / d_i
 (u_i = sum_j A_ij z_{i|j}) and inv_i = 1 / (1 + rho d_i), PDMM needs no edge state
 (docs/pdmm_transformer.md derives it):
 

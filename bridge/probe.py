@@ -1,4 +1,4 @@
-"""Per-layer discrepancy of a trained attention model, beside PDMM's residual (MATH.md 5).
+"""Per-layer discrepancy of a trained attention model, beside PDMM's residual (docs/theory/residuals.md section 14).
 
 With every attention layer's probes on, per layer l, averaged over tokens:
 
@@ -9,7 +9,8 @@ With every attention layer's probes on, per layer l, averaged over tokens:
     cos_mh_wo     cos(MH W^o, X)                      (Fig. 4: about equal)
     cos_update    cos(update, X)                      the layer's update against the residual stream X
 
-whatever the model's residual signal, so models are comparable (MATH.md 5, 7). W^o is the layer's
+whatever the model's residual signal, so models are comparable (docs/theory/residuals.md section 14;
+docs/theory/reproductions.md section 3). W^o is the layer's
 output projection without its bias (for concat, its MH half). The AttentionX paper argues the
 discrepancy shrinks with depth, as PDMM's constraint residual does with iterations.
 """

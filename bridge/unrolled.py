@@ -1,8 +1,9 @@
 """Unrolled PDMM: K iterations of pdmm's own PDMM / QA-PDMM step as K layers of a torch module.
 
 Layer k runs pdmm.methods.PDMM(rho_k, theta_k).step: gather (edge -> node sums), fuse (the
-local x-update) and exchange (messages to the reverse edge), MATH.md 2-3, on the problem's
-compiled graph. With constant rho and theta the stacked iterates are those of pdmm.solve; with
+local x-update) and exchange (messages to the reverse edge), on the problem's compiled graph
+(docs/theory/pdmm.md sections 4, 13; docs/theory/qa_pdmm.md section 5). With constant rho and theta the stacked
+iterates are those of pdmm.solve; with
 learnable=True each layer has its own rho_k = exp(r_k) > 0 and theta_k = sigmoid(t_k) in (0, 1),
 trained by back-propagation through the iterations (learned PDMM). Between layers with
 different rho the z state is shifted so that the multipliers lambda carry over unchanged.

@@ -1,4 +1,5 @@
-"""Plain implementations of MATH.md sections 4-5 written from the equations, for the tests to compare with.
+"""Plain implementations of attention and its residual signals written from the equations (docs/theory/attention.md
+section 1, docs/theory/residuals.md), for the tests to compare with.
 
 Everything is explicit: per-head loops, (T, T) weight matrices, no SDPA, no edge lists.
 """
@@ -67,7 +68,7 @@ def reject(a, v):
 
 
 def attention_output(module, x, mask):
-    """R W^o + b for every residual (MATH.md 5)."""
+    """R W^o + b for every residual (docs/theory/residuals.md section 1)."""
     cfg = module.config
     mh, v = multi_head(module, x, mask)
     if cfg.residual in ("standard", "accumulated"):  # a lone layer has no earlier updates to add

@@ -1,4 +1,5 @@
-"""MATH.md 2: averaged PDMM (theta = 1/2), consensus, zero start gives the x iterates of edge-based ADMM."""
+"""docs/theory/pdmm.md section 9: averaged PDMM (theta = 1/2), consensus, zero start gives the x iterates of
+edge-based ADMM."""
 import numpy as np
 import pytest
 

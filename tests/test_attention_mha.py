@@ -1,4 +1,5 @@
-"""MultiHeadAttention against torch.nn.MultiheadAttention and against the equations of MATH.md 4-5."""
+"""MultiHeadAttention against torch.nn.MultiheadAttention and against the equations
+(docs/theory/attention.md section 1, docs/theory/residuals.md)."""
 import itertools
 
 import networkx as nx

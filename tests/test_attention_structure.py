@@ -77,8 +77,8 @@ def test_tied_graph_transformer_shares_one_block():
 
 def test_diff_lambda_init_per_layer_matches_the_formula_and_the_notes_table():
     # The notes' table lists 0.36, 0.47, ... for its layers 1..6: the formula at l = 2..7. Their port fed
-    # a 1-based layer number to the 0-based `depth` of the official code; MATH.md and the paper count
-    # l from 1, so the first layer starts at 0.2.
+    # a 1-based layer number to the 0-based `depth` of the official code; our theory page (docs/theory/residuals.md
+    # section 8) and the paper count l from 1, so the first layer starts at 0.2.
     notes = [0.36, 0.47, 0.56, 0.62, 0.67, 0.70]
     assert module_for(kernel="diff", layer_index=1).lambda_init == pytest.approx(0.2, abs=1e-15)
     for layer, value in enumerate(notes, start=2):

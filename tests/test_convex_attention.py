@@ -1,4 +1,5 @@
-"""Convex attention (MATH.md 6): Adam in torch and cvxpy's exact solve reach the same objective."""
+"""Convex attention (docs/theory/convex.md section 7): Adam in torch and cvxpy's exact solve reach the same
+objective."""
 import pytest
 import torch
 
@@ -72,7 +73,7 @@ def test_forward_matches_a_loop_over_gates_and_outputs():
 
 @pytest.mark.parametrize("n_outputs,n_gates,count", [(1, 0, 3 * 4), (5, 0, 3 * 4 * 5), (5, 6, 3 * 4 * 5 * 6)])
 def test_parameter_counts(n_outputs, n_gates, count):
-    """n d (scalar), n d c (vector), n d c h (gated), as in MATH.md 6."""
+    """n d (scalar), n d c (vector), n d c h (gated), as in docs/theory/convex.md section 6."""
     model = attention.ConvexAttention(3, 4, n_outputs, n_gates)
     assert sum(p.numel() for p in model.parameters()) == count
 
@@ -112,7 +113,7 @@ def test_bad_input_is_named(call, message):
 
 
 def test_convex_block_is_x_plus_the_gated_form_on_normalised_tokens():
-    """Y[t, l] = sum_j I_j(N(X)) trace(Z_{j,(t,l)}^T N(X)), checked by a loop (MATH.md 6)."""
+    """Y[t, l] = sum_j I_j(N(X)) trace(Z_{j,(t,l)}^T N(X)), checked by a loop (docs/theory/convex.md section 8)."""
     generator = torch.Generator().manual_seed(5)
     block = attention.ConvexBlock(3, 4, n_gates=2, seed=1).double()
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """The tutorials run as written: every ```python block and every `pdmm-bridge ...` line of a ```bash block
-of docs/tutorials/*.md, in page order, from a fresh directory (holding a copy of docs/compare, which the
-comparison tutorial reads). ```text blocks are shown, not run (the long commands)."""
+of docs/getting_started.md and docs/tutorials/*.md, in page order, from a fresh directory (holding a copy of
+docs/compare, which the comparison tutorial reads). ```text blocks are shown, not run (the long commands)."""
 import re
 import shlex
 import shutil
@@ -11,7 +11,7 @@ import pytest
 from experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
+TUTORIALS = [ROOT / "docs" / "getting_started.md", *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
 BLOCK = re.compile(r"^```(python|bash)\n(.*?)^```", re.S | re.M)
 
 

@@ -1,8 +1,9 @@
-"""The batched engine against plain per-node loops written from MATH.md, iterate by iterate.
+"""The batched engine against plain per-node loops written from the equations, iterate by iterate.
 
-The loops use the lambda-form of PDMM (MATH.md 2, first form) and the recursive form of
-QA-PDMM (MATH.md 3, equations (2)-(4)); the engine runs the z-form and the non-recursive form,
-so agreement also checks the equivalences MATH.md states.
+The loops use the lambda-form of PDMM (docs/theory/pdmm.md section 1) and the recursive form of
+QA-PDMM (docs/theory/qa_pdmm.md section 4, the paper's equations (2)-(4)); the engine runs the z-form
+(docs/theory/pdmm.md section 4) and the non-recursive form (docs/theory/qa_pdmm.md section 5), so agreement
+also checks the equivalences derived in docs/theory/pdmm.md section 5 and docs/theory/qa_pdmm.md section 4.
 """
 import numpy as np
 import pytest
@@ -63,7 +64,8 @@ def loop_pdmm_lambda(G, P, q, edges, rho, x0, iterations):
 def loop_pdmm_z(G, P, q, edges, rho, theta, iterations, schedule=None):
     """PDMM, z-form with averaging theta, one node at a time, from x^0 = 0 and lambda^0 = 0.
 
-    z_{i|j} = -lambda_{j|i} + rho A_ji x_j - rho b_ij / 2 (MATH.md 2) makes z^0 = -rho b / 2, not 0, when b != 0.
+    z_{i|j} = -lambda_{j|i} + rho A_ji x_j - rho b_ij / 2 (docs/theory/pdmm.md section 5) makes z^0 = -rho b / 2,
+    not 0, when b != 0.
     With a schedule, iteration k exchanges only on the edges of schedule[k % len(schedule)]; the others keep z.
     """
     A, b = edge_terms(edges)
@@ -86,7 +88,8 @@ def loop_pdmm_z(G, P, q, edges, rho, theta, iterations, schedule=None):
 
 
 def loop_qa_pdmm(G, grad, eta, edges, rho, iterations, d):
-    """QA-PDMM in the recursive form (MATH.md 3, (2)-(4)) from x^0 = 0, lambda^0 = 0."""
+    """QA-PDMM in the recursive form (docs/theory/qa_pdmm.md section 4; the paper's (2)-(4))
+    from x^0 = 0, lambda^0 = 0."""
     A, b = edge_terms(edges)
     Binv = {i: np.linalg.inv(eta * np.eye(d) + rho * sum(A[(i, j)].T @ A[(i, j)] for j in G[i])) for i in G}
     x = {i: np.zeros(d) for i in G}

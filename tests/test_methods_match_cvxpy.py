@@ -191,7 +191,8 @@ def test_float32_runs_in_float32():
 
 @pytest.mark.parametrize("kind", ["least_squares", "logistic"])
 def test_averaged_qa_pdmm(kind):
-    """theta < 1 with QA-PDMM (an extension: MATH.md 3 has theta = 1) reaches the same solution."""
+    """theta < 1 with QA-PDMM (our extension, docs/theory/qa_pdmm.md section 7; the paper has theta = 1) reaches
+    the same solution."""
     G = graph("random_geometric", {})
     H, y = regression(G.number_of_nodes())
     problem = pdmm.least_squares(G, H, y) if kind == "least_squares" else pdmm.logistic(G, H, np.sign(y))

@@ -47,7 +47,8 @@ def test_probe_needs_a_checkpoint(tmp_path, capsys):
 
 
 def test_probe_statistics_against_a_hand_computation_of_one_layer():
-    """Every statistic from the layer's own weights, by the equations of MATH.md 5, token by token."""
+    """Every statistic from the layer's own weights, by the equations of docs/theory/residuals.md section 14, token
+    by token."""
     torch.manual_seed(0)
     config = AttentionConfig(d_model=8, n_head=2, bias=True, probe=True)
     layer = MultiHeadAttention(config).double()

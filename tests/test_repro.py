@@ -252,7 +252,8 @@ def test_steps_to_a_threshold_and_the_delay_between_two(tmp_path):
 
 
 def test_vit_without_self_loops_attends_to_every_token_but_itself():
-    """AttentionX's ViT setting (MATH.md 5): the diagonal is dropped; the default stays full attention."""
+    """AttentionX's ViT setting (docs/theory/residuals.md section 3): the diagonal is dropped; the default stays
+    full attention."""
     graph = TokenGraph.full(5).without_self_loops()
     assert torch.equal(graph.mask(), ~torch.eye(5, dtype=torch.bool))
     torch.manual_seed(0)

@@ -12,31 +12,52 @@ KERNELS = ("softmax", "diff", "linear", "mean")
 class AttentionConfig:
     """Sizes and switches shared by every attention layer and model in this package.
 
-    residual: what replaces MH(X) before W^o (docs/theory/residuals.md section 1): "standard" MH,
-        "attentionx" V - gamma MH, "belief" MH - alpha V per token, "belief_star" belief plus a per-head belief signal through
-        an extra W^s, "concat" [MH, V] through a 2 d_model-wide W^o, "accumulated" the standard
-        update plus beta times the sum of the earlier layers' updates (a dual memory, like PDMM's
-        lambda; it needs the model to pass a SignalMemory through its layers).
-    gamma: AttentionX's weight; the paper takes gamma >= 1 (1 for ViTs, 3 for causal LMs), values in
+    Attributes
+    ----------
+    d_model, n_head : int
+        The width of the residual stream and the number of heads (n_head divides d_model).
+    residual : str
+        What replaces MH(X) before W^o (docs/theory/residuals.md section 1): "standard" MH,
+        "attentionx" V - gamma MH, "belief" MH - alpha V per token, "belief_star" belief plus a
+        per-head belief signal through an extra W^s, "concat" [MH, V] through a 2 d_model-wide W^o,
+        "accumulated" the standard update plus beta times the sum of the earlier layers' updates (a
+        dual memory, like PDMM's lambda; it needs the model to pass a SignalMemory through its layers).
+    gamma : float
+        AttentionX's weight; the paper takes gamma >= 1 (1 for ViTs, 3 for causal LMs), values in
         [0, 1) are allowed for ablations. With kernel "diff", MH is the normalised, (1 - lambda_init)-
         scaled head output, so V and gamma MH are on different scales.
-    beta: the weight of the accumulated earlier updates for residual "accumulated".
-    kernel: "softmax", "diff" (differential attention; needs an even head size and a layer index; no
+    beta : float
+        The weight of the accumulated earlier updates for residual "accumulated".
+    kernel : str
+        "softmax", "diff" (differential attention; needs an even head size and a layer index; no
         attention dropout), "linear" (elu + 1 feature map; no attention dropout) or "mean" (every
-        neighbour weighs the same, w_ij = 1 / |N(i)|: no queries or keys, a token sends its value only,
-        docs/pdmm_transformer.md section "One number per edge").
-    symmetric: tie K to Q (no W^K), with any kernel but "mean", which has neither.
-    probe: keep the last forward's MH, V, residual and attention statistics in `module.probes`.
-    self_loops: whether each token attends to itself in the token graph a model builds (ViT's full
-        graph); False drops the diagonal, the AttentionX paper's ViT setting (alpha_kk = 0,
-        docs/theory/residuals.md section 3).
-        GPT (token 0 would attend to nothing) and GraphTransformer (its graph is passed in) refuse False.
-    send_width: the numbers a token sends each neighbour per layer. None: its key and value, d_model
-        each (2 d_model). An integer w >= 2: keys and queries are w_k = w // 2 wide and values
-        w_v = w - w_k, each split over the n_head heads (n_head must divide both); the residual signal
-        acts on the w_v-wide heads and values, and W^o (and W^s) maps w_v (2 w_v for concat) back to
-        d_model. GraphAttention refuses it. With kernel "mean" there are no keys: values are w wide
-        (w >= 1) and None means d_model numbers.
+        neighbour weighs the same, w_ij = 1 / deg(i): no queries or keys, a token sends its value
+        only, docs/pdmm_transformer.md section 5).
+    symmetric : bool
+        Tie K to Q (no W^K), with any kernel but "mean", which has neither.
+    dropout : float
+        Dropout on the attention weights and the layer's output.
+    bias : bool
+        Biases in every linear map.
+    probe : bool
+        Keep the last forward's MH, V, residual and attention statistics in `module.probes`.
+    self_loops : bool
+        Whether each token attends to itself in the token graph a model builds (ViT's full graph);
+        False drops the diagonal, the AttentionX paper's ViT setting (alpha_kk = 0,
+        docs/theory/residuals.md section 3). GPT (token 0 would attend to nothing) and
+        GraphTransformer (its graph is passed in) refuse False.
+    send_width : int or None
+        The numbers a token sends each neighbour per layer. None: its key and value, d_model each
+        (2 d_model). An integer w >= 2: keys and queries are w_k = w // 2 wide and values
+        w_v = w - w_k, each split over the n_head heads (n_head must divide both); the residual
+        signal acts on the w_v-wide heads and values, and W^o (and W^s) maps w_v (2 w_v for concat)
+        back to d_model. GraphAttention refuses it. With kernel "mean" there are no keys: values are
+        w wide (w >= 1) and None means d_model numbers.
+
+    Raises
+    ------
+    ValueError
+        On construction, naming the field, for a value out of range or a combination that cannot run.
     """
     d_model: int = 128
     n_head: int = 4

@@ -36,7 +36,7 @@ class TokenGraph:
 
     @classmethod
     def window(cls, n, w, causal=False, layout="auto"):
-        """Token i attends to tokens j with |i - j| <= w (and j <= i when causal)."""
+        """Token i attends to tokens j with abs(i - j) <= w (and j <= i when causal)."""
         n = _count(n)
         if not (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0):
             raise ValueError(f"window width w must be an integer >= 0, got {w!r}")

@@ -66,7 +66,7 @@ def expected_error(coefficients, spectrum):
 def fit_filter(spectra, degree, safeguard=True):
     """Chebyshev coefficients (degree + 1,) of the p with p(1) = 1 minimising
     sum_g 1 / (n_g - 1) sum_j p(lambda_j^g)^2 over the nontrivial spectra of the tuning graphs; with
-    `safeguard`, subject to |p| <= 1 at 200 degree Chebyshev points of [-1, 1] (a quadratic program,
+    `safeguard`, subject to -1 <= p <= 1 at 200 degree Chebyshev points of [-1, 1] (a quadratic program,
     solved with cvxpy; the bound keeps the coefficients small, so the Chebyshev basis is well conditioned),
     else in closed form (minimal_filter)."""
     if degree < 1:

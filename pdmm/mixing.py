@@ -95,7 +95,7 @@ def as_mixing(mixing, graph) -> "scipy.sparse.csr_array":
 def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, float]:
     """(lambda_min, lambda_2) of a mixing matrix W of a connected graph: its smallest eigenvalue and its
     largest other than the eigenvalue 1 of the all-ones vector (docs/averaging.md section 2). Gossip
-    contracts by max(|lambda_min|, |lambda_2|) per round; Chebyshev acceleration takes the interval
+    contracts by max(abs(lambda_min), abs(lambda_2)) per round; Chebyshev acceleration takes the interval
     (section 3).
 
     Up to DENSE_LIMIT nodes: dense eigvalsh. Above: eigsh (Lanczos) on W for lambda_min and on

@@ -95,7 +95,7 @@ def tune(problem: Problem, method: str, reference="cvxpy", values=None, target: 
     reference: "cvxpy" (pdmm.reference, solved once) or the solution x* as an array. values: the grid
     (default: default_grid). params: the method's other parameters, fixed (theta=0.5, mixing=...);
     rho or alpha among them is refused. Each run is pdmm.solve(..., tol=0, target=target,
-    max_iter=max_iter, device=device, dtype=dtype, network=network, **params) from x^0 = 0; once a
+    max_iter=max_iter, device=device, dtype=dtype, network=network) with params, from x^0 = 0; once a
     value has reached the target in k iterations, the later values run at most k iterations, as they
     cannot win after that, which leaves the choice unchanged. progress: a bar over the grid. Raises
     ValueError when every value diverges, KeyboardInterrupt when Ctrl-C stops a run.

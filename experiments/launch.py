@@ -2,20 +2,39 @@
 
 The launcher starts P copies of `python -m experiments ARGS`, each in a process group of its own, with
 torch's env:// variables (MASTER_ADDR 127.0.0.1, a free MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
-LOCAL_WORLD_SIZE) and waits for them:
+LOCAL_WORLD_SIZE; OMP_NUM_THREADS 1 unless set), and waits for them:
 
     Ctrl-C     SIGINT to the launcher is passed once to every process; the processes stop together at
                their next stopping test (pdmm.distributed) and process 0 writes what ran. A process
-               ignores SIGINT until the command runs (listen()), so none dies half-imported.
-    failures   a process that fails writes its one-line error to the launcher's report directory
-               (REPORTS) instead of printing it; the launcher prints one line for the job, bad input
-               (exit 2) before runtime failures (exit 1, a process's failure before the failures it
-               caused in the others), and ends the processes still running GRACE seconds after a failure.
+               starts with SIGINT blocked (the launcher's mask, inherited) and unblocks it once the command
+               runs (listen()), so none dies half-imported and none loses a Ctrl-C that came while it
+               started: that one is raised there, "interrupted outside the iterations". It is blocked
+               again while the rendezvous connects (rendezvous()), and ignored once the command has ended
+               (done()), so that no process ends by SIGINT after it has said what happened.
+    SIGTERM, SIGHUP  passed to every process (which ends at once, as one process would); the launcher
+               then removes its report directory and ends by the same signal, without a line.
+    failures   a process that fails, or is interrupted outside the iterations, writes its one line to the
+               launcher's report directory (REPORTS) instead of printing it, and the launcher prints one
+               line for the job: bad input (exit 2) first, then a Ctrl-C (130), a process killed by a
+               signal (1), then the first runtime failure (1; it caused the failures of the others). A
+               process that ends by itself without a report (process 0 after writing what ran, the others
+               after the last collective) fails nothing, and when process 0 ends so, it has spoken.
+    stuck      once a process has failed or been killed, or process 0 has ended, the processes still
+               running have GRACE seconds to end before they are killed; QUICK seconds after a Ctrl-C
+               outside the iterations (nothing is written then) or SIGTERM, so that nothing waits for a
+               rendezvous or collective timeout.
     dead parent  every process dies with its parent (die_with_parent: prctl PR_SET_PDEATHSIG on Linux,
                else a thread that watches os.getppid()), so `kill -9` of the launcher, or of torchrun
                when the command is started by hand, ends the job at once rather than at the collective
                timeout (pdmm.distributed.DEFAULT_TIMEOUT).
+    memory     check() refuses more processes than the machine's available memory holds (PROCESS_BYTES
+               each, before the problem), before anything is started or written.
+
+Started by hand under torchrun (no report directory) a process prints its failure itself: bad input and
+Ctrl-C by local process 0 only (every process finds the same), a runtime failure by each process that has
+one; torchrun then adds its own report and exits 1.
 """
+import contextlib
 import ctypes
 import json
 import os
@@ -28,28 +47,102 @@ import threading
 import time
 from pathlib import Path
 
+from . import memory
+from .common import RunFailure, UsageError
+
 REPORTS = "PDMM_BRIDGE_REPORTS"  # the directory where a process of the job writes its failure
 PARENT = "PDMM_BRIDGE_PARENT"  # the launcher's process id
 GRACE = 10.0  # seconds the other processes have to end after one fails, before they are killed
+QUICK = 2.0  # the same after a Ctrl-C outside the iterations, or SIGTERM: nothing is written then
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+ENDING = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
+PROCESS_BYTES = 600 * 2**20  # memory one process of a job needs before its problem: Python, torch, cvxpy (~0.4 GB)
+_armed = []  # die_with_parent has run in this process
+
+
+def check(nproc, available=None):
+    """UsageError where nproc processes would need more than the `available` bytes (default: what this machine has
+    available; unknown: no check) before their problem is even built."""
+    if nproc <= 1:
+        return
+    available = memory.available_bytes("cpu") if available is None else available
+    need = nproc * PROCESS_BYTES
+    if available is not None and need > available:
+        raise UsageError(f"--nproc {nproc} needs about {need / 2**30:.1f} GB ({PROCESS_BYTES / 2**30:.2g} GB a "
+                         f"process before its problem), more than the {available / 2**30:.1f} GB available; use at "
+                         f"most {max(1, available // PROCESS_BYTES)} processes")
+
+
+class _Job:
+    """The processes of one job and what the launcher has done to them."""
+
+    def __init__(self):
+        self.processes, self.killed, self.interrupted, self.ending = [], set(), False, None
+
+    def send(self, signum):
+        """signum to every process still running."""
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    process.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    def kill(self):
+        """SIGKILL to every process still running, remembered as the launcher's."""
+        for rank, process in enumerate(self.processes):
+            if process.poll() is None:
+                self.killed.add(rank)
+        self.send(signal.SIGKILL)
+
+    def interrupt(self, signum, frame):
+        self.interrupted = True
+        self.send(signal.SIGINT)
+
+    def end(self, signum, frame):
+        self.ending = signum
+        self.send(signal.SIGTERM)
 
 
 def launch(argv, nproc):
     """Run `python -m experiments *argv` as nproc processes of one job; the job's exit status, after one line for
-    a failure (bad input: 2, runtime: 1) or a Ctrl-C (130)."""
+    a failure (bad input: 2, runtime: 1) or a Ctrl-C (130). SIGTERM or SIGHUP to the launcher ends the job and
+    then the launcher by that signal."""
+    job = _Job()
     with tempfile.TemporaryDirectory(prefix="pdmm-bridge-job-") as reports:
         environment = _environment(nproc, reports)
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited: ignored until the command runs
-        processes = [subprocess.Popen([sys.executable, "-m", "experiments", *argv], process_group=0,
-                                      env={**environment, "RANK": str(r), "LOCAL_RANK": str(r)})
-                     for r in range(nproc)]
-        signal.signal(signal.SIGINT, lambda signum, frame: _send(processes, signal.SIGINT))
+        handled = (signal.SIGINT, *ENDING)
+        # blocked while the processes start: they inherit the mask (listen() unblocks it), and a signal that comes
+        # now waits for the handlers below instead of being lost
+        masked = hasattr(signal, "pthread_sigmask")
+        if masked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, handled)
+        previous = {signum: signal.getsignal(signum) for signum in handled}
         try:
-            codes = _wait(processes)
+            try:
+                for rank in range(nproc):
+                    job.processes.append(subprocess.Popen(
+                        [sys.executable, "-m", "experiments", *argv], process_group=0,
+                        env={**environment, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
+            except OSError as err:  # no memory or process slots left: the started ones are killed below
+                raise RunFailure(f"could not start process {len(job.processes)} of {nproc}: {err}") from None
+            finally:
+                signal.signal(signal.SIGINT, job.interrupt)
+                for signum in ENDING:
+                    signal.signal(signum, job.end)
+                if masked:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
+            codes = _wait(job, Path(reports))
         finally:
-            signal.signal(signal.SIGINT, previous)
-            _send(processes, signal.SIGKILL)
-        return _outcome(codes, _reports(Path(reports)))
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            job.kill()
+        status = None if job.ending else _outcome(codes, _reports(Path(reports)), job, argv)
+    if job.ending:  # as one process ends by it: no line, the shell's status of that signal
+        signal.signal(job.ending, signal.SIG_DFL)
+        os.kill(os.getpid(), job.ending)
+        return 128 + job.ending
+    return status
 
 
 def _environment(nproc, reports):
@@ -62,76 +155,141 @@ def _environment(nproc, reports):
             REPORTS: reports, PARENT: str(os.getpid())}
 
 
-def _send(processes, signum):
-    """signum to every process still running."""
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signum)
-
-
-def _wait(processes):
-    """Every process's exit status, killing those still running GRACE seconds after one failed (neither 0 nor
-    130, the status of a Ctrl-C)."""
-    deadline = None
-    while any(process.poll() is None for process in processes):
-        if deadline is None and any(process.returncode not in (None, 0, 130) for process in processes):
-            deadline = time.monotonic() + GRACE
+def _wait(job, reports):
+    """Every process's exit status. The processes still running GRACE seconds after one failed (wrote a report or
+    was killed by a signal) or after process 0 ended are killed; QUICK seconds after one was interrupted outside
+    the iterations (no process writes results then) or after SIGTERM or SIGHUP reached the launcher."""
+    processes, deadline = job.processes, None
+    while [process.poll() for process in processes].count(None):  # every one polled: any() would stop at the first
+        if deadline is None:
+            reported = _reports(reports)
+            failed = [rank for rank, process in enumerate(processes)
+                      if process.returncode is not None and (process.returncode < 0 or rank in reported)]
+            if job.ending or any(reported[rank][0] == 130 for rank in failed if rank in reported):
+                deadline = time.monotonic() + QUICK
+            elif failed or processes[0].returncode is not None:
+                deadline = time.monotonic() + GRACE
         if deadline is not None and time.monotonic() > deadline:
-            _send(processes, signal.SIGKILL)
+            job.kill()
         time.sleep(0.05)
     return [process.returncode for process in processes]
 
 
 def _reports(directory):
-    """The failures the processes wrote: [(code, time, rank, message)]."""
-    found = []
+    """The failures the processes wrote: {rank: (code, time, message)}; a report that cannot be read is skipped."""
+    found = {}
     for path in directory.glob("rank-*.json"):
-        report = json.loads(path.read_text())
-        found.append((report["code"], report["time"], report["rank"], report["message"]))
+        try:
+            report = json.loads(path.read_text())
+            found[int(report["rank"])] = (int(report["code"]), float(report["time"]), str(report["message"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
     return found
 
 
-def _outcome(codes, reports):
-    """The job's exit status; prints one line where no process 0 said what happened."""
-    if reports and 130 not in codes:
-        code, _, _, message = min(reports, key=lambda r: (r[0] != 2, r[1]))
-        print(message, file=sys.stderr)
-        return code
-    if 130 in codes:
-        if codes[0] != 130:
-            print("pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written",
-                  file=sys.stderr)
-        return 130
-    killed = [(rank, code) for rank, code in enumerate(codes) if code < 0]
-    if killed:
-        rank, code = killed[0]
-        print(f"pdmm-bridge solve: error: process {rank} of {len(codes)} was killed by signal "
-              f"{signal.Signals(-code).name}", file=sys.stderr)
-        return 1
-    return codes[0] or max(codes)
+def _outcome(codes, reports, job, argv):
+    """The job's exit status; prints one line for the job where process 0 did not say what happened."""
+    if codes[0] >= 0 and 0 not in reports and 0 not in job.killed:  # process 0 ended by itself and has spoken
+        return codes[0]
+    first = sorted(reports.values(), key=lambda report: report[1])
+    bad_input = [report for report in first if report[0] == 2]
+    interrupted = [report for report in first if report[0] == 130]
+    killed = [(rank, code) for rank, code in enumerate(codes) if code < 0 and rank not in job.killed]
+    if bad_input:
+        code, _, message = bad_input[0]
+    elif interrupted or job.interrupted:
+        code = 130
+        message = interrupted[0][2] if interrupted else \
+            "pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written"
+    elif killed:
+        rank, signum = killed[0]
+        code, message = 1, (f"pdmm-bridge solve: error: process {rank} of {len(codes)} was killed by signal "
+                            f"{_name(-signum)}")
+    elif first:
+        code, _, message = first[0]
+    else:
+        code, message = 1, (f"pdmm-bridge solve: error: the job's processes ended with {codes}; processes "
+                            f"{sorted(job.killed)} did not end {GRACE:g} s after the others")
+    # process 0's progress bar may end mid-line where it was killed
+    bar = codes[0] < 0 and not any(a.startswith("--no-p") for a in argv)
+    print(("\n" if bar else "") + message, file=sys.stderr)
+    return code
+
+
+def _name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
 
 
 def report(code, message):
-    """In a process of a launched job: write its one-line failure for the launcher and return True; elsewhere
-    (one process, or under torchrun) return False and let the caller print it."""
+    """The one line of a process's failure (code 2: bad input, 1: runtime, 130: Ctrl-C outside the iterations) where
+    the job prints it once; True where it is taken care of, False for one process (the caller prints it).
+
+    In a process of a launched job: written for the launcher. Under torchrun: printed here, bad input and Ctrl-C
+    by local process 0 only (every process finds the same), runtime failures by every process that has one."""
     directory = os.environ.get(REPORTS)
-    if directory is None:
+    rank = os.environ.get("RANK")
+    if rank is None or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
-    rank = int(os.environ["RANK"])
-    entry = json.dumps({"code": code, "time": time.time(), "rank": rank, "message": message})
-    Path(directory, f"rank-{rank}.json").write_text(entry)
+    if directory is not None:
+        entry = json.dumps({"code": code, "time": time.time(), "rank": int(rank), "message": message})
+        try:
+            Path(directory, f"rank-{rank}.json").write_text(entry)
+            return True
+        except OSError:
+            pass  # the launcher is gone or its directory unwritable: said here instead
+    if code == 1 or os.environ.get("LOCAL_RANK", rank) == "0":
+        print(message, file=sys.stderr)
     return True
 
 
+def speaks():
+    """Whether this process prints the command's notices (warnings while reading its input): one process, or
+    process 0 under torchrun; not a process of a launched job, whose launcher printed them while checking."""
+    return REPORTS not in os.environ and os.environ.get("RANK", "0") == "0"
+
+
 def listen():
-    """In a process of a launched job, which starts with SIGINT ignored: Ctrl-C raises KeyboardInterrupt again."""
+    """In a process of a launched job, which starts with SIGINT blocked: Ctrl-C raises KeyboardInterrupt again,
+    here for one that came while the process was starting. The process also dies with the launcher from now on."""
+    if REPORTS not in os.environ:
+        return
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, *ENDING})
+
+
+@contextlib.contextmanager
+def rendezvous():
+    """In a process of a launched job: SIGINT blocked while torch.distributed's rendezvous connects (a signal there
+    interrupts its connect() and makes torch print a C++ stack), and a Ctrl-C that came meanwhile raised at the end.
+    A rendezvous that waits for a process that has ended is ended by the launcher (GRACE)."""
+    block = REPORTS in os.environ and hasattr(signal, "pthread_sigmask")
+    if block:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if block:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def done():
+    """In a process of a launched job whose command has ended (and said what happened): a Ctrl-C no longer
+    interrupts it (its exit, torch.distributed's teardown), so that none ends by SIGINT after it has spoken."""
     if REPORTS in os.environ:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def die_with_parent():
     """End this process when its parent (the launcher, or torchrun) dies: PR_SET_PDEATHSIG = SIGKILL through
-    prctl on Linux, else a daemon thread that polls os.getppid() every half second."""
+    prctl on Linux, else a daemon thread that polls os.getppid() every half second. Once per process."""
+    if _armed:
+        return
+    _armed.append(True)
     parent = int(os.environ.get(PARENT, os.getppid()))
     try:
         libc = ctypes.CDLL(None, use_errno=True)

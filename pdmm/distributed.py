@@ -34,11 +34,14 @@ local functions (pdmm.averaging, pdmm.least_squares, pdmm.lasso, pdmm.quadratic)
 float64/float32 on the CPU; anything else raises ValueError naming it. Every rank checks that all
 ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
 iteration. Collectives time out after the timeout given when the process group was initialised:
-`init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes.
+`init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes; a collective
+that fails (another rank ended, or did not answer in time) raises CollectiveError, a RuntimeError whose
+message is one line.
 
-Ctrl-C (SIGINT) during the iterations stops every rank at the same iteration, as one process does: a
-rank's SIGINT only sets a flag, all-reduced with the stopping test's sums at the next test, and every
-rank then returns the Result so far with result.interrupted = True (status "interrupted").
+Ctrl-C (SIGINT) stops every rank at the same iteration, as one process does: from the moment solve
+starts a rank's SIGINT only sets a flag, all-reduced with the stopping test's sums at the next test (so
+one that comes before the iterations stops them at the first test), and every rank then returns the
+Result so far with result.interrupted = True (status "interrupted"); one after the last test is dropped.
 """
 import hashlib
 import signal
@@ -59,6 +62,24 @@ from .methods import PDMM
 from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
+
+
+class CollectiveError(RuntimeError):
+    """A collective of the distributed solve failed: another rank ended (its connections closed) or did not answer
+    within the process group's timeout (a stopped or hung process). The message says which, in one line."""
+
+
+def _collective(op, *args, **kwargs):
+    """torch.distributed's op(*args, **kwargs), its failure a CollectiveError with gloo's reason in one line (the
+    reason without gloo's source path and advice): "Connection reset by peer", "Timed out waiting 120000ms ..."."""
+    try:
+        return op(*args, **kwargs)
+    except RuntimeError as err:
+        text = " ".join(str(err).split())
+        reason = text.split("] ", 1)[1] if text.startswith("[") and "] " in text else text
+        reason = reason.split(". This is typically caused", 1)[0].rstrip(".")
+        raise CollectiveError(f"a collective with the other processes failed ({reason}): one of them ended, or did "
+                              "not answer within the process group's timeout") from err
 
 
 def init_process_group(backend="gloo", timeout=DEFAULT_TIMEOUT, **kwargs):
@@ -116,8 +137,8 @@ class Swap:
     def __call__(self, v):
         received = v.new_empty((self.total, *v.shape[1:]))
         if dist.get_world_size(self.group) > 1:
-            dist.all_to_all_single(received, v.index_select(0, self.send).contiguous(), self.counts, self.counts,
-                                   group=self.group)
+            _collective(dist.all_to_all_single, received, v.index_select(0, self.send).contiguous(), self.counts,
+                        self.counts, group=self.group)
         return torch.cat([v, received]).index_select(0, self.source)
 
 
@@ -222,46 +243,49 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
     """pdmm.solve's loop on this rank's part of the graph (called by pdmm.solve with arguments already checked);
     progress: a tqdm bar on this rank."""
     rank, world = check_group(group)
-    arguments = dict(method=method, rho=rho, max_iter=max_iter, tol=tol, reference=reference, dtype=str(dtype),
-                     seed=seed, x0=x0, target=target, names=names, record_every=record_every,
-                     check_every=check_every, method_params=method_params, partition=owners, world=world)
-    mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
-    every = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    differ = [r for r, f in enumerate(every) if int(f) != int(every[0])]
-    if differ:
-        raise ValueError(f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
-                         "(every rank must call pdmm.solve with the same data)")
-    check_supported(problem, method, device, network, compile, method_params)
-    if world > problem.n:
-        raise ValueError(f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes")
-    owner = _owners(problem, owners, world, group)
+    # a Ctrl-C from here to the end is only flagged, and agreed on at the next stopping test: no rank leaves the
+    # others in a collective, and one that comes after the last test is dropped (the run has ended)
+    with _DeferredInterrupts() as asked:
+        arguments = dict(method=method, rho=rho, max_iter=max_iter, tol=tol, reference=reference, dtype=str(dtype),
+                         seed=seed, x0=x0, target=target, names=names, record_every=record_every,
+                         check_every=check_every, method_params=method_params, partition=owners, world=world)
+        mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
+        every = [torch.zeros_like(mine) for _ in range(world)]
+        _collective(dist.all_gather, every, mine, group=group)
+        differ = [r for r, f in enumerate(every) if int(f) != int(every[0])]
+        if differ:
+            raise ValueError(f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
+                             "(every rank must call pdmm.solve with the same data)")
+        check_supported(problem, method, device, network, compile, method_params)
+        if world > problem.n:
+            raise ValueError(f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} "
+                             "processes")
+        owner = _owners(problem, owners, world, group)
 
-    graph, own = local_part(problem.compiled, owner, rank, dtype, group)
-    local = problem.local.to("cpu", dtype).nodes(torch.from_numpy(own))
-    edges = Consensus(graph)
-    algorithm = PDMM(graph, local, edges, float(rho), **method_params)
-    x_star = _reference(problem, reference, device, dtype)
-    state = algorithm.init(_initial_x(problem, x0, seed, device, dtype)[torch.from_numpy(own)])
-    per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
-    book = _PartBookkeeping(names, _Summed(local, problem.n, group), edges, None, x_star, None, rho, per_iteration,
-                            record_every, min(max_iter // record_every + 1, 4096))
-    book.part(own, problem.compiled.num_edges // 2, group)
-    run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=None)
+        graph, own = local_part(problem.compiled, owner, rank, dtype, group)
+        local = problem.local.to("cpu", dtype).nodes(torch.from_numpy(own))
+        edges = Consensus(graph)
+        algorithm = PDMM(graph, local, edges, float(rho), **method_params)
+        x_star = _reference(problem, reference, device, dtype)
+        state = algorithm.init(_initial_x(problem, x0, seed, device, dtype)[torch.from_numpy(own)])
+        per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
+        book = _PartBookkeeping(names, _Summed(local, problem.n, group), edges, None, x_star, None, rho, per_iteration,
+                                record_every, min(max_iter // record_every + 1, 4096))
+        book.part(own, problem.compiled.num_edges // 2, group)
+        run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=None)
 
-    so_far = _Progress((state, 0, 0))
-    start = time.perf_counter()
+        so_far = _Progress((state, 0, 0))
+        start = time.perf_counter()
 
-    def finish(status):
-        state, done, rows = so_far.now
-        return _result(_gathered(state, owner, group), done, book, rows, status, start, **run)
+        def finish(status):
+            state, done, rows = so_far.now
+            return _result(_gathered(state, owner, group), done, book, rows, status, start, **run)
 
-    with torch.no_grad(), _DeferredInterrupts() as asked, \
-            tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
         book.asked = asked
-        status = _iterate(algorithm.step, so_far, book, max_iter, record_every, check_every, tol, target, method,
-                          rho, finish, bar=bar if progress else None)
-    return finish(status)
+        with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
+            status = _iterate(algorithm.step, so_far, book, max_iter, record_every, check_every, tol, target, method,
+                              rho, finish, bar=bar if progress else None)
+        return finish(status)
 
 
 class _DeferredInterrupts:
@@ -299,7 +323,7 @@ def _owners(problem, given, world, group):
         return owner.astype(np.int64)
     owner = torch.from_numpy(partition(problem.compiled, world) if dist.get_rank(group) == 0 else
                              np.zeros(n, dtype=np.int64))
-    dist.broadcast(owner, 0, group=group)
+    _collective(dist.broadcast, owner, 0, group=group)
     return owner.numpy()
 
 
@@ -311,7 +335,7 @@ def _gathered(state, owner, group):
     padded = x.new_zeros((int(sizes.max()), *x.shape[1:]))
     padded[:len(x)] = x
     parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded, group=group)
+    _collective(dist.all_gather, parts, padded, group=group)
     full = x.new_empty((len(owner), *x.shape[1:]))
     for r, part in enumerate(parts):
         full[torch.from_numpy(np.flatnonzero(owner == r))] = part[:sizes[r]]
@@ -319,7 +343,7 @@ def _gathered(state, owner, group):
 
 
 def _all_sum(t, group):
-    dist.all_reduce(t, group=group)
+    _collective(dist.all_reduce, t, group=group)
     return t
 
 
@@ -379,4 +403,4 @@ class _PartBookkeeping(_Bookkeeping):
         return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B:2 * B] / rows)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "init_process_group", "partition", "blocks", "solve"]
+__all__ = ["DEFAULT_TIMEOUT", "CollectiveError", "init_process_group", "partition", "blocks", "solve"]

@@ -53,7 +53,6 @@ import argparse
 import inspect
 import io
 import json
-import math
 import os
 import sys
 import warnings
@@ -71,7 +70,7 @@ import pdmm.methods
 import pdmm.mixing
 import pdmm.npz
 import pdmm.tuning
-from pdmm.solve import check_rho_resolved
+from pdmm.solve import check_rho_resolved, check_steps_resolved, local_curvature, problem_scale, rho_advice
 from pdmm.synthetic import KINDS, make_data, make_problem
 
 from . import launch, rundir
@@ -176,10 +175,11 @@ def _mixing(text):
 
 
 def _tolerance(text):
-    """--tol: a finite number >= 0 (0 runs every --iters iteration), refused while parsing, before any work."""
+    """--tol: a number in [0, 1) (0 runs every --iters iteration; it is relative, and 1 would pass at x = 0),
+    refused while parsing, before any work."""
     value = float(text)
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0 and below 1 (it is relative), got {text}")
     return value
 
 
@@ -266,8 +266,8 @@ def add_parser(subparsers):
                         help="choose each run's rho or alpha, unless its spec sets it, on pdmm.tune's grid: the value "
                         f"that reaches relative error TARGET (default {pdmm.tuning.TARGET:g}) in the fewest iterations")
     solver.add_argument("--tol", type=_tolerance, default=1e-10, help="stop when the residual and the change of x "
-                        "fall below tol * max(1, RMS of x) and the multipliers have settled (README \"The stopping "
-                        "test\"); 0 runs all --iters")
+                        "fall below tol * max(s, RMS of x), s = min(1, the data's scale), and the multipliers have "
+                        "settled (README \"The stopping test\"); a number in [0, 1), 0 runs all --iters")
     solver.add_argument("--reference", choices=("cvxpy", "none"), default="cvxpy",
                         help="centralised solution for the relative error")
     solver.add_argument("--device", type=_solve_device, default="cpu", help="torch device, e.g. cpu or cuda")
@@ -371,12 +371,14 @@ def _run(args):
     rundir.write_file(out / "result.npz", npz.getvalue())
     graph_name = args.graph if args.graph in pdmm.TOPOLOGIES else Path(args.graph).name
     title = f"{args.problem} on {graph_name} (n={problem.n})" + (" — interrupted" if interrupted else "")
-    plot_convergence(curves, out / "convergence.png", title)
+    with warnings.catch_warnings():  # matplotlib's "no positive values to log-scale" for a residual of 0
+        warnings.simplefilter("ignore", UserWarning)
+        plot_convergence(curves, out / "convergence.png", title)
 
     for label, tuning in tunings.items():
         print(_tuning_summary(label, tuning))
     for label, result in results.items():
-        print(_summary(label, result, label in failures, out))
+        print(_summary(label, result, label in failures, out, rho_advice(result.params.get("rho"), problem)))
     for message in failures.values():
         print(f"pdmm-bridge solve: {message}", file=sys.stderr)
     if interrupted:
@@ -409,6 +411,8 @@ def _solve_all(problem, specs, params, x_star, args, network):
                     **params[label])
         except pdmm.DivergenceError as err:
             results[label], failures[label] = err.result, str(err)
+        except ValueError as err:  # what _check_methods did not foresee: still one line, bad input
+            raise UsageError(f"{label}: {err}") from None
         except KeyboardInterrupt:  # before its first iteration
             return results, failures, label
         if results[label].interrupted:
@@ -495,7 +499,12 @@ def _network(args):
 def _check_methods(problem, specs, params, args, network):
     """Build each run's method once, so a parameter it rejects is an error before anything is written; with
     --nproc, also what the partitioned engine does not implement."""
-    parts = problem.compile(args.device, DTYPES[args.dtype])
+    parts, dtype = problem.compile(args.device, DTYPES[args.dtype]), DTYPES[args.dtype]
+    curvature = local_curvature(problem)
+    try:
+        problem_scale(problem, dtype, curvature)
+    except ValueError as err:
+        raise UsageError(f"{args.problem} from {args.data or 'synthetic data'}: {err}") from None
     for label, method, _ in specs:
         if network is not None and network.privacy is not None and method == "admm":
             raise UsageError(f"{label}: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
@@ -504,8 +513,9 @@ def _check_methods(problem, specs, params, args, network):
             if not pdmm.METHODS[method].uses_rho:
                 pdmm.methods.check_mixing_options(method, network=network)
             rho = values.pop("rho", None)
-            pdmm.METHODS[method](*parts, rho, **values)
-            check_rho_resolved(rho, problem, DTYPES[args.dtype])
+            algorithm = pdmm.METHODS[method](*parts, rho, **values)
+            check_rho_resolved(rho, problem, dtype, curvature)
+            check_steps_resolved(algorithm, problem, dtype, curvature)
             if args.nproc > 1:
                 pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
         except (ValueError, TypeError) as err:
@@ -693,8 +703,9 @@ def _write_history(path, curves, columns):
         for label, curve in curves.items() for k in range(len(curve.get("residual", ()))))])
 
 
-def _summary(label, result, diverged, out):
-    """pdmm: converged in 227 iterations (0.31 s), residual 9.1e-11, error 2.3e-10 -> runs/avg"""
+def _summary(label, result, diverged, out, advice=None):
+    """pdmm: converged in 227 iterations (0.31 s), residual 9.1e-11, error 2.3e-10 -> runs/avg; advice (a rho far
+    from the problem's curvature, pdmm.solve.rho_advice) follows the status of a run that did not converge."""
     if diverged:
         status = f"diverged at iteration {result.iterations}"
     elif result.interrupted:
@@ -705,6 +716,8 @@ def _summary(label, result, diverged, out):
         status = f"stalled after {result.iterations} iterations (the state stopped changing short of --tol)"
     else:
         status = f"not converged after {result.iterations} iterations"
+    if advice and result.status in ("max_iter", "stalled") and not diverged:
+        status += f": {advice}"
     line = f"{label}: {status} ({result.seconds:.2f} s)"
     for key in ("residual", "error"):
         if _final(result, key) is not None:

@@ -120,6 +120,7 @@ def load_graph(path, arrays=False):
     if not path.is_file():
         raise FileNotFoundError(f"graph file not found: {path}")
     graphml = path.suffix.lower() == ".graphml"
+    _check_memory(path, GRAPHML_MEMORY if graphml else EDGE_LIST_MEMORY)
     try:
         if graphml:
             _refuse_doctype(path)
@@ -141,6 +142,9 @@ def load_graph(path, arrays=False):
 
 
 EDGE_CHUNK = 2**22  # bytes of an edge list parsed at a time: its token lists take about 10x this
+LONG_LABEL = 32  # bytes: a chunk with a longer label is numbered through Python objects, not fixed-width arrays
+EDGE_LIST_MEMORY = 10  # bytes of memory per byte of an edge list (measured 8.6-9.7 at 23-237 MB)
+GRAPHML_MEMORY = 50  # the same for GraphML read by networkx (measured about 40)
 _ODD_LINE = re.compile(rb"^[ \t\r\f\v]*\S+[ \t\r\f\v]*$|^[ \t\r\f\v]*\S+[ \t\r\f\v]+\S+[ \t\r\f\v]+\S", re.M)
 
 
@@ -164,6 +168,9 @@ def read_edge_list(path) -> tuple[list, np.ndarray, np.ndarray]:
     ends = [e for e in ends if len(e)]
     if not ends:
         return [], np.empty(0, np.int64), np.empty(0, np.int64)
+    if any(e.dtype.kind == "O" for e in ends):  # long labels: fixed-width arrays would take count x longest
+        labels, index = _numbered_objects(ends)
+        return labels, index[0::2], index[1::2]
     if any(e.dtype.kind == "U" for e in ends):
         ends = [e.astype(str) for e in ends]
     labels, index = _numbered(np.concatenate(ends).ravel())
@@ -176,10 +183,29 @@ def _chunk_ends(data: bytes) -> np.ndarray:
     if b"#" in data:
         data = re.sub(rb"#[^\n]*", b"", data)
     if data.isascii() and not _ODD_LINE.search(data):
-        return np.array(data.split(), dtype=bytes).reshape(-1, 2)
+        tokens = data.split()
+        long = bool(tokens) and max(map(len, tokens)) > LONG_LABEL
+        return np.array(tokens, dtype=object if long else bytes).reshape(-1, 2)
     pairs = [fields[:2] for fields in (line.split() for line in data.decode("utf-8").splitlines())
              if len(fields) >= 2]
-    return np.array(pairs, dtype=str).reshape(-1, 2)
+    long = any(len(a) > LONG_LABEL or len(b) > LONG_LABEL for a, b in pairs)
+    return np.array(pairs, dtype=object if long else str).reshape(-1, 2)
+
+
+def _numbered_objects(chunks: list) -> tuple[list, np.ndarray]:
+    """_numbered for chunks of which some hold labels longer than LONG_LABEL (object arrays): every label as str,
+    numbered in order of first appearance through a dict, in memory proportional to the labels' text. A label that
+    long is not the text of an int64, so the labels stay str."""
+    index: dict = {}
+
+    def texts(chunk):
+        for label in chunk.ravel().tolist():
+            yield label.decode() if isinstance(label, bytes) else label
+
+    total = sum(chunk.size for chunk in chunks)
+    codes = np.fromiter((index.setdefault(label, len(index)) for chunk in chunks for label in texts(chunk)),
+                        dtype=np.int64, count=total)
+    return list(index), codes
 
 
 def _numbered(flat: np.ndarray) -> tuple[list, np.ndarray]:
@@ -200,6 +226,45 @@ def _numbered(flat: np.ndarray) -> tuple[list, np.ndarray]:
     if keys.dtype.kind == "S":
         labels = [label.decode() for label in labels]
     return labels, rank[inverse.ravel()]
+
+
+def _check_memory(path: Path, factor: int) -> None:
+    """ValueError, before anything is read, when reading the graph file at `path` would take more memory (about
+    `factor` times its size) than this process can have (available_memory)."""
+    size, available = path.stat().st_size, available_memory()
+    if available is not None and size * factor > available:
+        raise ValueError(f"could not read graph file {path}: reading its {_bytes(size)} would take about "
+                         f"{_bytes(size * factor)} of memory, more than the {_bytes(available)} available")
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the system's MemAvailable (Linux), less where an address-space limit
+    (ulimit -v) leaves less; None where neither is known."""
+    import resource
+
+    known = []
+    try:
+        with open("/proc/meminfo") as file:
+            known += [int(line.split()[1]) * 1024 for line in file if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit != resource.RLIM_INFINITY:
+        try:
+            with open("/proc/self/statm") as file:
+                used = int(file.read().split()[0]) * resource.getpagesize()
+        except (OSError, ValueError, IndexError):
+            used = 0
+        known.append(max(limit - used, 0))
+    return min(known) if known else None
+
+
+def _bytes(count: int) -> str:
+    """A byte count for people: 947 MB, 9.5 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count} bytes"
 
 
 def _reason(err: BaseException) -> str:

@@ -175,12 +175,15 @@ class Network:
     def scheduled(self):
         return isinstance(self.edge_up, tuple)
 
-    def stuck(self):
+    def stuck(self, graph=None):
         """Why no run over this network can make progress, or None: wake = 0 for every node (none ever updates),
         edge_up = 0 (no edge is ever up) or drop = 1 (every message is lost). A single node of wake 0 is allowed
-        (a deterministic network may keep one node asleep on purpose).
+        (a deterministic network may keep one node asleep on purpose). With the run's graph (a CompiledGraph),
+        per-node and per-edge settings count too: wake 0 for every node of a list or dict, and edges that never
+        carry a message either way (drop = 1 both ways, or never up in an edge_up schedule) that split the graph
+        into parts which never hear from each other.
         pdmm.solve refuses such a network: its state would never change and the residual test could pass at
-        x^0 (README "The stopping test")."""
+        x^0, or each part would settle on its own answer (README "The stopping test")."""
         wake = self.wake.values() if isinstance(self.wake, Mapping) else \
             self.wake if isinstance(self.wake, tuple) else () if self.wake == ONE else (self.wake,)
         if not isinstance(self.wake, Mapping) and wake and all(q == 0 for q in wake):
@@ -189,7 +192,38 @@ class Network:
             return "edge_up=0: no edge is ever up, so no message is ever sent"
         if isinstance(self.drop, numbers.Real) and self.drop == 1:
             return "drop=1: every message is lost"
-        return None
+        return None if graph is None else self._split(graph)
+
+    def _split(self, graph):
+        """stuck() for the per-node and per-edge settings on `graph`: None, or why no run can make progress."""
+        if isinstance(self.wake, (Mapping, tuple)) and not (_node_probabilities(self.wake, graph) > 0).any():
+            return "wake=0 for every node: none ever wakes, so none updates"
+        E = graph.num_edges
+        if E == 0 or (isinstance(self.drop, numbers.Real) and not self.scheduled):
+            return None
+        live = np.ones(E, dtype=bool)  # by receiving edge: ever receives a message
+        why = []
+        if not isinstance(self.drop, numbers.Real):
+            live &= _edge_probabilities(self.drop, graph) < 1
+            why.append("drop=1 both ways")
+        if self.scheduled:
+            live &= _schedule(self.edge_up, graph).any(0).cpu().numpy()
+            why.append("never up in the edge_up schedule")
+        rev = graph.rev.cpu().numpy()
+        live |= live[rev]  # an edge carries messages if either direction does
+        if live.all():
+            return None
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import connected_components
+
+        src, dst = graph.src.cpu().numpy()[live], graph.dst.cpu().numpy()[live]
+        parts = connected_components(sp.coo_array((np.ones(len(src)), (src, dst)), shape=(graph.n, graph.n)),
+                                     directed=False, return_labels=False)
+        if parts == 1:
+            return None
+        dead = int((~live).sum()) // 2
+        return (f"{dead} edge(s) never carry a message ({' or '.join(why)}), which splits the graph into {parts} "
+                "parts that never hear from each other, so no run can reach the solution")
 
     def relabelled(self, order, edge_of):
         """The same network for a renumbered graph (pdmm.Problem.relabelled): per-node and per-edge sequences

@@ -1,4 +1,5 @@
 """pdmm.solve: run a method on a Problem, record its convergence, stop at tolerance or divergence."""
+import copy
 import ctypes
 import inspect
 import math
@@ -13,7 +14,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .compiled import locality_order
-from .methods import METHODS, NodeForm, check_mixing_options
+from .decentralised import Decentralised, NetworkMixing
+from .methods import METHODS, QAPDMM, NodeForm, check_mixing_options
 from .mixing import check_mixing
 from .network import Channel, Network, private_point, privacy_gaps
 from .problem import _node_data
@@ -21,6 +23,7 @@ from .problem import _node_data
 DIVERGENCE_GROWTH = 1e6
 FROZEN_EPS = 4  # a state whose every tensor changes by <= FROZEN_EPS * eps * its RMS in a step is frozen (stalled)
 DUAL_SLACK = 100  # the multipliers' test is implied by x's for rho <= DUAL_SLACK (_Bookkeeping.state_test)
+RHO_FAR = 1e4  # rho * degree / L beyond [1 / RHO_FAR, RHO_FAR]: named when a run does not converge (rho_advice)
 STATUSES = ("converged", "max_iter", "stalled", "diverged", "interrupted")
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 CHECK_EVERY = 10  # iterations between stopping tests: each test reads a few numbers back from the device
@@ -121,16 +124,21 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     x^0 = a (docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a network,
     but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
-    Stops, converged, when the residual RMS and the RMS change of x both fall to tol * max(1, RMS of x)
-    (tol defaults to 1e-10 in float64, 1e-5 in float32) and, for the methods with rho, rho times the
-    RMS change of x (the multipliers' fixed-point residual) falls to tol * max(DUAL_SLACK, RMS of
-    the multiplier state), which a huge rho pinning x near x^0 cannot pass (implied by the first
-    test for rho <= DUAL_SLACK); on slowly converging runs the error left is then up to about 10 tol.
+    Stops, converged, when the residual RMS and the RMS change of x both fall to tol * S, S = max(s, RMS of x),
+    s = min(1, the problem's scale) (problem_scale; tol in [0, 1), default 1e-10 in float64, 1e-5 in float32)
+    and, for the methods with rho, rho times the RMS change of x (the multipliers' fixed-point residual)
+    falls to tol * max(DUAL_SLACK * S, RMS of the multiplier state), which a huge rho pinning x near x^0
+    cannot pass (implied by the first test for rho <= DUAL_SLACK); for the methods with a step size (eta,
+    alpha), 1 / step times the change of x falls to DUAL_SLACK * tol * L * S; over a network the test
+    measures two ideal steps from the state reached, every state tensor included. On slowly converging runs
+    the error left is then up to about 10 tol.
     A run whose whole state stops changing short of that (a floating-point fixed point) ends
     "stalled"; result.status says "converged", "max_iter", "stalled", "diverged" or "interrupted".
-    With tol > 0, a run that ends at max_iter or stalled warns (ConvergenceWarning); tol=0 runs all
-    max_iter iterations silently. A network with wake=0, edge_up=0 or drop=1 and a rho beyond
-    what dtype resolves (check_rho_resolved) are refused (README "The stopping test"). The test runs every `check_every` iterations (default 10;
+    With tol > 0, a run that ends at max_iter or stalled warns (ConvergenceWarning, naming a rho far from
+    the curvature, rho_advice); tol=0 runs all max_iter iterations silently. A network over which no run
+    reaches the solution (Network.stuck), a rho, theta, eta or alpha beyond what dtype resolves
+    (check_rho_resolved, check_steps_resolved) and data beyond what its norms resolve (problem_scale) are
+    refused (README "The stopping test"). The test runs every `check_every` iterations (default 10;
     50 in the node form, `form` below, where the residual the test computes over the edges costs
     0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of
     check_every: up to check_every - 1 iterations after the first iteration that meets the test;
@@ -206,23 +214,24 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     _check_count("max_iter", max_iter)
     if dtype not in DEFAULT_TOL:
         raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
-    check_rho_resolved(rho, problem, dtype)
+    curvature = local_curvature(problem)
+    check_rho_resolved(rho, problem, dtype, curvature)
     tol = DEFAULT_TOL[dtype] if tol is None else tol
-    if not (_is_real(tol) and tol >= 0):
-        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
-    if target is not None and not (_is_real(target) and target > 0 and reference is not None):
-        raise ValueError(f"target must be a number > 0 and needs a reference, got target={target!r}, "
+    if not (_is_real(tol) and 0 <= tol < 1):
+        raise ValueError(f"tol must be a number in [0, 1) (it is relative: 1 would pass at x = 0), got {tol!r}")
+    if target is not None and not (_is_real(target) and 0 < target < math.inf and reference is not None):
+        raise ValueError(f"target must be a finite number > 0 and needs a reference, got target={target!r}, "
                          f"reference={'None' if reference is None else 'given'}")
     _check_count("record_every", record_every, optional=True)
     _check_count("check_every", check_every, optional=True)
-    if torch.device(device).type == "meta":
-        raise ValueError("device='meta' holds no data; solve on 'cpu' or a GPU ('cuda')")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available")
+    _check_seed(seed)
+    _check_device(device)
     if network is not None and not isinstance(network, Network):
         raise TypeError(f"network must be a pdmm.Network or None, got {type(network).__name__}")
-    if network is not None and network.stuck() is not None:
-        raise ValueError(f"network: {network.stuck()}; no method can make progress over it")
+    stuck = None if network is None else network.stuck(problem.compiled)
+    if stuck is not None:
+        raise ValueError(f"network: {stuck}; no method can make progress over it")
+    scale = problem_scale(problem, dtype, curvature)
     if network is not None and network.privacy is not None and method == "admm":
         raise ValueError("network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
     names = _history_names(history, reference, network)
@@ -241,7 +250,7 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
         _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
         return _warned(distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0,
                                          network, target, names, record_every, check_every, compile, method_params,
-                                         partition, progress=progress), tol)
+                                         partition, progress=progress), tol, problem, rho)
     order = _node_order(problem, reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
     if order is not None:
@@ -257,6 +266,10 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
                                 **_renumbered_params(method_params, order, problem))
     if getattr(algorithm, "biased", False):  # a limit off the solution: the residual test cannot certify it
         tol = -math.inf
+    check_steps_resolved(algorithm, problem, dtype, curvature)
+    stiffness = _stiffness(algorithm, curvature)
+    # over a network a step may change nothing by chance (every node asleep): the test measures ideal steps
+    ideal = None if channel is None or tol < 0 else _ideal(algorithm).step
     if node_form:
         algorithm = NodeForm(algorithm)
     x_star = _renumbered(_reference(problem, reference, device, dtype), order)
@@ -266,7 +279,8 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     sent = graph.num_edges * METHODS[method].vectors_sent  # messages per round on the ideal network
     per_round = sent, sent * width * torch.finfo(dtype).bits
     book = _Bookkeeping(names, local, edges, channel, x_star, private, rho, per_round, record_every,
-                        min(max_iter // record_every + 1, 4096), METHODS[method].silent_rounds)
+                        min(max_iter // record_every + 1, 4096), METHODS[method].silent_rounds,
+                        scale=None if scale is None else scale.to(device, dtype), stiffness=stiffness, ideal=ideal)
     params = dict(method_params) if rho is None else {"rho": rho, **method_params}
     run = dict(problem=problem, method=method, params=params, x_star=x_star, network=network, order=order)
 
@@ -283,7 +297,7 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
                               finish, before=None if channel is None else channel.draw, bar=bar if progress else None)
         except KeyboardInterrupt:
             status = "interrupted"
-    return _warned(finish(status), tol)
+    return _warned(finish(status), tol, problem, rho)
 
 
 @dataclass
@@ -343,8 +357,14 @@ class _Bookkeeping:
     """What solve records and tests besides the step: history rows in tensors allocated ahead on
     the run's device (their capacity doubles when full), and the stopping and divergence tests."""
 
-    def __init__(self, names, local, edges, channel, x_star, private, rho, per_round, every, capacity, silent=0):
+    def __init__(self, names, local, edges, channel, x_star, private, rho, per_round, every, capacity, silent=0, *,
+                 scale=None, stiffness=None, ideal=None):
         self.names, self.local, self.edges, self.channel, self.rho = names, local, edges, channel, rho
+        # scale (B,): the problem's scale (problem_scale); the test's floor min(1, scale), 1 where it is 0 or unknown
+        self.floor = None if scale is None else torch.where(scale > 0, torch.clamp(scale, max=1.0), 1.0)
+        self.baseline = scale  # the least residual the divergence test measures growth from
+        self.stiffness = stiffness  # (1 / step, L), each (B,), of a method with a step size (_stiffness), or None
+        self.ideal = ideal  # over a network: the method's step on the ideal network, which the test measures
         self.x_star, self.private, self.per_round, self.every = x_star, private, per_round, every
         self.silent = silent  # the method's first rounds that send nothing (ideal-network counts)
         like = edges.graph.sign
@@ -408,10 +428,15 @@ class _Bookkeeping:
         stopping test"). passes: the fixed-point residual of the multipliers, rho * (RMS change of x), what one step
         moves them by, is <= tol * max(DUAL_SLACK * scale, their RMS), so a large rho (x pinned while the
         multipliers still travel) cannot pass with x stuck near x^0; with rho <= DUAL_SLACK this follows from the
-        test on x, and methods without rho pass. frozen: every state tensor changed by at most
-        FROZEN_EPS * eps * its RMS in the step (rounding only): the step no longer moves the state."""
+        test on x, and methods without rho pass. Over a network (self.ideal: new is two ideal steps from old) every
+        state tensor's own change must also be <= tol * max(DUAL_SLACK * scale, its RMS): a message lost for good
+        leaves its z where it was, a fixed point of the lossy step whose x is not the solution, which an ideal step
+        moves in z (two steps, as pdmm with theta = 1 flips the part of z that x never sees, such as network
+        privacy's perturbation, at every step). frozen: every state tensor changed by at most FROZEN_EPS * eps * its RMS in the step
+        (rounding only): the step no longer moves the state."""
         eps = FROZEN_EPS * torch.finfo(scale.dtype).eps
         frozen = torch.ones((), dtype=torch.bool, device=scale.device)
+        settled = torch.ones((), dtype=torch.bool, device=scale.device)
         largest = torch.zeros_like(scale)
         for key, t in new.items():
             before = old.get(key)
@@ -421,25 +446,34 @@ class _Bookkeeping:
             size, moved = self.state_sizes(t, before)
             frozen = frozen & (moved <= eps * size).all()
             largest = torch.maximum(largest, size)
+            if self.ideal is not None:
+                settled = settled & (moved <= tol * torch.maximum(DUAL_SLACK * scale, size)).all()
         if self.rho is None:
-            return torch.ones_like(frozen), frozen
+            return settled, frozen
         passes = (self.rho * change <= tol * torch.maximum(DUAL_SLACK * scale, largest)).all()
-        return passes, frozen
+        return passes & settled, frozen
 
     def check(self, new, old, seen, first, rows, tol, target):
         """(stop, stalled, finite, grown, largest residual) after the step from state `old` to `new`: the
         stopping test, the stall test and the divergence test, in one read from the device; rows: those
         recorded up to this iteration's.
 
-        stop: the residual and the change of x are <= tol * max(1, RMS of x) and the method's multipliers
-        pass state_test (or the target error is reached); stalled: not stop, yet x and the whole state are
-        frozen (a floating-point fixed point short of tol, or a step that changes nothing), tested with tol > 0
-        for pdmm, qa-pdmm and admm on the ideal network only (README "The stopping test")."""
-        x, x_old = new["x"], old["x"]
+        stop: the residual and the change of x are <= tol * max(floor, RMS of x), floor = min(1, the problem's
+        scale), the method's multipliers pass state_test and a method with a step size its step test (or the
+        target error is reached); over a network (self.ideal) the changes are two ideal steps' from `new`;
+        stalled: not stop, yet x and the whole state are frozen (a floating-point fixed point short of tol, or a
+        step that changes nothing), tested with tol > 0 for pdmm, qa-pdmm and admm on the ideal network only
+        (README "The stopping test")."""
+        x = new["x"]
         residual = self.residual(x, seen)
-        size, change, finite = self.sizes(x, x_old)
-        scale = torch.clamp(size, min=1.0)
+        if self.ideal is not None:  # a random step may change nothing (all asleep): two ideal steps from here must
+            old, new = new, self.ideal(self.ideal(new))  # not (two: pdmm's theta = 1 flips z's privacy part)
+        size, change, finite = self.sizes(new["x"], old["x"])
+        scale = torch.clamp(size, min=1.0) if self.floor is None else torch.maximum(size, self.floor)
         passes, frozen = self.state_test(new, old, tol, scale, change)
+        if self.stiffness is not None:  # a tiny step moves x little however far it is: 1/step * change is the
+            inverse_step, curvature = self.stiffness  # fixed-point residual in gradient units, against L's
+            passes = passes & (inverse_step * change <= tol * DUAL_SLACK * curvature * scale).all()
         stop = (residual <= tol * scale).all() & (change <= tol * scale).all() & passes
         if target is not None:
             stop |= (self.error(x, seen) <= target).all()
@@ -452,6 +486,8 @@ class _Bookkeeping:
         if "objective" in self.columns:  # every objective recorded since the last test
             finite &= torch.isfinite(self.columns["objective"][self.checked:rows]).all()
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
+        if self.baseline is not None:  # a first residual of 0 (nothing moved yet) is no baseline for growth
+            floor = torch.maximum(floor, self.baseline)
         grown = (residual > DIVERGENCE_GROWTH * floor).any()
         stop, stalled, finite, grown, largest = _read(stop, stalled, finite, grown, residual.max())
         self.checked = rows
@@ -531,24 +567,155 @@ def _resolved_rho(method, rho, network, x0, backend, compile):
     return rho
 
 
-def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype) -> None:
-    """ValueError where rho is beyond what dtype resolves for a consensus problem: rho * eps * d_i exceeds every
-    local curvature L_i (smoothness of f_i's smooth part), so that every node update x_i = argmin f_i(x) + ...
-    + rho d_i / 2 ||x||^2 rounds f_i away and no iteration can move x towards the solution (README "The stopping
-    test"). Problems without a curvature bound (or with edge matrices) are left to the stopping test."""
+def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype, curvature=None) -> None:
+    """ValueError where rho is beyond what dtype resolves for a consensus problem, either way: rho * eps * d_i
+    exceeds every local curvature L_i (smoothness of f_i's smooth part), so that every node update x_i = argmin
+    f_i(x) + ... + rho d_i / 2 ||x||^2 rounds f_i away and no iteration can move x towards the solution; or
+    rho * d_i is below eps * L_i at every node, so that the penalty rounds away against every f_i and the
+    multipliers, which grow by rho times the residual per step, would need more than 1 / eps steps to move
+    any x_i (README "The stopping test"). curvature: local_curvature(problem) where already computed. Problems
+    without a curvature bound (or with edge matrices) are left to the stopping test."""
     if rho is None or not problem.is_consensus:
         return
-    try:
-        curvature = float(problem.local.composite()[0].smoothness().max())
-    except (ValueError, NotImplementedError):
+    curvature = local_curvature(problem) if curvature is None else curvature
+    if curvature is None:
         return
-    degree = int(problem.compiled.degree.min())
-    penalty = rho * degree * torch.finfo(dtype).eps
-    if penalty > curvature:
-        dtype_name = str(dtype).removeprefix("torch.")
+    eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
+    largest, smallest = float(curvature.max()), float(curvature.min())
+    degree = problem.compiled.degree
+    penalty = rho * int(degree.min()) * eps
+    if penalty > largest:
         raise ValueError(f"rho={rho:g} is beyond what {dtype_name} resolves for this problem: rho * eps * degree = "
-                         f"{penalty:.3g} exceeds the largest local curvature L = {curvature:.3g}, so every node "
-                         f"update rounds f_i away; use rho <= {curvature / (degree * torch.finfo(dtype).eps):.3g}")
+                         f"{penalty:.3g} exceeds the largest local curvature L = {largest:.3g}, so every node "
+                         f"update rounds f_i away; use rho <= {largest / (int(degree.min()) * eps):.3g}")
+    coupling = rho * int(degree.max())
+    if smallest > 0 and coupling < eps * smallest:
+        raise ValueError(f"rho={rho:g} is below what {dtype_name} resolves for this problem: rho * degree = "
+                         f"{coupling:.3g} is below eps * L = {eps * smallest:.3g} at every node, so the penalty "
+                         "rounds away in every node update and the multipliers would need more than 1/eps "
+                         f"iterations to move x; use rho near the local curvature L = {smallest:.3g}")
+
+
+def local_curvature(problem) -> torch.Tensor | None:
+    """L_i per node and instance, (n, B): the smoothness of f_i's smooth part (LocalFunction.composite); None where
+    the local functions have none."""
+    try:
+        return problem.local.composite()[0].smoothness()
+    except (ValueError, NotImplementedError):
+        return None
+
+
+def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor | None:
+    """(B,) float64 on the CPU: per instance, the RMS over the nodes of ||grad s_i(0)|| / L_i, s_i the smooth part
+    of f_i (a lower bound on ||argmin s_i||), the size of the problem's solution unless every f_i is minimised
+    near 0; None where the local functions do not say (no gradient or curvature). It sets the stopping test's
+    floor, min(1, scale) in place of 1, so that data of size 1e-8 is not "converged" at x = 0 (README "The
+    stopping test"). ValueError where it is beyond what dtype's norms resolve (their squares under- or overflow:
+    below sqrt(tiny) / eps or above sqrt(max) / 10^4). curvature: local_curvature(problem) where computed."""
+    local = problem.local
+    curvature = local_curvature(problem) if curvature is None else curvature
+    if curvature is None:
+        return None
+    try:
+        smooth = local.composite()[0]
+        zero = torch.zeros(local.shape, dtype=curvature.dtype, device=curvature.device)
+        gradient = smooth.gradient(zero)
+    except (ValueError, NotImplementedError, TypeError, RuntimeError):
+        return None
+    with torch.no_grad():
+        ratio = gradient.double() / torch.where(curvature > 0, curvature, math.inf).double().unsqueeze(-1)
+        largest = ratio.abs().amax(dim=(0, 2))  # norms of the ratio scaled by its largest entry: no overflow
+        unit = ratio / torch.where(largest > 0, largest, 1.0).view(1, -1, 1)
+        scale = (largest * torch.sqrt((unit * unit).sum(-1).mean(0))).cpu()
+    info = torch.finfo(dtype)
+    low, high = math.sqrt(info.tiny) / info.eps, math.sqrt(info.max) * 1e-4
+    bad = (scale > 0) & ~((scale >= low) & (scale <= high))
+    if bool(bad.any()):
+        value = float(scale[bad][0])
+        raise ValueError(f"the problem's scale (about {value:.3g}, the size of grad f_i(0) / L_i) is beyond what "
+                         f"{str(dtype).removeprefix('torch.')} resolves in the stopping test's norms ({low:.2g} to "
+                         f"{high:.2g}): rescale the data")
+    return scale
+
+
+def _stiffness(algorithm, curvature):
+    """(1 / step, L), each (B,) on the run's device, for a method whose x moves by a step size: qa-pdmm
+    (1 / step = max_i eta_i) and dgd, extra, nids and gradient-tracking (1 / alpha); L = max_i L_i of the smooth
+    part (curvature: local_curvature, (n, B), or None). With a tiny step x moves little however far it is from
+    the solution, so the test asks 1 / step times the change of x to be small against L (_Bookkeeping.check;
+    implied by the change test for eta = L or alpha = "auto"). None for the other methods."""
+    if isinstance(algorithm, QAPDMM):
+        inverse = algorithm.eta.amax(0)
+    elif isinstance(algorithm, Decentralised):
+        inverse = 1 / algorithm.alpha.reshape(-1)
+    else:
+        return None
+    if curvature is None:
+        return None
+    return inverse, curvature.amax(0).to(inverse.device, inverse.dtype)
+
+
+def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None) -> None:
+    """ValueError where a method's step is beyond what dtype resolves, so that no iteration can move its state:
+    pdmm's and qa-pdmm's theta below eps ((1 - theta) z + theta y rounds to z), qa-pdmm's eta above (L + rho
+    degree) / eps and the decentralised methods' alpha below eps / L (every gradient step rounds away against x;
+    L = max_i L_i, README "The stopping test"). algorithm: the method built for the run (pdmm.METHODS[method](...));
+    curvature: local_curvature(problem) where computed."""
+    eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
+    theta = getattr(algorithm, "theta", None)
+    if isinstance(theta, float) and theta < eps:
+        raise ValueError(f"theta={theta:g} is below what {dtype_name} resolves: the averaging (1 - theta) z + theta y "
+                         f"rounds to z, so z never moves; use theta in [{eps:.3g}, 1] (1/2: averaged PDMM)")
+    stiffness = _stiffness(algorithm, local_curvature(problem) if curvature is None else curvature)
+    if stiffness is None:
+        return
+    inverse, L = (float(t.max()) for t in stiffness)
+    if isinstance(algorithm, QAPDMM):
+        coupling = 0.0 if algorithm.rho is None or not problem.is_consensus else \
+            algorithm.rho * int(problem.compiled.degree.max())
+        if inverse * eps > L + coupling:
+            raise ValueError(f"eta={inverse:g} is beyond what {dtype_name} resolves for this problem: eta * eps = "
+                             f"{inverse * eps:.3g} exceeds L + rho * degree = {L + coupling:.3g}, so every "
+                             f"gradient step rounds away against x; use eta near L = {L:.3g} (eta='L')")
+    elif L > 0 and inverse * eps > L:
+        raise ValueError(f"alpha={1 / inverse:g} is below what {dtype_name} resolves for this problem: alpha * L = "
+                         f"{L / inverse:.3g} is below eps, so every gradient step rounds away against x; use "
+                         "alpha='auto'")
+
+
+def _ideal(algorithm):
+    """A copy of `algorithm` (built with a channel) that steps as on the ideal network: the step whose fixed point
+    is the solution, which the stopping test measures over a network (a random step may move nothing)."""
+    twin = copy.copy(algorithm)
+    twin.channel = None
+    product = getattr(algorithm, "product", None)
+    if isinstance(product, NetworkMixing):
+        twin.product = copy.copy(product)
+        twin.product.channel = None
+    return twin
+
+
+def _check_seed(seed):
+    """ValueError unless seed is an integer torch.manual_seed takes: -2^63 .. 2^64 - 1."""
+    if not (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and -2**63 <= seed < 2**64):
+        raise ValueError(f"seed must be an integer from -2^63 to 2^64 - 1, got {seed!r}")
+
+
+def _check_device(device):
+    """ValueError for a device that is not a torch device, holds no data (meta) or is not on this machine."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    if kind == "meta":
+        raise ValueError("device='meta' holds no data; solve on 'cpu' or a GPU ('cuda')")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} requested but CUDA is not available")
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"device={device!r} is not available on this machine: {reason}") from None
 
 
 def _is_real(value):
@@ -642,16 +809,37 @@ def _renumbered(x, order):
     return x if x is None or order is None else x.index_select(0, order)
 
 
-def _warned(result, tol):
+def _warned(result, tol, problem=None, rho=None):
     """result, after a ConvergenceWarning where a run with a stopping test (0 < tol < inf: not tol=0, nor a biased
-    method's) ended at max_iter or stalled (README "The stopping test")."""
+    method's) ended at max_iter or stalled (README "The stopping test"); a rho far from the problem's curvature
+    is named (rho_advice)."""
     if result.status in ("max_iter", "stalled") and 0 < tol < math.inf:
-        why, advice = (("its state stopped changing", "tol may be below what the dtype resolves") if result.stalled
-                       else ("it reached max_iter", "raise max_iter or check rho"))
+        far = None if problem is None else rho_advice(rho, problem)
+        why, advice = (("its state stopped changing", far or "tol may be below what the dtype resolves")
+                       if result.stalled else ("it reached max_iter", far or "raise max_iter or check rho"))
         warnings.warn(f"{result.method} did not converge: {why} after {result.iterations} iterations, short of "
                       f"tol={tol:g} (residual {_last(result, 'residual')}); {advice}, or pass tol=0 to run a fixed "
                       "number of iterations", ConvergenceWarning, stacklevel=3)
     return result
+
+
+def rho_advice(rho, problem) -> str | None:
+    """Why a run may not have converged when its rho is far from the problem's curvature: rho * (mean degree) /
+    (mean L_i) outside [1 / RHO_FAR, RHO_FAR] (PDMM's rate degrades as the ratio goes to 0 or infinity), as text;
+    None for a rho near it, a method without rho, or a problem without curvature bound or with edge matrices."""
+    if rho is None or not problem.is_consensus:
+        return None
+    try:
+        curvature = float(problem.local.composite()[0].smoothness().mean())
+    except (ValueError, NotImplementedError):
+        return None
+    degree = float(problem.compiled.degree.double().mean())
+    ratio = rho * degree / curvature if curvature > 0 else math.inf
+    if 1 / RHO_FAR <= ratio <= RHO_FAR:
+        return None
+    where = "below" if ratio < 1 else "above"
+    return (f"rho={rho:g} is far {where} the problem's curvature: rho * mean degree / mean L_i = {ratio:.2g}, "
+            "where PDMM moves slowly (pdmm.tune picks a rho)")
 
 
 def _last(result, name):

@@ -114,8 +114,9 @@ def test_a_huge_batch_fails_in_one_line_with_exit_1(tmp_path, capsys, monkeypatc
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--tol", "-1"], "argument --tol: must be a finite number >= 0"),
-    (["--tol", "nan"], "argument --tol: must be a finite number >= 0"),
+    (["--tol", "-1"], "argument --tol: must be a number >= 0 and below 1"),
+    (["--tol", "nan"], "argument --tol: must be a number >= 0 and below 1"),
+    (["--tol", "1e308"], "argument --tol: must be a number >= 0 and below 1"),
     (["--seed", "-1"], "argument --seed: must be an integer from 0"),
     (["--seed", str(2**64)], "argument --seed: must be an integer from 0"),
     (["--device", "meta"], "argument --device: 'meta' holds no data")])
@@ -184,3 +185,29 @@ def test_a_2_mb_edge_list_loads_fast_and_solves(tmp_path, capsys):
     write_edge_list(small, 200, 400)
     assert main(["solve", "--no-progress", "--graph", str(small), "--reference", "none", "--iters", "20",
                  "--out", str(tmp_path / "out")]) == 0
+
+
+def test_one_long_label_does_not_widen_every_label(tmp_path):
+    """One 3000-character label among 200,000 edges made every label a 3000-byte array entry (1.2 GB here, 5.6 GB
+    at a million edges): chunks with a label over LONG_LABEL bytes are numbered through a dict instead."""
+    path = tmp_path / "long.txt"
+    pairs = write_edge_list(path, 50_000, 200_000)
+    with open(path, "a") as file:
+        file.write("A" * 3000 + " 0\n")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    labels, src, dst = pdmm.graphs.read_edge_list(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300_000  # kB
+    assert len(src) == len(pairs) + 1 and labels[src[-1]] == "A" * 3000 and labels[dst[-1]] == "0"
+    text = [(labels[i], labels[j]) for i, j in zip(src[:-1].tolist(), dst[:-1].tolist())]
+    assert text == [(str(i), str(j)) for i, j in pairs.tolist()]  # the edges and their order as written
+
+
+def test_a_graph_file_larger_than_memory_allows_is_refused_before_reading(tmp_path, monkeypatch):
+    path = tmp_path / "g.txt"
+    write_edge_list(path, 2000, 5000)
+    monkeypatch.setattr(pdmm.graphs, "available_memory", lambda: 10 * path.stat().st_size - 1)
+    with pytest.raises(ValueError, match=r"would take about .* of memory, more than the .* available"):
+        pdmm.load_graph(path, arrays=True)
+    monkeypatch.setattr(pdmm.graphs, "available_memory", lambda: 10 * path.stat().st_size)
+    assert pdmm.load_graph(path, arrays=True).n == 2000
+    assert pdmm.graphs.available_memory() is None or pdmm.graphs.available_memory() > 0

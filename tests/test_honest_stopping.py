@@ -114,3 +114,141 @@ def test_the_solve_command_refuses_what_cannot_progress_in_one_line(tmp_path, ca
     err = capsys.readouterr().err
     assert caught.value.code == 2 and flag in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def closed_form_least_squares(H, y):
+    """argmin sum_i 1/2 ||H_i x - y_i||^2, from the normal equations (numpy, independent of pdmm and cvxpy)."""
+    return np.linalg.solve(np.einsum("nki,nkj->ij", H, H), np.einsum("nki,nk->i", H, y))
+
+
+@pytest.mark.parametrize("method", ["pdmm", "admm", "qa-pdmm", "extra", "nids", "gradient-tracking", "gossip"])
+@pytest.mark.parametrize("size", [1e-6, 1e-12])
+def test_small_data_converges_to_the_right_answer_not_to_zero(method, size):
+    """The test's floor was 1: data of size 1e-12 was "converged" at iteration 10 with error 0.27 (0.5 for
+    gradient tracking); the floor is now the problem's own scale."""
+    rng = np.random.default_rng(3)
+    H, y = rng.normal(size=(30, 10, 3)), size * rng.normal(size=(30, 10))
+    problem = pdmm.least_squares(G, H, y) if method != "gossip" else pdmm.averaging(G, size * A)
+    x_star = closed_form_least_squares(H, y) if method != "gossip" else size * A.mean(0)
+    result = pdmm.solve(problem, method=method, max_iter=20000)
+    assert result.converged
+    assert np.linalg.norm(result.x - x_star) / np.linalg.norm(np.broadcast_to(x_star, result.x.shape)) < 1e-7
+
+
+def test_data_beyond_what_the_dtype_resolves_is_refused():
+    with pytest.raises(ValueError, match=r"scale \(about 1\.\d+e-200.*rescale the data"):
+        pdmm.solve(pdmm.averaging(G, 1e-200 * A))
+    with pytest.raises(ValueError, match="beyond what float32 resolves"):
+        pdmm.solve(pdmm.averaging(G, 1e-14 * A), dtype=torch.float32)
+
+
+def test_a_huge_eta_no_longer_converges_at_x0_and_an_unresolvable_one_is_refused():
+    """eta = 1e12 moves x by 1e-12 of a gradient step: "converged" at iteration 10 with error 1 before."""
+    with pytest.warns(pdmm.ConvergenceWarning):
+        result = pdmm.solve(averaging(), method="qa-pdmm", eta=1e12, reference="cvxpy")
+    assert not result.converged and error(result) > 0.9
+    with pytest.raises(ValueError, match=r"eta=1e\+20 is beyond what float64 resolves"):
+        pdmm.solve(averaging(), method="qa-pdmm", eta=1e20)
+
+
+@pytest.mark.parametrize("method", ["dgd", "extra", "nids", "gradient-tracking"])
+def test_a_tiny_alpha_no_longer_converges_at_x0_and_an_unresolvable_one_is_refused(method):
+    rng = np.random.default_rng(4)
+    problem = pdmm.least_squares(G, rng.normal(size=(30, 10, 3)), rng.normal(size=(30, 10)))
+    with pytest.warns(pdmm.ConvergenceWarning):
+        result = pdmm.solve(problem, method=method, alpha=1e-12, max_iter=300, reference="cvxpy")
+    assert not result.converged and error(result) > 0.9
+    with pytest.raises(ValueError, match="alpha=1e-20 is below what float64 resolves"):
+        pdmm.solve(problem, method=method, alpha=1e-20)
+
+
+@pytest.mark.parametrize("method", ["pdmm", "dgd"])
+def test_a_network_whose_nodes_almost_never_wake_is_not_converged(method):
+    """With wake = 1e-300 nothing ever moves, so a step's change is 0 and x^0 = 0 has residual 0: the test now
+    measures the ideal step from the state reached, which moves."""
+    problem = averaging() if method == "pdmm" else \
+        pdmm.least_squares(G, *(lambda r: (r.normal(size=(30, 10, 3)), r.normal(size=(30, 10))))(
+            np.random.default_rng(5)))
+    with pytest.warns(pdmm.ConvergenceWarning):
+        result = pdmm.solve(problem, method=method, network=pdmm.Network(wake=1e-300), max_iter=200)
+    assert not result.converged and result.status == "max_iter"
+
+
+@pytest.mark.parametrize("seed", [2, 4])
+def test_a_first_iteration_in_which_nothing_moved_is_no_divergence(seed):
+    """Two nodes awake with probability 0.3: when neither woke at iteration 1 its residual was 0, and any residual
+    later was "a residual grown 10^6-fold" (DivergenceError). The mean of a is the answer."""
+    a = np.array([[1.0], [3.0]])
+    result = pdmm.solve(pdmm.averaging(pdmm.topology("path", 2), a), theta=0.5,
+                        network=pdmm.Network(wake=0.3, seed=seed), max_iter=3000)
+    assert result.converged and np.allclose(result.x, 2.0, atol=1e-8)
+
+
+def path_problem(n=4):
+    return pdmm.averaging(pdmm.topology("path", n), np.arange(float(n))[:, None])
+
+
+@pytest.mark.parametrize("network", [
+    lambda c: pdmm.Network(drop={(1, 2): 1.0, (2, 1): 1.0}),
+    lambda c: pdmm.Network(drop=[1.0 if {s, d} == {1, 2} else 0.0 for s, d in zip(c.src.tolist(), c.dst.tolist())]),
+    lambda c: pdmm.Network(edge_up=[[(0, 1)], [(2, 3)]]),
+    lambda c: pdmm.Network(wake={node: 0.0 for node in range(4)})])
+def test_per_edge_and_per_node_settings_that_cut_the_graph_are_refused(network):
+    problem = path_problem()
+    with pytest.raises(ValueError, match="splits the graph into 2 parts|wake=0 for every node"):
+        pdmm.solve(problem, network=network(problem.compiled))
+
+
+def test_an_edge_lost_for_good_is_not_converged_off_the_mean():
+    """Both directions of one ring edge lost: its z never moves, and the lossy step's fixed point is the consensus
+    1.875, not the mean 2.5 ("converged" there before); the ideal step from it moves that z, so not converged."""
+    ring = pdmm.averaging(pdmm.topology("ring", 6), np.arange(6.0)[:, None])
+    with pytest.warns(pdmm.ConvergenceWarning):
+        result = pdmm.solve(ring, theta=0.5, network=pdmm.Network(drop={(0, 1): 1.0, (1, 0): 1.0}), max_iter=2000)
+    assert not result.converged and not np.allclose(result.x, 2.5, atol=1e-3)
+
+
+@pytest.mark.parametrize("lost", [(0, 1), (1, 0), (1, 2), (2, 1)])
+@pytest.mark.parametrize("theta", [1.0, 0.5])
+def test_a_message_lost_one_way_for_good_is_converged_only_at_the_mean(lost, theta):
+    path = pdmm.averaging(pdmm.topology("path", 3), np.array([[0.0], [3.0], [6.0]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pdmm.ConvergenceWarning)
+        result = pdmm.solve(path, theta=theta, network=pdmm.Network(drop={lost: 1.0}), max_iter=2000)
+    assert not result.converged or np.allclose(result.x, 3.0, atol=1e-8)
+
+
+def test_a_rho_too_small_for_the_dtype_is_refused_and_a_small_one_is_named():
+    with pytest.raises(ValueError, match="rho=1e-300 is below what float64 resolves"):
+        pdmm.solve(averaging(), rho=1e-300)
+    with pytest.warns(pdmm.ConvergenceWarning, match=r"rho=1e-12 is far below the problem's curvature"):
+        pdmm.solve(averaging(), rho=1e-12, max_iter=50)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_theta_below_what_the_dtype_resolves_is_refused(dtype):
+    with pytest.raises(ValueError, match="theta=1e-30 is below what float"):
+        pdmm.solve(averaging(), theta=1e-30, dtype=dtype)
+
+
+@pytest.mark.parametrize("options, culprit", [
+    (["--method", "qa-pdmm", "--eta", "1e308"], "qa-pdmm: eta=1e+308 is beyond what float64 resolves"),
+    (["--compare", "dgd:alpha=1e-300"], "dgd:alpha=1e-300: alpha=1e-300 is below what float64 resolves"),
+    (["--rho", "1e-300"], "pdmm: rho=1e-300 is below what float64 resolves"),
+    (["--theta", "1e-300"], "pdmm: theta=1e-300 is below what float64 resolves"),
+    (["--tol", "1"], "argument --tol: must be a number >= 0 and below 1")])
+def test_the_solve_command_refuses_unresolvable_steps_in_one_line(tmp_path, capsys, options, culprit):
+    from solve_cli import assert_refused_in_one_line
+    assert_refused_in_one_line(tmp_path / "out", capsys, options, culprit, nodes=30)
+
+
+def test_the_solve_command_refuses_data_beyond_the_dtype_in_one_line(tmp_path, capsys):
+    path = tmp_path / "tiny.npz"
+    np.savez(path, a=1e-200 * A)
+    from solve_cli import assert_refused_in_one_line
+    assert_refused_in_one_line(tmp_path / "out", capsys, ["--data", str(path)], "rescale the data", nodes=30)
+
+
+def test_the_solve_command_names_a_rho_far_from_the_curvature(tmp_path, capsys):
+    code, printed = run(tmp_path, capsys, "--rho", "1e-12", "--iters", "50")
+    assert code == 0 and "pdmm: not converged after 50 iterations: rho=1e-12 is far below" in printed.out

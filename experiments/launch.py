@@ -16,7 +16,8 @@ LOCAL_WORLD_SIZE; OMP_NUM_THREADS 1 unless set), and waits for them:
     failures   a process that fails, or is interrupted outside the iterations, writes its one line to the
                launcher's report directory (REPORTS) instead of printing it, and the launcher prints one
                line for the job: bad input (exit 2) first, then a Ctrl-C (130), a process killed by a
-               signal (1), then the first runtime failure (1; it caused the failures of the others). A
+               signal (1), a stopped process the launcher had to kill (1), then the first runtime failure
+               (1; it caused the failures of the others). A
                process that ends by itself without a report (process 0 after writing what ran, the others
                after the last collective) fails nothing, and when process 0 ends so, it has spoken.
     stuck      once a process has failed or been killed, or process 0 has ended, the processes still
@@ -77,7 +78,8 @@ class _Job:
     """The processes of one job and what the launcher has done to them."""
 
     def __init__(self):
-        self.processes, self.killed, self.interrupted, self.ending = [], set(), False, None
+        self.processes, self.interrupted, self.ending = [], False, None
+        self.killed = {}  # rank: its state when the launcher killed it ("T": stopped), of those it killed
 
     def send(self, signum):
         """signum to every process still running."""
@@ -89,10 +91,10 @@ class _Job:
                     pass
 
     def kill(self):
-        """SIGKILL to every process still running, remembered as the launcher's."""
+        """SIGKILL to every process still running, remembered as the launcher's with the state it was in."""
         for rank, process in enumerate(self.processes):
             if process.poll() is None:
-                self.killed.add(rank)
+                self.killed.setdefault(rank, _state(process.pid))
         self.send(signal.SIGKILL)
 
     def interrupt(self, signum, frame):
@@ -195,6 +197,7 @@ def _outcome(codes, reports, job, argv):
     bad_input = [report for report in first if report[0] == 2]
     interrupted = [report for report in first if report[0] == 130]
     killed = [(rank, code) for rank, code in enumerate(codes) if code < 0 and rank not in job.killed]
+    stopped = sorted(rank for rank, state in job.killed.items() if state in ("T", "t"))
     if bad_input:
         code, _, message = bad_input[0]
     elif interrupted or job.interrupted:
@@ -205,6 +208,9 @@ def _outcome(codes, reports, job, argv):
         rank, signum = killed[0]
         code, message = 1, (f"pdmm-bridge solve: error: process {rank} of {len(codes)} was killed by signal "
                             f"{_name(-signum)}")
+    elif stopped:  # the others' collectives timed out waiting for it
+        code, message = 1, (f"pdmm-bridge solve: error: process {stopped[0]} of {len(codes)} was stopped (SIGSTOP or "
+                            "a debugger) and did not answer within the collective timeout; the launcher killed it")
     elif first:
         code, _, message = first[0]
     else:
@@ -214,6 +220,14 @@ def _outcome(codes, reports, job, argv):
     bar = codes[0] < 0 and not any(a.startswith("--no-p") for a in argv)
     print(("\n" if bar else "") + message, file=sys.stderr)
     return code
+
+
+def _state(pid):
+    """A process's state letter from /proc ("T": stopped, "t": traced), or None where it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _name(signum):

@@ -346,7 +346,7 @@ def _run(args):
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
         rundir.claim(args.out, "solve", args.force)
         return _launch(args)
-    x_star = pdmm.reference(problem) if args.reference == "cvxpy" else None
+    x_star = _reference(problem, args)
     out = _claim(args, rank)
     try:
         tunings = {label: _tune(problem, label, method, params[label], x_star, args, network)
@@ -387,6 +387,23 @@ def _run(args):
               + (f", {', '.join(skipped)} not run" if skipped else "") + f"; what ran is in {out}", file=sys.stderr)
         return 130
     return 1 if failures else 0
+
+
+def _reference(problem, args):
+    """The cvxpy solution (pdmm.reference) for --reference cvxpy, else None; its warnings (an inaccurate solution)
+    one line each, and a solver that fails a RunFailure naming --reference none."""
+    if args.reference != "cvxpy":
+        return None
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x_star = pdmm.reference(problem)
+    except RuntimeError as err:
+        raise RunFailure(f"{err}; rerun with --reference none to solve without it") from None
+    for warning in caught if launch.speaks() else ():
+        line = (str(warning.message).strip().splitlines() or [warning.category.__name__])[0]
+        print(f"pdmm-bridge solve: warning: the cvxpy reference: {line}", file=sys.stderr)
+    return x_star
 
 
 def _solve_all(problem, specs, params, x_star, args, network):
@@ -591,7 +608,10 @@ def _problem(args, G):
     args.reg = DEFAULT_REG if args.reg is None else args.reg  # resolved for config.json
     if args.data is None:
         args.dim, args.samples = args.dim or DEFAULT_DIM, args.samples or DEFAULT_SAMPLES  # resolved for config.json
-        data = make_data(args.problem, G.number_of_nodes(), args.dim, args.samples, args.batch, args.seed)
+        try:  # its size checked against the memory available before anything is drawn
+            data = make_data(args.problem, G.number_of_nodes(), args.dim, args.samples, args.batch, args.seed)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     else:
         _refuse_sizes(args)
         if not Path(args.data).is_file():

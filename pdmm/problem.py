@@ -147,6 +147,8 @@ def _node_data(name, value, n, tail):
     if array.ndim != k + 2 or array.shape[1] != n or any(t is not None and s != t for s, t in zip(array.shape[2:], tail)):
         want = ", ".join(["n"] + [str(t) if t is not None else "*" for t in tail])
         raise ValueError(f"{name} must have shape ({want}) or (B, {want}) with n={n} nodes, got {given}")
+    if array.size == 0:
+        raise ValueError(f"{name} has shape {given}, with an axis of length 0: every node needs at least one value")
     return torch.from_numpy(np.ascontiguousarray(np.moveaxis(array, 0, 1)))
 
 

@@ -28,7 +28,11 @@ def reference(problem, solver="CLARABEL", **solver_options):
                    for e in range(len(src)) if src[e] < dst[e]]
             constraints = [left <= right if inequality else left == right for left, right, inequality in lhs]
         task = cp.Problem(cp.Minimize(problem.local.cvxpy_value(xs, b)), constraints)
-        task.solve(solver=solver, **options)
+        try:
+            task.solve(solver=solver, **options)
+        except cp.error.SolverError as err:  # e.g. lam = 1e308: the solver's numbers overflow
+            reason = (str(err).strip().splitlines() or ["solver error"])[0]
+            raise RuntimeError(f"cvxpy could not solve the centralised problem (instance {b}): {reason}") from None
         if task.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             raise RuntimeError(f"cvxpy could not solve the centralised problem (instance {b}): status {task.status}")
         solutions.append(np.tile(x.value, (n, 1)) if problem.is_consensus else X.value)

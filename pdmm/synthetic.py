@@ -6,6 +6,7 @@
 import numpy as np
 
 from . import problem as constructors
+from .graphs import available_memory
 
 DATA_KEYS = {
     "averaging": ("a",),
@@ -16,6 +17,7 @@ DATA_KEYS = {
 }
 KINDS = tuple(DATA_KEYS)
 NOISE = 0.1
+PEAK_COPIES = 4  # float64 copies of the largest data array that make_data and the problem hold at once
 
 
 def _check_kind(kind):
@@ -37,8 +39,9 @@ def make_data(kind, n, dim=3, samples=10, batch=None, seed=0):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if batch is not None and not (isinstance(batch, int) and batch >= 1):
         raise ValueError(f"batch must be None or an integer >= 1, got {batch!r}")
-    rng = np.random.default_rng(seed)
     lead = (n,) if batch is None else (batch, n)
+    _check_memory(kind, lead, dim, samples)
+    rng = np.random.default_rng(seed)
     if kind == "averaging":
         return {"a": rng.normal(size=(*lead, dim))}
     if kind == "quadratic":
@@ -54,6 +57,20 @@ def make_data(kind, n, dim=3, samples=10, batch=None, seed=0):
     if kind == "logistic":
         return {"X": H, "y": np.where(noisy >= 0, 1.0, -1.0)}
     return {"H": H, "y": noisy}
+
+
+def _check_memory(kind, lead, dim, samples):
+    """ValueError, before anything is drawn, when the data and the problem built from it would take more memory
+    than this process can have (pdmm.graphs.available_memory): about PEAK_COPIES float64 copies of the largest
+    array (the draws, their products and the problem's tensors)."""
+    rows = dim * dim if kind == "quadratic" else dim if kind == "averaging" else samples * dim
+    need = PEAK_COPIES * 8 * rows * int(np.prod(lead))
+    available = available_memory()
+    if available is not None and need > available:
+        shape = " x ".join(map(str, (*lead, *((dim, dim) if kind == "quadratic" else (dim,) if kind == "averaging"
+                                              else (samples, dim)))))
+        raise ValueError(f"synthetic {kind} data of shape {shape} would take about {need / 1e9:.3g} GB of memory, "
+                         f"more than the {available / 1e9:.3g} GB available; use fewer nodes, samples, dim or batch")
 
 
 def make_problem(kind, G, data, ridge=0.0, lam=0.1, reg=0.1):

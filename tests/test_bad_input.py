@@ -77,6 +77,8 @@ def test_solve_rejects(kwargs, error, message):
     (lambda: pdmm.lasso(G, np.ones((6, 4, 2)), np.ones((6, 4)), lam=float("inf")), "lam must be"),
     (lambda: pdmm.logistic(G, np.ones((6, 4, 2)), np.ones((6, 4)), reg=float("inf")), "reg must be"),
     (lambda: pdmm.averaging(nx.path_graph(7), A), "a must have shape"),
+    (lambda: pdmm.averaging(G, np.zeros((6, 0))), r"a has shape \(6, 0\), with an axis of length 0"),
+    (lambda: pdmm.least_squares(G, np.ones((6, 0, 2)), np.ones((6, 0))), "H has shape .* axis of length 0"),
 ])
 def test_problem_rejects(make, message):
     with pytest.raises((ValueError, TypeError), match=message):

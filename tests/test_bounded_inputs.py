@@ -211,3 +211,44 @@ def test_a_graph_file_larger_than_memory_allows_is_refused_before_reading(tmp_pa
     monkeypatch.setattr(pdmm.graphs, "available_memory", lambda: 10 * path.stat().st_size)
     assert pdmm.load_graph(path, arrays=True).n == 2000
     assert pdmm.graphs.available_memory() is None or pdmm.graphs.available_memory() > 0
+
+
+def test_synthetic_data_larger_than_memory_allows_is_refused_before_drawing(tmp_path, capsys, monkeypatch):
+    """--samples 3000000 on 100 nodes asked for about 29 GB and got it where the machine had it (or a kill)."""
+    import pdmm.synthetic
+    monkeypatch.setattr(pdmm.synthetic, "available_memory", lambda: 10**9)
+    with pytest.raises(ValueError, match=r"shape 100 x 3000000 x 3 would take about 28\.8 GB of memory, more than "
+                                         r"the 1 GB available"):
+        pdmm.synthetic.make_data("least_squares", 100, 3, 3_000_000)
+    assert pdmm.synthetic.make_data("least_squares", 100, 3, 10)["H"].shape == (100, 10, 3)
+    with pytest.raises(SystemExit) as caught:
+        main(["solve", "--no-progress", "--problem", "least_squares", "--samples", "3000000",
+              "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.count("\n") == 1 and "28.8 GB" in err and not (tmp_path / "out").exists()
+
+
+def test_the_solve_command_refuses_data_with_an_empty_axis_in_one_line(tmp_path, capsys):
+    """a of shape (100, 0) ended in an IndexError traceback from the stopping test's scale."""
+    np.savez(tmp_path / "empty.npz", a=np.ones((100, 0)))
+    with pytest.raises(SystemExit) as caught:
+        main(["solve", "--no-progress", "--data", str(tmp_path / "empty.npz"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.count("\n") == 1 and "axis of length 0" in err
+
+
+def test_a_reference_cvxpy_cannot_compute_is_one_line_exit_1(tmp_path, capsys):
+    """lam = 1e308: CLARABEL fails; the SolverError was a traceback. The run itself needs no reference."""
+    rng = np.random.default_rng(0)
+    problem = pdmm.lasso(pdmm.topology("ring", 6), rng.normal(size=(6, 4, 2)), rng.normal(size=(6, 4)), lam=1e308)
+    with pytest.raises(RuntimeError, match=r"cvxpy could not solve the centralised problem \(instance 0\)"):
+        pdmm.reference(problem)
+    with pytest.raises(SystemExit) as caught:
+        main(["solve", "--no-progress", "--problem", "lasso", "--lam", "1e308", "--nodes", "10",
+              "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert caught.value.code == 1 and err.count("\n") == 1 and "rerun with --reference none" in err
+    assert main(["solve", "--no-progress", "--problem", "lasso", "--lam", "1e308", "--nodes", "10", "--reference",
+                 "none", "--out", str(tmp_path / "none")]) == 0
+    with np.load(tmp_path / "none" / "result.npz") as result:  # lam beyond |sum_i H_i^T y_i|: the minimiser is 0
+        assert not result["x_pdmm"].any()

@@ -303,13 +303,13 @@ def add_parser(subparsers):
 
 
 def run(args):
-    launch.listen()
     try:
+        launch.listen()  # in a process of a --nproc job: where a Ctrl-C that came while it started is raised
         return _run(args)
     except KeyboardInterrupt:
-        if os.environ.get("RANK", "0") == "0":  # of a --nproc job, process 0 speaks for all
-            print("pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written",
-                  file=sys.stderr)
+        line = "pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written"
+        if not launch.report(130, line):  # of a --nproc job, the launcher prints it once
+            print(line, file=sys.stderr)
         return 130
     except Exception as err:  # in a process of a --nproc job: one line for the launcher to print
         code = 2 if isinstance(err, UsageError) else 1
@@ -317,6 +317,7 @@ def run(args):
             raise
         return code
     finally:
+        launch.done()  # a --nproc process has said what happened: Ctrl-C no longer interrupts it
         if torch.distributed.is_initialized():  # a --nproc process
             torch.distributed.destroy_process_group()
 
@@ -344,6 +345,7 @@ def _run(args):
     _check_methods(problem, specs, params, args, network)
     rank = _rank(args)
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
+        launch.check(args.nproc)
         rundir.claim(args.out, "solve", args.force)
         return _launch(args)
     x_star = _reference(problem, args)
@@ -360,7 +362,7 @@ def _run(args):
         return 130 if interrupted else 1 if failures else 0
 
     curves = {label: _mean_history(result.history) for label, result in results.items()}
-    _write_config(out / "config.json", args, specs, params, G, results, failures, tunings)
+    _write_config(out / "config.json", args, specs, params, G, results, failures, tunings, interrupted)
     if tunings:
         _write_tuning(out / "tuning.csv", tunings)
     counted = () if network is None else [c for c in NETWORK_COLUMNS if any(c in curve for curve in curves.values())]
@@ -547,7 +549,8 @@ def _rank(args):
         return None
     if not torch.distributed.is_initialized():
         launch.die_with_parent()
-        pdmm.distributed.init_process_group()
+        with launch.rendezvous():  # of a --nproc job: Ctrl-C held while it connects
+            pdmm.distributed.init_process_group()
     return torch.distributed.get_rank()
 
 
@@ -593,7 +596,7 @@ def _graph(args):
             G = pdmm.load_graph(args.graph, arrays=True)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    for warning in caught:
+    for warning in caught if launch.speaks() else ():
         print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
     if G.components > 1:
         raise UsageError(f"the graph in {args.graph} is disconnected: it has {G.components} connected components; "
@@ -629,7 +632,7 @@ def _problem(args, G):
     except (ValueError, TypeError) as err:
         source = args.data or "synthetic data"
         raise UsageError(f"{args.problem} from {source}: {err}") from None
-    for warning in caught:  # e.g. self-loops in a graph file, which PDMM ignores
+    for warning in caught if launch.speaks() else ():  # e.g. self-loops in a graph file, which PDMM ignores
         print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
     return problem
 
@@ -671,7 +674,7 @@ def _final(result, key):
     return None if values is None or not len(values) else float(np.max(values[-1]))
 
 
-def _write_config(path, args, specs, params, G, results, failures, tunings):
+def _write_config(path, args, specs, params, G, results, failures, tunings, interrupted=None):
     resolved = {key: value for key, value in vars(args).items() if key not in ("run", "argv", "method", "compare")}
     resolved.update(graph_param=dict(args.graph_param), methods=[label for label, _, _ in specs])
     summary = {label: {
@@ -683,7 +686,8 @@ def _write_config(path, args, specs, params, G, results, failures, tunings):
         "params": {**_defaults(result.method), **params[label]},
         **({"tuning": _tuning_entry(tunings[label])} if label in tunings else {}),
     } for label, result in results.items()}
-    config = {"version": package_version(), "args": resolved, "interrupted": any(r.interrupted for r in results.values()),
+    interrupted = interrupted is not None or any(r.interrupted for r in results.values())  # also before an iteration
+    config = {"version": package_version(), "args": resolved, "interrupted": interrupted,
               "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()}, "methods": summary}
     rundir.write_file(path, json.dumps(config, indent=2) + "\n")
 

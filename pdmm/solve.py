@@ -608,7 +608,8 @@ def local_curvature(problem) -> torch.Tensor | None:
 def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor | None:
     """(B,) float64 on the CPU: per instance, the RMS over the nodes of ||grad s_i(0)|| / L_i, s_i the smooth part
     of f_i (a lower bound on ||argmin s_i||), the size of the problem's solution unless every f_i is minimised
-    near 0; None where the local functions do not say (no gradient or curvature). It sets the stopping test's
+    near 0 (with edge matrices at least RMS ||b_ij|| / max ||A_ij||, the size the constraints ask of x); None
+    where the local functions do not say (no gradient or curvature). It sets the stopping test's
     floor, min(1, scale) in place of 1, so that data of size 1e-8 is not "converged" at x = 0 (README "The
     stopping test"). ValueError where it is beyond what dtype's norms resolve (their squares under- or overflow:
     below sqrt(tiny) / eps or above sqrt(max) / 10^4). curvature: local_curvature(problem) where computed."""
@@ -627,6 +628,13 @@ def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor |
         largest = ratio.abs().amax(dim=(0, 2))  # norms of the ratio scaled by its largest entry: no overflow
         unit = ratio / torch.where(largest > 0, largest, 1.0).view(1, -1, 1)
         scale = (largest * torch.sqrt((unit * unit).sum(-1).mean(0))).cpu()
+        if not problem.is_consensus:  # A_ij x_i + A_ji x_j = b_ij: x of size about ||b|| / ||A|| whatever f is
+            A, b = (t.double() for t in problem.edge_matrices)
+            norm = float(torch.linalg.matrix_norm(A, ord=2).max()) if A.numel() else 0.0
+            if norm > 0:
+                top = float(b.abs().max()) if b.numel() else 0.0
+                offset = top * math.sqrt(float(((b / top) ** 2).sum(-1).mean())) / norm if top > 0 else 0.0
+                scale = torch.clamp(scale, min=offset)
     info = torch.finfo(dtype)
     low, high = math.sqrt(info.tiny) / info.eps, math.sqrt(info.max) * 1e-4
     bad = (scale > 0) & ~((scale >= low) & (scale <= high))

@@ -252,3 +252,15 @@ def test_the_solve_command_refuses_data_beyond_the_dtype_in_one_line(tmp_path, c
 def test_the_solve_command_names_a_rho_far_from_the_curvature(tmp_path, capsys):
     code, printed = run(tmp_path, capsys, "--rho", "1e-12", "--iters", "50")
     assert code == 0 and "pdmm: not converged after 50 iterations: rho=1e-12 is far below" in printed.out
+
+
+def test_edge_constraints_with_a_small_offset_are_solved_to_tol_relative_to_it():
+    """minimise sum_i x_i^2 / 2 s.t. x_i - x_{i+1} = b_i on a path: the least-norm solution pinv(D) b. With every
+    f_i minimised at 0 the scale is the constraints' (||b|| / ||A||): at b ~ 1e-12 the run stopped at error 5e-5."""
+    D = np.array([[1.0, -1, 0, 0], [0, 1, -1, 0], [0, 0, 1, -1]])
+    b = 1e-12 * np.array([1.0, 2.0, 3.0])
+    constraints = {(i, i + 1): (np.eye(1), -np.eye(1), b[i:i + 1]) for i in range(3)}
+    problem = pdmm.quadratic(pdmm.topology("path", 4), np.tile(np.eye(1), (4, 1, 1)), np.zeros((4, 1)), constraints)
+    result = pdmm.solve(problem, max_iter=5000)
+    x_star = np.linalg.pinv(D) @ b
+    assert result.converged and np.linalg.norm(result.x[:, 0] - x_star) / np.linalg.norm(x_star) < 1e-8

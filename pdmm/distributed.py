@@ -59,7 +59,7 @@ from .compiled import CompiledGraph, EdgeList
 from .constraints import Consensus
 from .local import Quadratic
 from .methods import PDMM
-from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result
+from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result, problem_scale
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
 
@@ -269,8 +269,10 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
         x_star = _reference(problem, reference, device, dtype)
         state = algorithm.init(_initial_x(problem, x0, seed, device, dtype)[torch.from_numpy(own)])
         per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
+        scale = problem_scale(problem, dtype)  # the stopping test's floor, as one process has it
         book = _PartBookkeeping(names, _Summed(local, problem.n, group), edges, None, x_star, None, rho, per_iteration,
-                                record_every, min(max_iter // record_every + 1, 4096))
+                                record_every, min(max_iter // record_every + 1, 4096),
+                                scale=None if scale is None else scale.to(device, dtype))
         book.part(own, problem.compiled.num_edges // 2, group)
         run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=None)
 

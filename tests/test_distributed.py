@@ -54,6 +54,9 @@ def _cases(world):
         ("lasso_regular_half", pdmm.lasso(regular, H, y, lam=0.5), dict(max_iter=30, theta=0.5)),
         ("lasso_geometric", pdmm.lasso(pdmm.Graph.random_geometric(20, seed=4), H, y, lam=0.2), dict(max_iter=20)),
         ("averaging_converges", averaging, dict(max_iter=3000, tol=1e-10)),
+        # data of size 1e-9: the stopping test's floor is the problem's scale on every rank, not 1
+        ("small_data_converges", pdmm.averaging(geometric, 1e-9 * rng.normal(size=(2, 24, 2))),
+         dict(max_iter=3000, tol=1e-10)),
         ("averaging_target", averaging, dict(max_iter=3000, reference=averaging.local.q.mean(0, keepdim=True)
                                              .transpose(0, 1).expand(3, 24, 2).numpy(), target=1e-6, record_every=3,
                                              history=("residual", "error", "objective"))),
@@ -115,15 +118,17 @@ def compared(request, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["averaging_theta1_k1", "averaging_theta1_k2", "averaging_theta1_k7",
                                   "averaging_theta1_k25", "averaging_theta_half_regular", "least_squares_geometric",
-                                  "lasso_regular_half", "lasso_geometric", "averaging_converges", "averaging_target",
+                                  "lasso_regular_half", "lasso_geometric", "averaging_converges", "small_data_converges",
+                                  "averaging_target",
                                   "round_robin"])
 def test_distributed_matches_single_process(compared, name):
     found = compared[name]
     assert found["x"] <= TOL and found["history"] <= TOL and found["same"], found
 
 
-def test_distributed_stops_where_single_process_stops(compared):
-    found = compared["averaging_converges"]
+@pytest.mark.parametrize("name", ["averaging_converges", "small_data_converges"])
+def test_distributed_stops_where_single_process_stops(compared, name):
+    found = compared[name]
     assert 0 < found["iterations"] < 3000 and found["same"], found
 
 

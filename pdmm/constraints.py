@@ -1,7 +1,8 @@
-"""Edge constraints A_ij x_i + A_ji x_j = b_ij, or <= b_ij (MATH.md section 1), as operators on directed edges.
+"""Edge constraints A_ij x_i + A_ji x_j = b_ij, or <= b_ij (docs/theory/problem.md section 1), as operators on
+directed edges.
 
 Directed edge e = i->j carries A_e = A_ij (the matrix node i applies) and b_e = b_ij. PDMM's
-z-form (MATH.md section 2) keeps one dual vector z_{i|j} per directed edge; with penalty c = rho:
+z-form (docs/theory/pdmm.md section 4) keeps one dual vector z_{i|j} per directed edge; with penalty c = rho:
 
     gather:    u_i = sum_{j in N_i} A_ij^T (z_{i|j} - c b_ij / 2)      (node i's linear term)
     curvature: C_i = c sum_{j in N_i} A_ij^T A_ij                       (node i's quadratic term)

@@ -1,4 +1,5 @@
-"""Partitioned PDMM on torch.distributed: `pdmm.solve(problem, backend="distributed")` (MATH.md section 2).
+"""Partitioned PDMM on torch.distributed: `pdmm.solve(problem, backend="distributed")` (docs/theory/pdmm.md
+section 4).
 
 Run the same script on P processes, each calling `pdmm.distributed.init_process_group()` and then
 `pdmm.solve(..., backend="distributed")` with the same problem:

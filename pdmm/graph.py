@@ -1,6 +1,6 @@
 """pdmm.Graph: an undirected graph held as arrays, for graphs too large for networkx.
 
-A Graph has n nodes and m undirected edges {i, j} (MATH.md section 1), stored once each as the rows
+A Graph has n nodes and m undirected edges {i, j} (docs/theory/problem.md section 4), stored once each as the rows
 (i, j), i < j, of `edges`, sorted. Build one from edge arrays (`from_edges`), a scipy sparse
 adjacency matrix (`from_scipy`) or a networkx graph (`from_networkx`), or sample one directly as
 arrays with `random_geometric`, `random_regular`, `grid` or `erdos_renyi`. The random generators

@@ -1,6 +1,6 @@
-"""Update rules: PDMM (MATH.md 2), QA-PDMM (MATH.md 3), edge-based consensus ADMM, gossip and
-Chebyshev-accelerated gossip for averaging problems (docs/averaging.md), and METHODS, which also
-holds DGD, EXTRA, NIDS and gradient tracking (pdmm.decentralised, docs/decentralised.md).
+"""Update rules: PDMM (docs/theory/pdmm.md section 4), QA-PDMM (docs/theory/qa_pdmm.md section 5),
+edge-based consensus ADMM, gossip and Chebyshev-accelerated gossip for averaging problems
+(docs/averaging.md), and METHODS, which also holds DGD, EXTRA, NIDS and gradient tracking (pdmm.decentralised, docs/decentralised.md).
 
 Each method is one step over the whole graph at once, written as the three named phases
     gather   u_i  <- what node i collects from its edges          (edge -> node)
@@ -41,7 +41,7 @@ def _check_theta(theta):
 
 
 class PDMM:
-    """z-form PDMM with averaging theta on z (MATH.md section 2):
+    """z-form PDMM with averaging theta on z (docs/theory/pdmm.md sections 4, 6):
 
         x_i^{k+1}     = argmin_x f_i(x) + u_i^T x + 1/2 x^T C_i x,  u_i = sum_j A_ij^T (z_{i|j} - c b_ij / 2)
         z_{j|i}^{k+1} = (1 - theta) z_{j|i}^k + theta (z_{i|j}^k + 2c (A_ij x_i^{k+1} - b_ij / 2))
@@ -91,7 +91,7 @@ class PDMM:
 
 
 class QAPDMM(PDMM):
-    """QA-PDMM (MATH.md section 3, non-recursive form): f_i replaced by its quadratic model, so
+    """QA-PDMM (docs/theory/qa_pdmm.md section 5, non-recursive form): f_i replaced by its quadratic model, so
     only gradients are needed. With B_i = eta_i I + C_i and g_i^k = -u_i^k:
 
         x_i^{k+1/2} = B_i^{-1} [eta_i x_i^{k-1/2} + g_i^k - grad f_i(x_i^{k-1/2})]
@@ -152,7 +152,7 @@ class NodeForm:
 
     With the signed consensus state w (pdmm.constraints.Consensus), u_i = sum_{e at i} w_e (what
     node i gathers) and v_i = sum_{e at i} w_{rev e} (what its neighbours hold for it), one step of
-    z-form PDMM (MATH.md 2), w_e <- (1 - theta) w_e + theta (-2 rho x_{dst e} - w_{rev e}), sums to
+    z-form PDMM (docs/theory/pdmm.md section 10), w_e <- (1 - theta) w_e + theta (-2 rho x_{dst e} - w_{rev e}), sums to
 
         x^{k+1} = the method's node update from u^k
         u^{k+1} = (1 - theta) u^k + theta (-2 rho sum_{j in N_i} x_j^{k+1} - v^k)

@@ -1,7 +1,7 @@
 """Simulated networks: lost messages, sleeping nodes, changing edges, quantised messages, private starts.
 
 `Network` describes the effects; `Channel` applies them to one run at the `exchange` seam of
-pdmm.methods (MATH.md 2). At iteration k = 1, 2, ..., independently per instance b:
+pdmm.methods (docs/theory/pdmm.md section 12). At iteration k = 1, 2, ..., independently per instance b:
 
     awake_i          ~ Bernoulli(wake_i)                     a sleeping node keeps x_i and sends nothing;
                        or, wake="one", exactly one node awake, uniform over the n

@@ -1,4 +1,4 @@
-"""pdmm.Problem (MATH.md section 1) and ready-made constructors with per-node data.
+"""pdmm.Problem (docs/theory/problem.md sections 1, 5) and ready-made constructors with per-node data.
 
 G is a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix (pdmm/graph.py). Row i
 of every data array belongs to node i: the i-th node of `G.nodes` (a pdmm.Graph or matrix:

@@ -191,9 +191,9 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     one to rounding error, not bit for bit (where the stopping test is borderline it may stop a
     check interval earlier or later), and a network draws its random events for the renumbered
     edges and nodes (another realisation of the same process, reproducible from its seed).
-    form (local backend): "edges" runs the method on its edge state (one z per directed edge, as
-    MATH.md 2 writes it); "nodes" sums that state out into two numbers per node
-    (pdmm.methods.NodeForm: the same iterates, one sparse adjacency product per step), which
+    form (local backend): "edges" runs the method on its edge state (one z per directed edge,
+    docs/theory/pdmm.md section 4); "nodes" sums that state out into two numbers per node
+    (pdmm.methods.NodeForm, docs/theory/pdmm.md section 10: the same iterates, one sparse adjacency product per step), which
     needs pdmm or qa-pdmm, consensus constraints and no network; None (default) takes "nodes"
     where it applies on graphs with at least LARGE_GRAPH_EDGES directed edges and "edges" otherwise.
     Like renumbering, the node form agrees with the edge form to rounding error, not bit for bit.

@@ -1,6 +1,7 @@
 """Update rules: PDMM (docs/theory/pdmm.md section 4), QA-PDMM (docs/theory/qa_pdmm.md section 5),
 edge-based consensus ADMM, gossip and Chebyshev-accelerated gossip for averaging problems
-(docs/averaging.md), and METHODS, which also holds DGD, EXTRA, NIDS and gradient tracking (pdmm.decentralised, docs/decentralised.md).
+(docs/averaging.md), and METHODS, which also holds DGD, EXTRA, NIDS and gradient tracking
+(pdmm.decentralised, docs/decentralised.md).
 
 Each method is one step over the whole graph at once, written as the three named phases
     gather   u_i  <- what node i collects from its edges          (edge -> node)

@@ -178,7 +178,7 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations
     completed so far, with result.interrupted = True, instead of raising.
     On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (unless the
-    environment sets MALLOC_MMAP_MAX_ or MALLOC_TRIM_THRESHOLD_ itself).
+    environment sets `MALLOC_MMAP_MAX_` or `MALLOC_TRIM_THRESHOLD_` itself).
     backend: "local" (this process) or "distributed" (partitioned over a torch.distributed process
     group, every rank calling solve alike; pdmm.distributed); partition: distributed only, None
     (METIS, else contiguous blocks) or the rank of each node.

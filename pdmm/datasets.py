@@ -66,7 +66,7 @@ def breast_cancer(graph, l2: float = BREAST_CANCER_L2, seed: int = 0) -> Problem
     the weights). Node i of `graph` (a networkx graph, pdmm.Graph or scipy adjacency) holds the rows
     split_rows(569, n, seed)[i] and f_i = its logistic losses + (l2 / n) / 2 ||x||^2 (pdmm.logistic
     with reg = l2 / n), so the problem, and its solution, is the same whatever the graph. l2 > 0
-    makes every f_i strongly convex; the default 10 is scikit-learn's C = 0.1 (README, "Real data", on
+    makes every f_i strongly convex; the default 10 is scikit-learn's C = 0.1 (docs/guide/data.md, on
     the choice). ValueError, in one line, for l2 <= 0 or a graph with more nodes than rows.
     """
     if _weight("l2", l2) == 0:

@@ -111,7 +111,7 @@ def load_graph(path, arrays=False):
     An edge list is read as networkx.read_edgelist reads it: text after "#" is a comment, a line with fewer
     than two fields is skipped, fields after the first two are ignored, never evaluated; nodes are numbered
     in order of first appearance, and labels that are all integers ("7", not "07") become ints. It is parsed
-    by read_edge_list at C speed in memory proportional to the edges (README "Graph files"). A GraphML file
+    by read_edge_list at C speed in memory proportional to the edges (docs/guide/solve.md, "Graphs"). A GraphML file
     that declares a DOCTYPE is refused (_refuse_doctype).
     """
     from .graph import Graph, _from_pairs

@@ -183,7 +183,7 @@ class Network:
         carry a message either way (drop = 1 both ways, or never up in an edge_up schedule) that split the graph
         into parts which never hear from each other.
         pdmm.solve refuses such a network: its state would never change and the residual test could pass at
-        x^0, or each part would settle on its own answer (README "The stopping test")."""
+        x^0, or each part would settle on its own answer (docs/guide/solve.md, "The stopping test")."""
         wake = self.wake.values() if isinstance(self.wake, Mapping) else \
             self.wake if isinstance(self.wake, tuple) else () if self.wake == ONE else (self.wake,)
         if not isinstance(self.wake, Mapping) and wake and all(q == 0 for q in wake):

@@ -6,7 +6,7 @@ archive whose arrays would need more than `limit` bytes in all (NPZ_LIMIT by def
 members declare more data than they could hold: more than the zip entry's own size, or more than
 `ratio` (NPZ_RATIO) times the member's compressed size (real data compresses by far less; a
 "zip bomb" of zeros by about 1000:1). Object dtypes (pickles, which could run code) are refused too.
-README "Untrusted files" states these limits.
+docs/guide/solve_cli.md states these limits.
 """
 import math
 import zipfile

@@ -138,7 +138,7 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     the curvature, rho_advice); tol=0 runs all max_iter iterations silently. A network over which no run
     reaches the solution (Network.stuck), a rho, theta, eta or alpha beyond what dtype resolves
     (check_rho_resolved, check_steps_resolved) and data beyond what its norms resolve (problem_scale) are
-    refused (README "The stopping test"). The test runs every `check_every` iterations (default 10;
+    refused (docs/guide/solve.md, "The stopping test"). The test runs every `check_every` iterations (default 10;
     50 in the node form, `form` below, where the residual the test computes over the edges costs
     0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of
     check_every: up to check_every - 1 iterations after the first iteration that meets the test;
@@ -424,8 +424,8 @@ class _Bookkeeping:
         return _rms(t), _rms(t - t_old)
 
     def state_test(self, new, old, tol, scale, change):
-        """(passes, frozen), 0-dim bool tensors, from the method's state besides x (z, u, x_half, ...; README "The
-        stopping test"). passes: the fixed-point residual of the multipliers, rho * (RMS change of x), what one step
+        """(passes, frozen), 0-dim bool tensors, from the method's state besides x (z, u, x_half, ...;
+        docs/guide/solve.md, "The stopping test"). passes: the fixed-point residual of the multipliers, rho * (RMS change of x), what one step
         moves them by, is <= tol * max(DUAL_SLACK * scale, their RMS), so a large rho (x pinned while the
         multipliers still travel) cannot pass with x stuck near x^0; with rho <= DUAL_SLACK this follows from the
         test on x, and methods without rho pass. Over a network (self.ideal: new is two ideal steps from old) every
@@ -470,7 +470,7 @@ class _Bookkeeping:
         target error is reached); over a network (self.ideal) the changes are two ideal steps' from `new`;
         stalled: not stop, yet x and the whole state are frozen (a floating-point fixed point short of tol, or a
         step that changes nothing), tested with tol > 0 for pdmm, qa-pdmm and admm on the ideal network only
-        (README "The stopping test")."""
+        (docs/guide/solve.md, "The stopping test")."""
         x = new["x"]
         residual = self.residual(x, seen)
         if self.ideal is not None and self.near(residual, new, old, tol):
@@ -583,7 +583,7 @@ def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype, curvature
     f_i(x) + ... + rho d_i / 2 ||x||^2 rounds f_i away and no iteration can move x towards the solution; or
     rho * d_i is below eps * L_i at every node, so that the penalty rounds away against every f_i and the
     multipliers, which grow by rho times the residual per step, would need more than 1 / eps steps to move
-    any x_i (README "The stopping test"). curvature: local_curvature(problem) where already computed. Problems
+    any x_i (docs/guide/solve.md, "The stopping test"). curvature: local_curvature(problem) where already computed. Problems
     without a curvature bound (or with edge matrices) are left to the stopping test."""
     if rho is None or not problem.is_consensus:
         return
@@ -620,8 +620,8 @@ def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor |
     of f_i (a lower bound on ||argmin s_i||), the size of the problem's solution unless every f_i is minimised
     near 0 (with edge matrices at least RMS ||b_ij|| / max ||A_ij||, the size the constraints ask of x); None
     where the local functions do not say (no gradient or curvature). It sets the stopping test's
-    floor, min(1, scale) in place of 1, so that data of size 1e-8 is not "converged" at x = 0 (README "The
-    stopping test"). ValueError where it is beyond what dtype's norms resolve (their squares under- or overflow:
+    floor, min(1, scale) in place of 1, so that data of size 1e-8 is not "converged" at x = 0
+    (docs/guide/solve.md, "The stopping test"). ValueError where it is beyond what dtype's norms resolve (their squares under- or overflow:
     below sqrt(tiny) / eps or above sqrt(max) / 10^4). curvature: local_curvature(problem) where computed."""
     local = problem.local
     curvature = local_curvature(problem) if curvature is None else curvature
@@ -677,7 +677,7 @@ def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None)
     """ValueError where a method's step is beyond what dtype resolves, so that no iteration can move its state:
     pdmm's and qa-pdmm's theta below eps ((1 - theta) z + theta y rounds to z), qa-pdmm's eta above (L + rho
     degree) / eps and the decentralised methods' alpha below eps / L (every gradient step rounds away against x;
-    L = max_i L_i, README "The stopping test"). algorithm: the method built for the run (pdmm.METHODS[method](...));
+    L = max_i L_i, docs/guide/solve.md, "The stopping test"). algorithm: the method built for the run (pdmm.METHODS[method](...));
     curvature: local_curvature(problem) where computed."""
     eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
     theta = getattr(algorithm, "theta", None)
@@ -829,7 +829,7 @@ def _renumbered(x, order):
 
 def _warned(result, tol, problem=None, rho=None):
     """result, after a ConvergenceWarning where a run with a stopping test (0 < tol < inf: not tol=0, nor a biased
-    method's) ended at max_iter or stalled (README "The stopping test"); a rho far from the problem's curvature
+    method's) ended at max_iter or stalled (docs/guide/solve.md, "The stopping test"); a rho far from the problem's curvature
     is named (rho_advice)."""
     if result.status in ("max_iter", "stalled") and 0 < tol < math.inf:
         far = None if problem is None else rho_advice(rho, problem)

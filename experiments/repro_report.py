@@ -2,7 +2,7 @@
 
     [report]
     title = "AttentionX on a ViT (digits)"
-    source = "AttentionX paper, MATH.md 7"
+    source = "AttentionX paper (docs/theory/reproductions.md section 2)"
     claim = "CIFAR10: 88.15 ± 0.55 % -> 89.41 ± 0.18 %"         # the source's numbers
     metrics = ["val_acc", "val_loss"]                            # the table's metrics
     baseline = { "model.residual" = "standard" }                 # paired differences against these runs
@@ -296,7 +296,8 @@ def comparison_tests(claim, runs, keys):
 
 
 def probe_tests(claim, runs, keys):
-    """One ClaimTest per condition of the claim's variant, from each seed's probe (bridge.probe, MATH.md 5, 7):
+    """One ClaimTest per condition of the claim's variant, from each seed's probe (bridge.probe,
+    docs/theory/residuals.md section 14):
     "below 1" tests the statistic's mean over layers minus 1, "falls with depth" its least-squares slope per
     layer, against 0 across seeds."""
     tests = []
@@ -639,7 +640,7 @@ def extra_sections(path, spec, groups, runs):
     if spec.get("probe"):
         table = plot_probes(groups, path / "plot_probe.png")
         lines += ["", "Probe of the trained checkpoints on 4 training batches (mean over seeds; bridge.probe, "
-                  "MATH.md 5): belief's Delta and MH after the output projection W^o, as in its Fig. 4, and "
+                  "docs/theory/residuals.md section 14): belief's Delta and MH after the output projection W^o, as in its Fig. 4, and "
                   "AttentionX's Phi = V - gamma MH against V:", "", *table]
         figures.append("plot_probe.png")
     if spec.get("against"):

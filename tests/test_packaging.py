@@ -52,7 +52,7 @@ def test_configs_command_lists_every_builtin_with_its_description(capsys):
     assert main(["configs"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(builtin_configs())
-    assert "repro/belief_char          BeliefFormer (MATH.md 5, 7) in a causal character GPT on Shakespeare" in lines
+    assert "repro/belief_char          BeliefFormer in a causal character GPT on Shakespeare" in lines
 
 
 def test_version_and_help_show_the_version_and_defaults(capsys):

@@ -7,7 +7,7 @@ import sys
 
 from . import (compare_command, configs_command, learn_pdmm_command, network_command, plot_command, probe_command,
                report_command, solve_command, sweep_command, train_command)
-from .common import RunFailure, UsageError, package_version, tune_allocator
+from .common import RunFailure, UsageError, first_line, package_version, tune_allocator
 
 COMMANDS = [solve_command, train_command, sweep_command, configs_command, plot_command, report_command,
             learn_pdmm_command, compare_command, probe_command, network_command]
@@ -63,13 +63,7 @@ def main(argv=None):
 
 def out_of_memory(err: BaseException) -> bool:
     """Whether err is an allocation failure: MemoryError (numpy's too), torch.OutOfMemoryError (a GPU) or the
-    RuntimeError of torch's CPU allocator ("... not enough memory: you tried to allocate N bytes"). One line,
-    exit 1 (README "Exit codes")."""
+    RuntimeError of torch's CPU allocator ("... not enough memory: you tried to allocate N bytes", or on Linux
+    "DefaultCPUAllocator: can't allocate memory: ..."). One line, exit 1 (README "Exit codes")."""
     return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or \
-        "not enough memory" in str(err) or "out of memory" in str(err).lower()
-
-
-def first_line(err: BaseException) -> str:
-    """The first non-empty line of err's message, or its type's name where it has none (a bare MemoryError)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[0] if lines else type(err).__name__
+        any(words in str(err).lower() for words in ("not enough memory", "out of memory", "can't allocate memory"))

@@ -25,6 +25,12 @@ class WriteError(RunFailure):
 tune_allocator = pdmm.tune_allocator  # moved to pdmm (pdmm.solve applies it on large runs); kept importable here
 
 
+def first_line(err: BaseException) -> str:
+    """The first non-empty line of err's message, or its type's name where it has none (a bare MemoryError)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
 def package_version():
     """The installed pdmm-bridge version, or "unknown" when running from an uninstalled checkout."""
     try:

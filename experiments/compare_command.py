@@ -34,10 +34,10 @@ from bridge.fitting import MIN_DELTA, PATIENCE
 
 from . import rundir
 from .common import UsageError, package_version
-from .compare_report import load, summary, write_outputs
+from .compare_report import CURVE_COLUMNS, MAX_ROUNDS, check_fitted, load, summary, write_outputs
 from .config import load_config, to_tables
 from .results_doc import replace_section
-from .runs import is_number, read_json, read_metrics
+from .runs import is_number, read_json, read_metrics, read_summary
 from .sweep_command import check_names, run_name, seeds as parse_seeds
 from .tasks import build_task
 from .tasks.graph_consensus import graph_family
@@ -141,10 +141,14 @@ def trained_models(args, out, seed, rows):
         model = build_task(config).build_model()
         load_weights(model, best_weights(run_dir))
         models[label] = model
-        done = read_json(run_dir / "summary.json")
+        done = read_summary(run_dir / "summary.json")
         budgets[label] = {key: done.get(key) for key in ("steps", "best_step", "wall_seconds", "stopped_by")}
+        evaluations = [row for row in read_metrics(run_dir / "metrics.jsonl") if "val_loss" in row]
+        if any(row.get("val_error") is None for row in evaluations):
+            raise UsageError(f"{run_dir / 'metrics.jsonl'}: an evaluation row has no val_error; it is not a "
+                             "graph_consensus run (delete the run directory to train it again)")
         curves += [{"method": label, "seed": seed, "step": row["step"], "val_loss": row["val_loss"],
-                    "val_error": row["val_error"]} for row in read_metrics(run_dir / "metrics.jsonl") if "val_loss" in row]
+                    "val_error": row["val_error"]} for row in evaluations]
     return models, budgets, curves
 
 
@@ -152,7 +156,7 @@ def seed_result(args, out, setting, seed, rows, key):
     """(the seed's SeedResult, its learning-curve rows), read from OUT/seeds/seed=S.json when it was computed
     under the same `key`."""
     path = out / "seeds" / f"seed={seed}.json"
-    saved = saved_seed(path, key)
+    saved = saved_seed(path, key, setting.horizon)
     if saved is not None:
         return saved
     models, budgets, curves = trained_models(args, out, seed, rows)
@@ -166,30 +170,42 @@ def seed_result(args, out, setting, seed, rows, key):
     return result, curves
 
 
-def saved_seed(path, key):
+def saved_seed(path, key, horizon=None):
     """(SeedResult, learning-curve rows) from seed file `path` when it was computed under `key`, else None;
-    a malformed file is a UsageError (check_seed_file)."""
+    a malformed file is a UsageError (check_seed_file), and so is one of `key` whose rows do not hold one
+    number per round of the `horizon`."""
     saved = read_json(path)
     if saved is None:
         return None
     check_seed_file(saved, path)
     if saved["key"] != key:
         return None
+    if horizon is not None and any(len(values) != horizon for values in saved["log_errors"].values()):
+        raise UsageError(f"{path}: log_errors rows must hold {horizon} numbers, one per round; delete the file to "
+                         "recompute the seed")
     return SeedResult({tuple(k.split("\t")): np.array(v, dtype=float) for k, v in saved["log_errors"].items()},
                       saved["fitted"]), saved["curves"]
 
 
 def check_seed_file(saved, path):
     """UsageError naming OUT/seeds/seed=S.json and what is wrong unless it has the shape seed_result writes:
-    key, fitted (objects), curves (a list of objects) and log_errors ({"method\tset": [number or null]})."""
+    key, fitted (compare_report.check_fitted), curves (a list of learning-curve rows: CURVE_COLUMNS, method a
+    string, seed and step integers, numbers) and log_errors (non-empty, {"method\tset": [number or null]})."""
     def wrong(what):
         raise UsageError(f"{path}: {what}; delete the file to recompute the seed")
     if not isinstance(saved, dict) or not all(key in saved for key in ("key", "fitted", "curves", "log_errors")):
         wrong("expected an object with key, fitted, curves and log_errors")
-    if not isinstance(saved["fitted"], dict) or not isinstance(saved["log_errors"], dict):
-        wrong("fitted and log_errors must be objects")
-    if not (isinstance(saved["curves"], list) and all(isinstance(row, dict) for row in saved["curves"])):
-        wrong("curves must be a list of objects")
+    if not isinstance(saved["fitted"], dict) or not isinstance(saved["log_errors"], dict) or not saved["log_errors"]:
+        wrong("fitted and log_errors must be objects, log_errors not empty")
+    try:
+        check_fitted(saved["fitted"], "fitted")
+    except ValueError as err:
+        wrong(str(err))
+    if not (isinstance(saved["curves"], list) and all(
+            isinstance(row, dict) and set(CURVE_COLUMNS) <= set(row) and isinstance(row["method"], str)
+            and all(isinstance(row[k], int) and not isinstance(row[k], bool) for k in ("seed", "step"))
+            and all(row[k] is None or is_number(row[k]) for k in ("val_loss", "val_error")) for row in saved["curves"])):
+        wrong(f"curves must be a list of objects with {', '.join(CURVE_COLUMNS)}")
     for name, values in saved["log_errors"].items():
         if len(name.split("\t")) != 2:
             wrong(f"log_errors key {name!r} is not 'method<TAB>set'")
@@ -224,8 +240,9 @@ def run(args):
     base = load_config(args.config, args.overrides)
     if base.task.name != "graph_consensus":
         raise UsageError(f"compare runs on task graph_consensus; {args.config} has task {base.task.name!r}")
-    if args.rounds < base.model.n_layer:
-        raise UsageError(f"--rounds ({args.rounds}) must be at least model.n_layer ({base.model.n_layer})")
+    if not base.model.n_layer <= args.rounds <= MAX_ROUNDS:
+        raise UsageError(f"--rounds ({args.rounds}) must be at least model.n_layer ({base.model.n_layer}) and at "
+                         f"most {MAX_ROUNDS} (every row keeps a number per round)")
     task = build_task(base)  # validates the task options
     rows = row_variants(args)
     models = untrained_models(args, rows)
@@ -249,6 +266,11 @@ def run(args):
               f"{out / 'runs'}: run the same command again to resume", file=sys.stderr)
         raise SystemExit(130) from None
     results = {seed: result for seed, (result, _) in done.items()}
+    rows_of = {seed: set(result.log_errors) for seed, result in results.items()}
+    odd = next((seed for seed in seeds if rows_of[seed] != rows_of[seeds[0]]), None)
+    if odd is not None:
+        raise UsageError(f"{out / 'seeds'}: seed={odd}.json and seed={seeds[0]}.json hold different rows; delete the "
+                         "hand-edited one to recompute it")
     sent = {label: numbers_sent(label, models.get(label)) for label, _ in results[seeds[0]].log_errors}
     table = CompareTable.from_seeds(setting, results, sent)
     train_cfg = base.train

@@ -21,23 +21,118 @@ from . import rundir
 from .rundir import save_figure, write_csv
 
 CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
+MAX_ROUNDS = 10_000  # compare --rounds: every row keeps a number per round and seed, and tuning runs them all
+MAX_HORIZON = 1_000_000  # rounds past --rounds at which the classical rows run (w r for a row sending w numbers)
 MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
 
 
 def read_csv(path):
-    """The rows of a CSV file with a header, as dicts (read through rundir)."""
-    return list(csv.DictReader(io.StringIO(rundir.read_text(path), newline="")))
+    """The rows of a CSV file with a header, as dicts (read through rundir); a malformed one is a ValueError."""
+    try:
+        return list(csv.DictReader(io.StringIO(rundir.read_text(path), newline="")))
+    except csv.Error as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 def load(directory):
-    """(table, meta, curves) from a compare directory's seeds.csv, compare.json and curves.csv."""
-    meta = json.loads(rundir.read_text(directory / "compare.json"))
+    """(table, meta, curves) from a compare directory's seeds.csv, compare.json and curves.csv, each checked
+    (check_meta, check_seed_rows, check_curves): a hand-edited file is a ValueError naming it."""
+    try:
+        meta = json.loads(rundir.read_text(directory / "compare.json"))
+    except RecursionError:
+        raise ValueError(f"{directory / 'compare.json'} is nested too deeply") from None
+    check_meta(meta, directory / "compare.json")
     rows = read_csv(directory / "seeds.csv")
     if not rows or list(rows[0]) != list(SEED_COLUMNS):
         raise ValueError(f"{directory / 'seeds.csv'} is not a compare seeds.csv (columns {', '.join(SEED_COLUMNS)})")
+    check_seed_rows(rows, max(meta["rounds"], *meta["setting"].get("checkpoints", [])), directory / "seeds.csv")
     table = CompareTable.from_seed_rows(rows, meta["rounds"], meta["depth"], meta.get("fitted"))
     curves = read_csv(directory / "curves.csv") if (directory / "curves.csv").is_file() else []
+    check_curves(curves, directory / "curves.csv")
     return table, meta, curves
+
+
+def _integer(value, low=0, high=None) -> bool:
+    """Whether `value` is an int (not a bool) from `low` to `high`."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
+
+
+def check_meta(meta, path) -> None:
+    """ValueError naming compare.json unless it has what the report reads: command (text), rounds >= depth >= 1,
+    setting (an object with family, test_graphs, batch, integer checkpoints) and fitted ({seed: check_fitted})."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected an object")
+    if not (_integer(meta.get("depth"), 1) and _integer(meta.get("rounds"), meta["depth"], MAX_ROUNDS)):
+        raise ValueError(f"{path}: rounds and depth must be integers with 1 <= depth <= rounds <= {MAX_ROUNDS}")
+    setting = meta.get("setting")
+    if not (isinstance(meta.get("command"), str) and isinstance(setting, dict)
+            and all(key in setting for key in ("family", "test_graphs", "batch"))
+            and isinstance(setting.get("checkpoints", []), list)
+            and all(_integer(r, 1, MAX_HORIZON) for r in setting.get("checkpoints", []))):
+        raise ValueError(f"{path}: expected command (text) and setting (family, test_graphs, batch, checkpoints)")
+    fitted = meta.get("fitted", {})
+    if not isinstance(fitted, dict):
+        raise ValueError(f"{path}: fitted must be an object of seeds")
+    for seed, values in fitted.items():
+        check_fitted(values, f"{path}, fitted seed {seed}")
+
+
+def check_fitted(fitted, where) -> None:
+    """ValueError naming `where` unless one seed's `fitted` has the shapes the report reads: training budgets
+    {row: {steps, best_step, wall_seconds (number), stopped_by (text)}}, fits ("NAME: fit": an object, or a
+    list of them, with steps, best step and stopped by) and per-round values ("NAME per round": {round: a
+    number or a [low, high] pair; a row name for the best rows' choices})."""
+    def wrong(what):
+        raise ValueError(f"{where}: {what}")
+    if not isinstance(fitted, dict):
+        wrong("expected an object")
+    training = fitted.get("training", {})
+    if not (isinstance(training, dict) and all(
+            isinstance(info, dict) and all(key in info for key in ("steps", "best_step")) and
+            isinstance(info.get("wall_seconds"), (int, float)) and isinstance(info.get("stopped_by"), str)
+            for info in training.values())):
+        wrong("training must map rows to {steps, best_step, wall_seconds, stopped_by}")
+    for key, value in fitted.items():
+        if key.endswith(": fit"):
+            fits = value if isinstance(value, list) else [value]
+            if not all(isinstance(fit, dict) and all(k in fit for k in ("steps", "best step"))
+                       and isinstance(fit.get("stopped by"), str) for fit in fits):
+                wrong(f"{key!r} must be an object (or a list of them) with steps, best step and stopped by")
+        if key.endswith(" per round") and not (isinstance(value, dict) and all(
+                isinstance(v, str) if key.startswith("best") else isinstance(v, (int, float)) or
+                isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)
+                for v in value.values())):
+            wrong(f"{key!r} must map rounds to {'row names' if key.startswith('best') else 'numbers or [low, high]'}")
+
+
+def check_seed_rows(rows, horizon, path) -> None:
+    """ValueError naming seeds.csv unless every row has a seed >= 0, a round from 1 to `horizon` (the
+    compare's rounds and checkpoints: a table is seeds x horizon numbers), a number and an empty or integer
+    numbers_sent."""
+    for number, row in enumerate(rows, 2):
+        try:
+            good = int(row["seed"]) >= 0 and 1 <= int(row["round"]) <= horizon
+            float(row["log10_error"])
+            good = good and (row["numbers_sent"] == "" or int(row["numbers_sent"]) >= 0)
+        except (TypeError, ValueError):
+            good = False
+        if not good:
+            raise ValueError(f"{path}, line {number}: expected a seed >= 0, a round from 1 to {horizon}, a number and "
+                             "numbers_sent empty or an integer >= 0")
+
+
+def check_curves(curves, path) -> None:
+    """ValueError naming curves.csv unless its rows have CURVE_COLUMNS with an integer step and a number val_loss."""
+    for number, row in enumerate(curves, 2):
+        try:
+            int(row["step"])
+            float(row["val_loss"])
+            good = all(row.get(column) is not None for column in CURVE_COLUMNS)
+        except (KeyError, TypeError, ValueError):
+            good = False
+        if not good:
+            raise ValueError(f"{path}, line {number}: expected {', '.join(CURVE_COLUMNS)} with an integer step and "
+                             "a number val_loss")
 
 
 def write_outputs(out, table, meta, curves):
@@ -357,12 +452,12 @@ def fitted_lines(meta, table):
     for key in ("pdmm: rho per round", "averaged pdmm: rho per round", "admm: rho per round",
                 "chebyshev: interval per round", "safe chebyshev: interval per round"):
         values = [fitted[s].get(key, {}) for s in seeds]
-        if all(values):
+        if all(K in v and R in v for v in values):
             lines.append(f"- {key.replace(' per round', '')} at rounds {K} / {R} (seeds in order): "
                          + "; ".join(f"{_short(v[K])} / {_short(v[R])}" for v in values))
     for key in ("best classical per round", "best non-diverging classical per round"):
         choices = [fitted[s].get(key, {}) for s in seeds]
-        if all(choices):
+        if all({"1", K, R} <= set(c) for c in choices):
             lines.append(f"- {key.replace(' per round', '')} row at rounds 1 / {K} / {R}: "
                          + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices))
     return lines + [""]

@@ -99,6 +99,7 @@ NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_
                 "gates", "group_lasso", "send_width",
                 "patience", "min_delta"}
 MODEL_KINDS = ("transformer", "convex", "convex_blocks")
+DEVICE_TYPES = ("cpu", "cuda")  # the devices train.device may name
 MAX_SEED = 2**32 - 1  # train.seed seeds scikit-learn (digits' split), numpy and torch: the range all of them take
 
 
@@ -140,6 +141,8 @@ def read_tables(path):
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise UsageError(f"{path} is not valid TOML: {err}") from None
+    except RecursionError:
+        raise UsageError(f"{path} is not valid TOML: nested too deeply") from None
 
 
 def load_config(path, overrides=()):
@@ -170,6 +173,8 @@ def apply_override(tables, override):
         value = tomllib.loads(f"value = {text.strip()}")["value"]
     except tomllib.TOMLDecodeError:
         value = text.strip()  # a bare word: a string
+    except RecursionError:
+        raise UsageError(f"--set {name.strip()}: the value is nested too deeply") from None
     tables.setdefault(table, {})[key] = value
 
 
@@ -243,10 +248,12 @@ def check_ranges(config):
     if config.model.kind not in MODEL_KINDS:
         raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {config.model.kind!r}")
     try:
-        torch.device(config.train.device)
+        kind = torch.device(config.train.device).type
     except RuntimeError:
-        raise UsageError(f"train.device must be a torch device such as cpu, cuda or cuda:1, "
-                         f"got {config.train.device!r}") from None
+        kind = None
+    if kind not in DEVICE_TYPES:  # meta holds no data, and the trainer knows no other kind
+        raise UsageError(f"train.device must be a torch device the trainer runs on (cpu, cuda or cuda:N), "
+                         f"got {config.train.device!r}")
     if config.train.min_lr > config.train.lr:
         raise UsageError(f"train.min_lr ({config.train.min_lr}) must not exceed train.lr ({config.train.lr})")
 

@@ -21,8 +21,9 @@ over the iterations); several axes, --x iteration,bits, draw each metric against
 side by side.
 
 The figure goes to --out, or else to plot_<metric>.png (plot_convergence.png for all solve panels)
-in the directory when the only argument is a sweep or solve directory, else in the current
-directory. An existing file is not replaced without --force.
+in the directory when there is one argument (a run, sweep or solve directory); several need --out,
+so nothing is written into the current directory unasked. An existing file is not replaced
+without --force.
 """
 import argparse
 import sys
@@ -36,7 +37,7 @@ from . import rundir
 from .common import UsageError
 from .rundir import check_new_file
 from .plots import AXES, PANELS, plot_convergence, plot_runs
-from .runs import aligned, expand, group_runs, is_solve_dir, is_sweep_dir, load_solve
+from .runs import aligned, expand, group_runs, is_solve_dir, load_solve
 
 
 def add_parser(subparsers):
@@ -73,7 +74,7 @@ def run(args):
     metric = args.metric or "val_loss"
     runs = expand(args.runs)
     failed = [run.name for run in runs if run.failed]
-    out = output_file(args, metric, is_sweep_dir(args.runs[0]))
+    out = output_file(args, metric)
     plot_metric([run for run in runs if not run.failed], metric, out)
     if failed:
         print(f"pdmm-bridge plot: left out the failed run(s) {', '.join(failed)}", file=sys.stderr)
@@ -81,16 +82,16 @@ def run(args):
     return 0
 
 
-def output_file(args, name, in_dir):
-    """--out, else plot_<name>.png in the only directory argument (when `in_dir`) or here; checked with --force."""
+def output_file(args, name):
+    """--out, else plot_<name>.png in the only directory argument; checked with --force (its directory is made
+    when the figure is saved, so a refused plot leaves none behind)."""
     if args.out:
         out = Path(args.out)
-    elif len(args.runs) == 1 and in_dir:
+    elif len(args.runs) == 1:
         out = Path(args.runs[0]) / f"plot_{name}.png"
     else:
-        out = Path(f"plot_{name}.png")
+        raise UsageError(f"{len(args.runs)} directories: name the figure with --out FILE")
     check_new_file(out, args.force)
-    rundir.make_dir(out.parent)
     return out
 
 
@@ -102,7 +103,8 @@ def plot_solves(args):
     curves = {(f"{run.path.name}: {label}" if len(runs) > 1 else label): _with_counts(run, label, curve, args.x)
               for run in runs for label, curve in run.curves.items()}
     panels = [args.metric] if args.metric else [key for key in PANELS if any(key in c for c in curves.values())]
-    out = output_file(args, args.metric or "convergence", True)
+    out = output_file(args, args.metric or "convergence")
+    rundir.make_dir(out.parent)
     plot_convergence(curves, out, _title(runs), panels, args.x)
     print(out)
     return 0
@@ -168,4 +170,5 @@ def plot_groups(groups, metric, path):
         raise UsageError(f"the seeds of each variant share no step that logs {metric!r}")
     tasks = {run.config.get("task", {}).get("name") for members in groups.values() for run in members}
     title = f"{metric}, {tasks.pop()}" if len(tasks) == 1 and None not in tasks else metric
+    rundir.make_dir(Path(path).parent)
     return plot_runs(curves, metric, path, title)

@@ -12,37 +12,53 @@ Writes never follow a symbolic link: a link at the file, at its temporary file N
 directory between the marked directory and the file (the run directory itself, a sweep member)
 is refused in one line; temporary files are created exclusively (O_EXCL | O_NOFOLLOW) in the
 file's directory, fsynced and renamed over the file with os.replace, so a kill leaves the old
-file or the new one. Reads (`read_text`, `read_bytes`, `inside`) refuse a file whose real path
-leads outside the directory it is read from.
+file or the new one. The one file written in place, metrics.jsonl (`open_append`, `truncate`), is refused
+when it has another hard link, which could be a file elsewhere. Reads (`read_text`, `read_bytes`, `inside`)
+refuse a file whose real path leads outside the directory it is read from, and anything but a regular file
+(a named pipe would block the reader for ever).
 """
 import contextlib
 import csv
 import io
 import os
+import stat
 from pathlib import Path
 
 from .common import UsageError, WriteError
 
 MARKER = ".pdmm-bridge-output"  # names the command that made an output directory, then what it wrote there
 NAME_MAX = 255  # bytes in one file or directory name on Linux and macOS file systems
+PATH_MAX = 4096  # bytes in a path the Linux kernel accepts (macOS: 1024, where the OS error says so)
+
+
+def check_length(path) -> None:
+    """UsageError when `path` has a name over NAME_MAX bytes, or is over PATH_MAX bytes in all: the file system
+    would refuse it with an OSError wherever it is first used."""
+    long = next((part for part in Path(path).parts if len(os.fsencode(part)) > NAME_MAX), None)
+    if long is not None:
+        raise UsageError(f"{path}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, over the {NAME_MAX} a "
+                         "file or directory name may hold")
+    if len(os.fsencode(str(path))) >= PATH_MAX:
+        raise UsageError(f"{str(path)[:60]}... is a path of {len(os.fsencode(str(path)))} bytes, over the "
+                         f"{PATH_MAX - 1} a path may hold")
 
 
 def refuse_link(path: Path) -> None:
-    """UsageError when `path` is a symbolic link (nothing is written through one) or has a name over NAME_MAX
-    bytes."""
-    long = next((part for part in Path(path).parts if len(part.encode()) > NAME_MAX), None)
-    if long is not None:
-        raise UsageError(f"{path}: the name {long[:40]}... is {len(long.encode())} bytes, over the {NAME_MAX} a file "
-                         "or directory name may hold")
+    """UsageError when `path` is a symbolic link (nothing is written through one) or too long (check_length)."""
+    check_length(path)
     if Path(path).is_symlink():
         raise UsageError(f"{path} is a symbolic link; pdmm-bridge writes into real directories and files only")
 
 
 def refuse_links(directory: Path, names) -> None:
-    """refuse_link for each of `names` in `directory` and its temporary file NAME.tmp, and for the marker."""
+    """refuse_link for each of `names` in `directory` and its temporary file NAME.tmp, and for the marker; also
+    refused: something there that is not a regular file (a directory named summary.json), which a write at
+    the end of a run would fail on."""
     for name in (*names, MARKER):
-        refuse_link(Path(directory) / name)
-        refuse_link(Path(directory) / f"{name}.tmp")
+        for path in (Path(directory) / name, Path(directory) / f"{name}.tmp"):
+            refuse_link(path)
+            if path.exists() and not path.is_file():
+                raise UsageError(f"{path} is not a regular file; pdmm-bridge writes only files there")
 
 
 def inside(path, root=None) -> Path:
@@ -57,9 +73,15 @@ def inside(path, root=None) -> Path:
 
 
 def read_bytes(path, root=None) -> bytes:
-    """The bytes of `path` (inside(path, root) first); OSError is a UsageError naming it."""
+    """The bytes of regular file `path` (inside(path, root) first); OSError is a UsageError naming it.
+
+    The file is opened without blocking (O_NONBLOCK) and refused unless it is a regular file, so a named
+    pipe or a device planted at a run file's name is one error line, not a reader waiting for ever."""
     try:
-        with open(inside(path, root), "rb") as file:
+        fd = os.open(inside(path, root), os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"cannot read {path}: not a regular file")
             return file.read()
     except OSError as err:
         raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
@@ -154,21 +176,35 @@ def write_file(path, data, keep=None) -> None:
     _replace(path, data, keep)
 
 
+def _own(file) -> None:
+    """UsageError (the file closed) when open `file`, about to be written in place, has another hard link: a
+    name elsewhere, maybe outside the run directory, would see the change too."""
+    links = os.fstat(file.fileno()).st_nlink
+    if links > 1:
+        file.close()
+        raise UsageError(f"{file.name} has {links} hard links; pdmm-bridge writes in place only into a file of its "
+                         "own (copy the run directory without hard links)")
+
+
 def open_append(path):
-    """`path` opened to append text (created if absent), never through a link; for metrics.jsonl."""
+    """`path` opened to append text (created if absent), never through a link or into a file with another hard
+    link (_own); for metrics.jsonl."""
     path = Path(path)
     _record(path)
     try:
-        return open(path, "a", opener=_nofollow)
+        file = open(path, "a", opener=_nofollow)
     except OSError as err:
         raise WriteError(f"cannot write {path}: {err.strerror or err}") from None
+    _own(file)
+    return file
 
 
 def truncate(path, size: int) -> None:
-    """Cut file `path` to `size` bytes, never through a link."""
+    """Cut file `path` to `size` bytes, never through a link or in a file with another hard link (_own)."""
     refuse_link(path)
     try:
         with open(path, "r+b", opener=_nofollow) as file:
+            _own(file)
             file.truncate(size)
     except OSError as err:
         raise WriteError(f"cannot write {path}: {err.strerror or err}") from None
@@ -262,6 +298,19 @@ def claim(path, command: str, force: bool = False, reusable: bool = False) -> Pa
     except WriteError as err:
         raise UsageError(str(err)) from None
     return path
+
+
+def unclaim(path, made: bool) -> None:
+    """Undo `claim` for a command that failed before writing anything into `path`: remove the marker when it is
+    all the directory holds, and the directory too when the command `made` it. A refused run leaves nothing
+    behind."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir() or any(item.name != MARKER for item in path.iterdir()):
+        return
+    with contextlib.suppress(OSError):  # a marker left behind is harmless
+        (path / MARKER).unlink(missing_ok=True)
+        if made:
+            path.rmdir()
 
 
 def check_new_file(path, force: bool = False) -> Path:

@@ -10,12 +10,16 @@ A sweep directory holds sweep.json and one run directory per entry of its "runs"
 directory (`pdmm-bridge solve`) holds config.json and history.csv, one curve per method label.
 
 Every file is read through experiments.rundir (a link leading outside its directory is refused) and
-checked on read (metrics rows, summary.json, sweep.json): a file that does not have the shape the
-project writes is one UsageError naming it and what is wrong (README, "What a run writes").
+checked on read (config.toml, metrics rows, summary.json, meta.json, sweep.json, a solve directory's
+config.json and history.csv): a file that does not have the shape the project writes is one
+UsageError naming it and what is wrong (README, "What a run writes").
 """
 import csv
+import dataclasses
 import io
 import json
+import os
+import sys
 import tomllib
 import warnings
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ import numpy as np
 
 from . import rundir
 from .common import UsageError
+from .config import TABLES, checked
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
 ONLY_WHEN = {"model.gamma": ("model.residual", "attentionx"), "model.beta": ("model.residual", "accumulated"),
@@ -90,13 +95,34 @@ def load_run(path, root=None):
         rundir.inside(path, root)
     if not is_run_dir(path):
         raise UsageError(f"{path} is not a run directory (no metrics.jsonl)")
+    config = read_toml(path / "config.toml", f"the config of run {path}")
+    check_run_config(config, path / "config.toml")
+    return Run(path, config, read_metrics(path / "metrics.jsonl"), read_summary(path / "summary.json"),
+               read_meta(path / "meta.json"))
+
+
+def read_toml(file, what=None) -> dict:
+    """The TOML file `file` (read through rundir) as a dict; UsageError naming it (or `what`) when it is not TOML."""
     try:
-        config = tomllib.loads(rundir.read_text(path / "config.toml"))
-    except tomllib.TOMLDecodeError as err:
-        raise UsageError(f"cannot read the config of run {path}: {err}") from None
-    summary = read_json(path / "summary.json")
-    check_summary(summary, path / "summary.json")
-    return Run(path, config, read_metrics(path / "metrics.jsonl"), summary, read_json(path / "meta.json"))
+        return tomllib.loads(rundir.read_text(file))
+    except (tomllib.TOMLDecodeError, RecursionError) as err:
+        reason = err if isinstance(err, tomllib.TOMLDecodeError) else "nested too deeply"
+        raise UsageError(f"cannot read {what or file}: {reason}") from None
+
+
+def check_run_config(config, file) -> None:
+    """UsageError naming a run's config.toml unless its tables are tables and the keys this version knows have
+    their types (keys it does not know, from another version, are left alone): what the readers of runs use."""
+    for table, cls in TABLES.items():
+        values = config.get(table, {})
+        if not isinstance(values, dict):
+            raise UsageError(f"{file}: [{table}] must be a table, got {values!r}")
+        for field in dataclasses.fields(cls):
+            if field.name in values and field.name != "options":
+                try:
+                    checked(f"{table}.{field.name}", values[field.name], field.type)
+                except UsageError as err:
+                    raise UsageError(f"{file}: {err}") from None
 
 
 def read_metrics(file):
@@ -105,19 +131,23 @@ def read_metrics(file):
 
 
 def is_number(value) -> bool:
-    """An int or float, not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int or float, not a bool, that a float can hold (a 400-digit integer is not a number here)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (isinstance(value, float) or abs(value) <= sys.float_info.max))
+
+
+MAX_STEP = 2**63 - 1  # steps are int64 in the arrays readers make of them
 
 
 def row_problem(row) -> str | None:
-    """What is wrong with one metrics row: an object with an integer 'step' >= 0 and numbers (or null) for
-    values; None when nothing is."""
+    """What is wrong with one metrics row: an object with an integer 'step' from 0 to MAX_STEP and numbers (or
+    null) for values; None when nothing is."""
     if not (isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool)
-            and row["step"] >= 0):
-        return "expected an object with an integer 'step' >= 0"
+            and 0 <= row["step"] <= MAX_STEP):
+        return "expected an object with an integer 'step' from 0 to 2^63 - 1"
     bad = next((key for key, value in row.items() if key != "step" and value is not None and not is_number(value)),
                None)
-    return None if bad is None else f"{bad} is {row[bad]!r}, not a number"
+    return None if bad is None else f"{bad} is {repr(row[bad])[:40]}, not a number"
 
 
 def parse_metrics(text: str, file, torn_last: bool = True) -> list:
@@ -133,6 +163,8 @@ def parse_metrics(text: str, file, torn_last: bool = True) -> list:
             problem = row_problem(row)
             if problem:
                 raise ValueError(problem)
+        except RecursionError:
+            raise UsageError(f"{file}, line {number}: nested too deeply") from None
         except ValueError as err:
             if torn_last and number == len(lines) and not text.endswith("\n"):
                 warnings.warn(f"{file}, line {number} is cut short (a run killed while writing it); skipped",
@@ -152,6 +184,30 @@ def read_json(file, root=None):
         return json.loads(rundir.read_text(file, root))
     except ValueError as err:
         raise UsageError(f"cannot read {file}: {err}") from None
+    except RecursionError:
+        raise UsageError(f"cannot read {file}: nested too deeply") from None
+
+
+def read_summary(file):
+    """summary.json (read_json, check_summary), None when absent."""
+    summary = read_json(file)
+    check_summary(summary, file)
+    return summary
+
+
+def read_meta(file):
+    """meta.json (read_json), None when absent; UsageError naming it unless it is an object whose run_id is a
+    string (or absent) and whose extended is a list (or absent)."""
+    meta = read_json(file)
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{file}: expected an object")
+    if meta.get("run_id") is not None and not isinstance(meta["run_id"], str):
+        raise UsageError(f"{file}: run_id is {meta['run_id']!r}, not a string")
+    if not isinstance(meta.get("extended", []), list):
+        raise UsageError(f"{file}: extended must be a list")
+    return meta
 
 
 SUMMARY_NUMBERS = ("steps", "params", "seconds_per_step", "tokens_per_second", "wall_seconds", "best_step")
@@ -175,6 +231,14 @@ def check_summary(summary, file) -> None:
 STATUSES = ("pending", "finished", "failed")
 
 
+def is_directory_name(name: str) -> bool:
+    """Whether a file system can hold a directory named `name` (encodable, no NUL, at most NAME_MAX bytes)."""
+    try:
+        return "\0" not in name and len(os.fsencode(name)) <= rundir.NAME_MAX
+    except UnicodeError:
+        return False
+
+
 def check_sweep(sweep, file) -> None:
     """UsageError naming `file` and what is wrong unless `sweep` has the shape the sweep command writes."""
     def wrong(what):
@@ -186,6 +250,8 @@ def check_sweep(sweep, file) -> None:
     for key, kind in (("grid", dict), ("variants", list), ("seeds", list), ("set", list), ("report", dict)):
         if sweep.get(key) is not None and not isinstance(sweep[key], kind):
             wrong(f"'{key}' must be a{'n object' if kind is dict else ' list'}")
+    if not all(isinstance(values, list) for values in sweep.get("grid", {}).values()):
+        wrong("'grid' must map keys to lists of values")
     names = set()
     for number, entry in enumerate(sweep["runs"], 1):
         if not isinstance(entry, dict):
@@ -193,6 +259,9 @@ def check_sweep(sweep, file) -> None:
         name = entry.get("name")
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or "\\" in name:
             wrong(f"run {number} names a run {name!r} outside the sweep directory (a run name is one directory name)")
+        if not is_directory_name(name):
+            wrong(f"run {number} has a name no directory can have (over {rundir.NAME_MAX} bytes, a NUL or a lone "
+                  "surrogate)")
         if name in names:
             wrong(f"run {name!r} is listed twice")
         names.add(name)
@@ -241,6 +310,7 @@ def expand(paths):
     runs, seen = [], set()
     for arg in paths:
         path = Path(arg)
+        rundir.check_length(path)
         if not path.is_dir():
             raise UsageError(f"{path}: no such directory")
         if is_run_dir(path):
@@ -342,7 +412,7 @@ def is_solve_dir(path):
 
 
 def load_solve(path):
-    """The SolveRun in `path`; UsageError when it is not a solve directory or a file is unreadable."""
+    """The SolveRun in `path`; UsageError when it is not a solve directory or a file is unreadable or malformed."""
     path = Path(path)
     if not is_solve_dir(path):
         raise UsageError(f"{path} is not a solve directory (no config.json and history.csv)")
@@ -354,7 +424,12 @@ def load_solve(path):
                 for key, value in row.items():
                     if key not in ("method", "iteration") and value != "":
                         curve.setdefault(key, []).append(float(value))
-    except (KeyError, ValueError, csv.Error) as err:
+    except (KeyError, ValueError, TypeError, csv.Error) as err:  # TypeError: a row longer or shorter than the header
         raise UsageError(f"cannot read {path / 'history.csv'}: {err}") from None
-    return SolveRun(path, read_json(path / "config.json"),
+    config = read_json(path / "config.json")
+    tables = ("args", "graph", "methods")
+    if not (isinstance(config, dict) and all(isinstance(config.get(key, {}), dict) for key in tables)
+            and all(isinstance(entry, dict) for entry in config.get("methods", {}).values())):
+        raise UsageError(f"{path / 'config.json'}: expected an object whose args, graph and methods are objects")
+    return SolveRun(path, config,
                     {label: {key: np.array(values) for key, values in curve.items()} for label, curve in curves.items()})

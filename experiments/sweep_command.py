@@ -27,9 +27,11 @@ at the end if any failed); a failure stays on record until its run is retried. O
 
 Before the first run every grid value and variant is checked on its own: the config it gives
 loads (known keys, types, ranges), the task and its options exist, and model.residual and
-model.kernel are known names. Values that fail only together (3 heads on 16 dimensions) fail
-their runs. Ctrl-C stops the current run after its step with a checkpoint, prints the command
-that resumes the sweep (the same one) and exits with status 130.
+model.kernel are known names; then every run's config is resolved and its memory estimated
+(experiments/memory.py), so `--grid model.n_layer=2,1000000` fails before the first run. Values
+that fail only together (3 heads on 16 dimensions) fail their runs. Ctrl-C stops the current run
+after its step with a checkpoint, prints the command that resumes the sweep (the same one) and
+exits with status 130.
 """
 import dataclasses
 import itertools
@@ -45,6 +47,7 @@ import attention
 from . import rundir
 from .common import RunFailure, UsageError
 from .config import TABLES, apply_override, load_config, load_plan, toml_value
+from .memory import check_memory
 from .repro_report import checked_spec
 from .tasks import TASKS
 from .tasks.base import parse_options
@@ -182,7 +185,8 @@ def check_names(config):
 
 def plan(args, spec):
     """[(name, overrides, seed)] for every variant, grid point and seed of spec = sweep_spec(args), after
-    checking each resolves."""
+    checking each resolves and fits in memory (memory.check_memory): an absurd grid point fails the sweep
+    before its first run, not after the runs before it."""
     grid, variants, run_seeds = spec
     runs = []
     for variant, values in itertools.product(variants, itertools.product(*grid.values())):
@@ -192,7 +196,10 @@ def plan(args, spec):
             name = run_name(assignment, seed)
             overrides = [*(f"{k}={toml_value(v)}" for k, v in variant.items()), *with_data(args),
                          *(f"{k}={toml_value(v)}" for k, v in point.items()), f"train.seed={seed}"]
-            load_config(args.config, overrides)  # a bad value fails here, before anything runs
+            try:
+                check_memory(load_config(args.config, overrides))  # a bad or absurd value fails here, before any run
+            except UsageError as err:
+                raise UsageError(f"run {name}: {err}") from None
             runs.append({"name": name, "overrides": assignment, "seed": seed, "set": overrides})
     return runs
 
@@ -213,6 +220,7 @@ def run(args):
               "seeds": run_seeds, "report": report,
               "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
                         "error": None} for r in runs]}
+    rundir.refuse_link(out)
     previous = read_sweep(out)
     if previous is not None:
         same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get("set") == with_data(args)

@@ -34,7 +34,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -47,10 +46,10 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from . import rundir
-from .common import UsageError, WriteError, package_version
+from .common import UsageError, WriteError, first_line, package_version
 from .config import TrainConfig, from_tables, load_config, to_tables, to_toml
 from .plots import plot_training
-from .runs import parse_metrics, read_json, read_metrics
+from .runs import is_number, is_run_dir, parse_metrics, read_meta, read_metrics, read_toml
 from .tasks import build_task
 from .world import DataParallel, World
 
@@ -147,7 +146,7 @@ def prepare_directory(out, resume, force):
     if out.exists() and not all(rundir.is_leftover(p) for p in out.iterdir()):
         if not force:
             raise UsageError(f"{out} already holds a run; pass --resume to continue it or --force to overwrite it")
-        rundir.clear(out, legacy=WRITES)
+        rundir.clear(out, legacy=WRITES if is_run_dir(out) else ())  # a lone config.toml may be the user's own
     return rundir.claim(out, "train", force=True)
 
 
@@ -234,6 +233,23 @@ def state_problem(state) -> str | None:
     return None
 
 
+def check_optimizer(optimizer, settings) -> None:
+    """ValueError unless the state loaded into `optimizer` is one its own steps could have made: each
+    parameter's state tensors have the parameter's shape or are scalars (AdamW's step), and every group's
+    settings but the learning rate (set at each step) are `settings`, the config's (a crafted checkpoint
+    would otherwise fail at the first step, after the resume began, or train with other settings)."""
+    for group, expected in zip(optimizer.param_groups, settings):
+        for key, value in expected.items():
+            if key not in ("params", "lr", "initial_lr") and group.get(key) != value:
+                raise ValueError(f"optimizer setting {key} is {group.get(key)!r}, the config gives {value!r}")
+        for parameter in group["params"]:
+            for name, value in optimizer.state.get(parameter, {}).items():
+                scalar = is_number(value) or torch.is_tensor(value) and value.dim() == 0
+                if not (scalar or torch.is_tensor(value) and value.shape == parameter.shape):
+                    raise ValueError(f"optimizer state {name} of a {tuple(parameter.shape)} parameter is not a tensor "
+                                     "of that shape or a scalar")
+
+
 def best_weights(run_dir) -> Path:
     """The weights file that stands for run `run_dir` (read it with load_weights): best.pt when the run
     trained under the plateau rule (train.patience > 0), else ckpt.pt."""
@@ -248,8 +264,7 @@ def load_weights(model, path):
     try:
         model.load_state_dict(load_checkpoint(path)["model"])
     except (RuntimeError, TypeError, AttributeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UsageError(f"the weights in {path} do not fit the model its config builds ({first})") from None
+        raise UsageError(f"the weights in {path} do not fit the model its config builds ({first_line(err)})") from None
 
 
 def write_json(obj, path):
@@ -328,7 +343,7 @@ def config_hash(tables: dict) -> str:
 def run_identity(out, stored) -> tuple:
     """(run id from meta.json, None before run ids; config_hash of `stored`, the config in out/config.toml):
     what every checkpoint of run `out` carries."""
-    meta = read_json(out / "meta.json") or {}
+    meta = read_meta(out / "meta.json") or {}
     return meta.get("run_id"), config_hash(to_tables(stored))
 
 
@@ -367,7 +382,7 @@ def record_extension(out, changed, state, config):
         raise UsageError(f"cannot extend {out}: it stopped early at step {state['step']} {how}, "
                          "and would stop there again")
     rundir.remove(out / "summary.json")
-    meta = read_json(out / "meta.json") or {}
+    meta = read_meta(out / "meta.json") or {}
     meta.setdefault("extended", []).append({
         "at_step": state["step"], "argv": sys.argv, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **{f"train.{key}": {"from": old, "to": new} for key, (old, new) in changed.items()}})
@@ -389,13 +404,18 @@ def train(config, out, resume=False, force=False, progress=True, extend=False):
     train together (module docstring); rank 0 writes the files and returns the summary, the others None.
     """
     world = World.current()
+    made = not resume and not os.path.lexists(out)  # never an OSError (a path too long is refused just below)
     out = world.first(prepare_directory, out, resume, force)
     try:
         return run_steps(config, out, resume, progress, extend, world)
-    except WriteError as err:
-        kept = ("the last good checkpoint is intact; resume with --resume once the problem is fixed"
-                if has_checkpoint(out) else "no checkpoint was written yet")
-        raise WriteError(f"{err} ({kept})") from None
+    except BaseException as err:
+        if world.rank == 0 and not resume:
+            rundir.unclaim(out, made)  # refused before config.toml (memory, device, metric names): no directory left
+        if isinstance(err, WriteError):
+            kept = ("the last good checkpoint is intact; resume with --resume once the problem is fixed"
+                    if has_checkpoint(out) else "no checkpoint was written yet")
+            raise WriteError(f"{err} ({kept})") from None
+        raise
 
 
 def resume_changes(config, out, extend):
@@ -404,11 +424,7 @@ def resume_changes(config, out, extend):
     for name in ("config.toml", "metrics.jsonl"):
         if not (out / name).is_file():
             raise UsageError(f"cannot resume: {out} has no {name}")
-    try:
-        tables = tomllib.loads(rundir.read_text(out / "config.toml"))
-    except tomllib.TOMLDecodeError as err:
-        raise UsageError(f"cannot read {out / 'config.toml'}: {err}") from None
-    stored = from_tables(tables, source=str(out / "config.toml"))
+    stored = from_tables(read_toml(out / "config.toml"), source=str(out / "config.toml"))
     identity = run_identity(out, stored)
     if extend:
         return extension(stored, config, out), identity
@@ -463,15 +479,17 @@ def run_steps(config, out, resume, progress, extend, world):
              "stopped": False, "best_value": None, "best_step": None, "since_best": 0}  # the last 3: the plateau rule
     if resume:
         checkpoint = world.first(usable_checkpoint, out, identity)  # RNG states stay on CPU; rank 0 reads, all receive
+        settings = optimizer.state_dict()["param_groups"]  # the config's, before the checkpoint's replace them
         try:
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
+            check_optimizer(optimizer, settings)
+            torch.set_rng_state(checkpoint["rng"])
+            if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
         except (RuntimeError, TypeError, ValueError, KeyError, AttributeError) as err:
-            raise UsageError(f"cannot resume from the checkpoint in {out}: its model or optimizer state does not fit "
-                             "this config") from err
-        torch.set_rng_state(checkpoint["rng"])
-        if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+            raise UsageError(f"cannot resume from the checkpoint in {out}: its model, optimizer or RNG state does not "
+                             f"fit this config ({first_line(err)})") from None
         state = {**state, **checkpoint["state"]}  # checkpoints from before the plateau rule lack its keys
         world.first(reopen, out, state, changed, config)
     else:

@@ -68,7 +68,9 @@ def test_replace_section_keeps_other_sections(tmp_path):
 
 def test_replace_section_refuses_a_lone_marker(tmp_path):
     import pytest
+
+    from experiments.common import UsageError
     path = tmp_path / "R.md"
     path.write_text("<!-- begin a -->\nhalf a section\n")
-    with pytest.raises(ValueError, match="only one of the markers"):
+    with pytest.raises(UsageError, match="only one of the markers"):
         replace_section(path, "a", "new")

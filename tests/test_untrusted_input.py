@@ -185,11 +185,12 @@ def test_a_run_name_is_one_path_component_inside_out(tmp_path, value):
 def test_hostile_grid_values_make_run_directories_only_inside_out(tmp_path):
     out, outside = tmp_path / "sweep", tmp_path / "abs"
     code = main(["sweep", str(CONFIGS / "modular97.toml"), "--no-progress", "--set=task.p=5", "--set=train.max_iters=2",
-                 "--grid", f"train.stop_metric=../../escape,{outside},.,..", "--out", str(out)])
-    assert code == 1  # stop_metric names no metric, so each run fails after making its directory
+                 "--set=model.d_model=8", "--set=model.n_head=2", "--grid", f"task.data=../../escape,{outside},.,..",
+                 "--out", str(out)])
+    assert code == 0  # modular reads no task.data: every run trains, each into its own directory
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
-        run_name({"train.stop_metric": v}, 0) for v in ["../../escape", str(outside), ".", ".."])
+        run_name({"task.data": v}, 0) for v in ["../../escape", str(outside), ".", ".."])
 
 
 @pytest.mark.parametrize("name", ["../elsewhere", "/tmp", "..", "a/b"])

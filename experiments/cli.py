@@ -64,6 +64,6 @@ def main(argv=None):
 def out_of_memory(err: BaseException) -> bool:
     """Whether err is an allocation failure: MemoryError (numpy's too), torch.OutOfMemoryError (a GPU) or the
     RuntimeError of torch's CPU allocator ("... not enough memory: you tried to allocate N bytes", or on Linux
-    "DefaultCPUAllocator: can't allocate memory: ..."). One line, exit 1 (README "Exit codes")."""
+    "DefaultCPUAllocator: can't allocate memory: ..."). One line, exit 1 (docs/guide/runs.md, "Exit codes")."""
     return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or \
         any(words in str(err).lower() for words in ("not enough memory", "out of memory", "can't allocate memory"))

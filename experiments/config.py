@@ -52,7 +52,7 @@ class ModelConfig:
                                     # values the rest (0: key and value d_model wide each, 2 d_model;
                                     # kernel "mean" sends values only, send_width >= 1 wide)
     kind: str = "transformer"       # "convex": ConvexTokenClassifier over fixed embeddings; "convex_blocks":
-                                    # n_layer convex attention + FCN blocks over trained embeddings (MATH.md 6;
+                                    # n_layer convex attention + FCN blocks over trained embeddings (docs/theory/convex.md section 8;
                                     # both task modular only)
     gates: int = 0                  # convex kinds: fixed random ReLU gates h (0: one open gate)
     group_lasso: float = 0.0        # convex kinds: beta, the group-lasso weight added to the training loss

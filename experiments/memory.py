@@ -1,5 +1,5 @@
-"""The memory a training config needs, estimated from its sizes before anything is built (README "Train attention
-variants", "Memory").
+"""The memory a training config needs, estimated from its sizes before anything is built (docs/guide/training.md,
+"Memory").
 
     parameters   n_layer * 12 d_model^2 (attention 4 d^2, MLP 8 d^2) + (VOCAB + tokens) * d_model, float32,
                  four copies: weights, gradients and AdamW's two moments

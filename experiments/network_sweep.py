@@ -2,8 +2,8 @@
 
 One cell = one method under one network setting: for each seed s, a random geometric graph
 (seed s), averaging data a ~ N(0, 1) (seed s) and network draws (seed s); the count is the first
-iteration k with ||x^k - x*||_F / ||x*||_F <= target, x* = mean(a) exact (MATH.md 2), or None if
-not reached within max_iter.
+iteration k with ||x^k - x*||_F / ||x*||_F <= target, x* = mean(a) exact
+(docs/theory/pdmm.md section 8), or None if not reached within max_iter.
 """
 import math
 

@@ -1,6 +1,6 @@
 """Run-directory I/O: every file a pdmm-bridge command writes into an output directory goes through here.
 
-README, "What a run writes". An output directory (a run, a sweep, a compare, solve or learn-pdmm
+docs/guide/runs.md states the guarantees. An output directory (a run, a sweep, a compare, solve or learn-pdmm
 directory) is claimed with `claim`, which creates it and writes the marker MARKER: the command's
 name on its first line, then one line per path (relative to the directory) the project wrote
 there, a directory with a trailing "/". `write_file`, `open_append`, `save_figure`, `copy_file`

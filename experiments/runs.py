@@ -12,7 +12,7 @@ directory (`pdmm-bridge solve`) holds config.json and history.csv, one curve per
 Every file is read through experiments.rundir (a link leading outside its directory is refused) and
 checked on read (config.toml, metrics rows, summary.json, meta.json, sweep.json, a solve directory's
 config.json and history.csv): a file that does not have the shape the project writes is one
-UsageError naming it and what is wrong (README, "What a run writes").
+UsageError naming it and what is wrong (docs/guide/runs.md).
 """
 import csv
 import dataclasses

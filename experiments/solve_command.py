@@ -267,7 +267,7 @@ def add_parser(subparsers):
                         f"that reaches relative error TARGET (default {pdmm.tuning.TARGET:g}) in the fewest iterations")
     solver.add_argument("--tol", type=_tolerance, default=1e-10, help="stop when the residual and the change of x "
                         "fall below tol * max(s, RMS of x), s = min(1, the data's scale), and the multipliers have "
-                        "settled (README \"The stopping test\"); a number in [0, 1), 0 runs all --iters")
+                        "settled (docs/guide/solve.md, \"The stopping test\"); a number in [0, 1), 0 runs all --iters")
     solver.add_argument("--reference", choices=("cvxpy", "none"), default="cvxpy",
                         help="centralised solution for the relative error")
     solver.add_argument("--device", type=_solve_device, default="cpu", help="torch device, e.g. cpu or cuda")

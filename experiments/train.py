@@ -130,7 +130,7 @@ def prepare_directory(out, resume, force):
     """Create and mark `out`, or check it can be resumed; never overwrite an existing run without force.
 
     --force empties `out` of what pdmm-bridge wrote there (rundir.clear) and refuses when anything else
-    is there; a run directory that is a symbolic link is refused (README, "What a run writes")."""
+    is there; a run directory that is a symbolic link is refused (docs/guide/runs.md)."""
     out = Path(out)
     rundir.refuse_link(out)
     if out.exists() and not out.is_dir():

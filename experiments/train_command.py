@@ -12,7 +12,7 @@ the step reached; meta.json records the change). Ctrl-C stops
 after the current step, writes a checkpoint, prints the command that resumes the run and exits
 with status 130.
 
-Under torchrun the processes train one model together with DistributedDataParallel (README,
+Under torchrun the processes train one model together with DistributedDataParallel (docs/guide/distributed.md,
 "Training with DistributedDataParallel"); rank 0 writes the run directory and prints:
 
     torchrun --standalone --nproc-per-node 2 -m experiments train modular97 --out runs/mod97

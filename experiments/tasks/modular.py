@@ -1,8 +1,8 @@
 """modular: predict (a op b) mod p from the tokens [a, op, b, =] (the grokking setup).
 
 model.kind = "transformer" trains attention.GPT and reads its prediction after "="; model.kind =
-"convex" trains attention.ConvexTokenClassifier (MATH.md 6) over fixed random embeddings of the four
-tokens (the convexity check); model.kind = "convex_blocks" trains attention.ConvexTransformer, model.n_layer
+"convex" trains attention.ConvexTokenClassifier (docs/theory/convex.md section 8) over fixed random
+embeddings of the four tokens (the convexity check); model.kind = "convex_blocks" trains attention.ConvexTransformer, model.n_layer
 blocks of convex attention + FCN over trained embeddings (the source's grokking model). Both convex kinds
 take model.gates gates and add the group-lasso weight model.group_lasso times the penalty to the training loss.
 """

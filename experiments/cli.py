@@ -1,16 +1,33 @@
 """The pdmm-bridge command line: one module per subcommand, each with add_parser(subparsers) and run(args).
 
-To add a command, write experiments/<name>_command.py and list it in COMMANDS.
+To add a command, write experiments/<name>_command.py and list it in COMMANDS with the one-line summary its
+add_parser gives. Only the chosen command's module is imported (it brings torch and the libraries), so
+`pdmm-bridge --help` and `--version` start at once; the other commands are listed by their summaries.
 """
 import argparse
+import importlib
+import os
 import sys
 
-from . import (compare_command, configs_command, learn_pdmm_command, network_command, plot_command, probe_command,
-               report_command, solve_command, sweep_command, train_command)
-from .common import RunFailure, UsageError, first_line, package_version, tune_allocator
+from .errors import RunFailure, UsageError, first_line, package_version
 
-COMMANDS = [solve_command, train_command, sweep_command, configs_command, plot_command, report_command,
-            learn_pdmm_command, compare_command, probe_command, network_command]
+COMMANDS = {  # name: (module, the summary its add_parser registers; tests/test_cli.py checks they agree)
+    "solve": ("solve_command", "solve one problem with one or several methods"),
+    "train": ("train_command", "train one attention model on one task"),
+    "sweep": ("sweep_command", "train a grid of variants x seeds"),
+    "configs": ("configs_command", "list the built-in configs"),
+    "plot": ("plot_command", "plot a metric of runs: mean and min..max over seeds"),
+    "report": ("report_command", "write SWEEP_DIR/report.md: a table row per variant"),
+    "learn-pdmm": ("learn_pdmm_command", "learned PDMM against the best constant rho"),
+    "compare": ("compare_command", "transformers vs classical averaging round by round on graph_consensus"),
+    "probe": ("probe_command", "per-layer discrepancy of a trained run vs PDMM's residual"),
+    "network-sweep": ("network_command", "iterations to 1e-6 under loss, sleep and quantisation"),
+}
+
+
+def command_module(name):
+    """The module of command `name` (imported on first use)."""
+    return importlib.import_module(f".{COMMANDS[name][0]}", __package__)
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,18 +49,32 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def main(argv=None):
     """Parse argv (default sys.argv[1:]) and run the chosen command; returns its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = Parser(prog="pdmm-bridge", description="PDMM on networkx graphs, attention variants, and the experiments between them.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        subparser = command.add_parser(subparsers)
-        subparser.formatter_class = HelpFormatter
-        subparser.set_defaults(run=command.run)
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None  # top-level options are only -h and --version
+    try:
+        for name, (_, summary) in COMMANDS.items():
+            if name != chosen:
+                subparsers.add_parser(name, help=summary)
+                continue
+            command = command_module(name)
+            subparser = command.add_parser(subparsers)
+            subparser.formatter_class = HelpFormatter
+            subparser.set_defaults(run=command.run)
+    except KeyboardInterrupt:  # Ctrl-C while the command's libraries load
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # for commands that relaunch themselves
-    tune_allocator()
+    args.argv = argv  # for commands that relaunch themselves
+    if "pdmm" in sys.modules:  # every command that computes has imported pdmm; configs has not and needs no allocator
+        sys.modules["pdmm"].tune_allocator()
     try:
         return args.run(args)
+    except BrokenPipeError:  # the reader went away (pdmm-bridge configs | head): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
     except UsageError as err:
         print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

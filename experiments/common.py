@@ -1,42 +1,16 @@
 """Pieces every pdmm-bridge command shares: the usage error, argument types, graphs, the version."""
 import argparse
 import math
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
 
 import pdmm
 
-
-class UsageError(Exception):
-    """Bad input from the command line; the CLI prints it as one `error:` line and exits with code 2."""
-
-
-class RunFailure(Exception):
-    """A failure while running on good input (a full disk, a dead process); the CLI prints it as one
-    `error:` line and exits with code 1."""
-
-
-class WriteError(RunFailure):
-    """A file could not be written (disk full, read-only directory, file size limit); what it replaced is intact."""
+from .errors import RunFailure, UsageError, WriteError, first_line, package_version  # noqa: F401  (shared here)
 
 
 tune_allocator = pdmm.tune_allocator  # moved to pdmm (pdmm.solve applies it on large runs); kept importable here
-
-
-def first_line(err: BaseException) -> str:
-    """The first non-empty line of err's message, or its type's name where it has none (a bare MemoryError)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[0] if lines else type(err).__name__
-
-
-def package_version():
-    """The installed pdmm-bridge version, or "unknown" when running from an uninstalled checkout."""
-    try:
-        return version("pdmm-bridge")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def positive(kind):

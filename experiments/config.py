@@ -23,9 +23,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from .common import UsageError
+from .errors import UsageError
 
 
 @dataclass
@@ -247,6 +245,8 @@ def check_ranges(config):
                          "(1 needs model.kernel = \"mean\", which sends values only)")
     if config.model.kind not in MODEL_KINDS:
         raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {config.model.kind!r}")
+    import torch  # here, not at the top: `pdmm-bridge configs` reads configs without torch
+
     try:
         kind = torch.device(config.train.device).type
     except RuntimeError:

@@ -122,3 +122,36 @@ def test_make_problem_names_an_unknown_kind_and_missing_arrays():
         make_problem("ridge", G, {})
     with pytest.raises(ValueError, match=r"missing \['y'\]"):
         make_problem("logistic", G, {"X": np.ones((5, 4, 2))})
+
+
+def test_each_command_summary_is_the_one_its_module_registers():
+    """cli lists the commands it does not import by COMMANDS' summaries: they must be the modules' own."""
+    import argparse
+
+    from experiments.cli import COMMANDS, command_module
+    for name, (_, summary) in COMMANDS.items():
+        subparsers = argparse.ArgumentParser().add_subparsers()
+        command_module(name).add_parser(subparsers)
+        registered = {action.dest: action.help for action in subparsers._choices_actions}
+        assert registered == {name: summary}
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["configs"]])
+def test_help_version_and_configs_do_not_import_torch(argv):
+    """They answer at once: nothing imports torch, the libraries or the other commands (experiments/cli.py)."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom experiments.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    import subprocess
+    import sys
+    reader = subprocess.Popen([sys.executable, "-m", "experiments", "configs"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    reader.stdout.close()  # the reader goes away before the command writes
+    _, err = reader.communicate(timeout=60)
+    assert b"Traceback" not in err and reader.returncode in (0, 1), err

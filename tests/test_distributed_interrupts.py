@@ -100,12 +100,17 @@ def _interrupted_worker(rank, port, out):
     torch.distributed.destroy_process_group()
 
 
-def test_a_sigint_to_one_rank_stops_every_rank_at_the_same_iteration(tmp_path):
+def _two_ranks(worker, out):
+    """Run worker(rank, port, out) on two spawned ranks; their {rank}.json reports, (rank 0's, rank 1's)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_interrupted_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
-    zero, one = (json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1))
+    mp.spawn(worker, args=(port, str(out)), nprocs=2, join=True)
+    return tuple(json.loads((out / f"{rank}.json").read_text()) for rank in (0, 1))
+
+
+def test_a_sigint_to_one_rank_stops_every_rank_at_the_same_iteration(tmp_path):
+    zero, one = _two_ranks(_interrupted_worker, tmp_path)
     assert zero["interrupted"] and zero["status"] == "interrupted" and zero["iterations"] > 0
     assert zero == one  # the same iteration, the same x, on both ranks
 
@@ -376,11 +381,7 @@ def _early_interrupt_worker(rank, port, out):
 
 
 def test_a_sigint_before_the_iterations_stops_every_rank_at_the_first_test(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_early_interrupt_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
-    zero, one = (json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1))
+    zero, one = _two_ranks(_early_interrupt_worker, tmp_path)
     assert zero == one == {"iterations": 10, "status": "interrupted"}
 
 

@@ -7,6 +7,7 @@ add_parser gives. Only the chosen command's module is imported (it brings torch 
 import argparse
 import importlib
 import os
+import select
 import sys
 
 from .errors import RunFailure, UsageError, first_line, package_version
@@ -72,7 +73,9 @@ def main(argv=None):
         sys.modules["pdmm"].tune_allocator()
     try:
         return args.run(args)
-    except BrokenPipeError:  # the reader went away (pdmm-bridge configs | head): stop quietly, as cat does
+    except BrokenPipeError:  # the reader of stdout went away (pdmm-bridge configs | head): stop quietly, as cat does
+        if not stdout_closed():
+            raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
     except UsageError as err:
@@ -90,6 +93,16 @@ def main(argv=None):
         print(f"{parser.prog} {args.command}: error: out of memory: {first_line(err)}; use a smaller size "
               "(batch, width, nodes)", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll reports an error on its write end)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll on this platform, or no file descriptor
+        return False
 
 
 def out_of_memory(err: BaseException) -> bool:

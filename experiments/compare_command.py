@@ -38,7 +38,7 @@ from .compare_report import CURVE_COLUMNS, MAX_ROUNDS, check_fitted, load, summa
 from .config import load_config, to_tables
 from .results_doc import replace_section
 from .runs import is_number, read_json, read_metrics, read_summary
-from .sweep_command import check_names, run_name, seeds as parse_seeds
+from .grid import check_names, parse_seeds, run_name
 from .tasks import build_task
 from .tasks.graph_consensus import graph_family
 from .train import best_weights, load_weights, train
@@ -116,7 +116,7 @@ def row_variants(args):
 
 
 def run_config(args, overrides, seed):
-    """The config of one transformer row, its names checked (sweep_command.check_names): a typo in --residuals
+    """The config of one transformer row, its names checked (grid.check_names): a typo in --residuals
     fails here, before anything is trained or written."""
     try:
         config = load_config(args.config, [*args.overrides, *overrides, f"train.seed={seed}"])

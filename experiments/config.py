@@ -283,3 +283,8 @@ def toml_value(value):
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return repr(value)
+
+
+def overrides_with_data(overrides, data):
+    """The --set overrides, plus task.data from a command's --data option (None: none)."""
+    return [*overrides, *([f"task.data={toml_value(data)}"] if data else [])]

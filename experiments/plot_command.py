@@ -36,8 +36,8 @@ import pdmm
 from . import rundir
 from .common import UsageError
 from .rundir import check_new_file
-from .plots import AXES, PANELS, plot_convergence, plot_runs
-from .runs import aligned, expand, group_runs, is_solve_dir, load_solve
+from .plots import AXES, PANELS, plot_convergence, plot_groups
+from .runs import expand, group_runs, is_solve_dir, load_solve
 
 
 def add_parser(subparsers):
@@ -160,15 +160,3 @@ def plot_metric(runs, metric, path):
         existing = list(dict.fromkeys(name for run in runs for name in run.metric_names()))
         raise UsageError(f"no run logs the metric {metric!r}; the runs log {', '.join(existing) or 'nothing yet'}")
     return plot_groups(group_runs(runs), metric, path)
-
-
-def plot_groups(groups, metric, path):
-    """Save the figure of `metric` for {label: [runs]} to `path`; returns the Figure (one line per variant and panel)."""
-    curves = {name: curve for name, members in groups.items()
-              if (curve := aligned(members, metric)) is not None}
-    if not curves:
-        raise UsageError(f"the seeds of each variant share no step that logs {metric!r}")
-    tasks = {run.config.get("task", {}).get("name") for members in groups.values() for run in members}
-    title = f"{metric}, {tasks.pop()}" if len(tasks) == 1 and None not in tasks else metric
-    rundir.make_dir(Path(path).parent)
-    return plot_runs(curves, metric, path, title)

@@ -1,9 +1,13 @@
 """Figures shared by the pdmm-bridge commands, drawn on a bare matplotlib Figure (Agg, no display needed)."""
+from pathlib import Path
+
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, StrMethodFormatter
 
+from . import rundir
+from .errors import UsageError
 from .rundir import save_figure
-
+from .runs import aligned
 
 PANELS = {"residual": ("residual", "constraint residual (RMS)", "log"),
           "error": ("relative error", r"$\|x - x^\star\|_F \,/\, \|x^\star\|_F$", "log"),
@@ -106,3 +110,15 @@ def plot_training(rows, path, title, best_step=None):
     ax.legend()
     save_figure(fig, path, dpi=120)
     return fig
+
+
+def plot_groups(groups, metric, path):
+    """Save the figure of `metric` for {label: [runs]} to `path`; returns the Figure (one line per variant and panel)."""
+    curves = {name: curve for name, members in groups.items()
+              if (curve := aligned(members, metric)) is not None}
+    if not curves:
+        raise UsageError(f"the seeds of each variant share no step that logs {metric!r}")
+    tasks = {run.config.get("task", {}).get("name") for members in groups.values() for run in members}
+    title = f"{metric}, {tasks.pop()}" if len(tasks) == 1 and None not in tasks else metric
+    rundir.make_dir(Path(path).parent)
+    return plot_runs(curves, metric, path, title)

@@ -15,19 +15,14 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
 from matplotlib.figure import Figure
 
-from bridge.probe import pdmm_residual, probe_model
+from bridge.probe import pdmm_residual
 
 from . import rundir
-from .common import UsageError
 from .rundir import check_new_file, save_figure
-from .config import load_config
-from .tasks import build_task
-from .train import CHECKPOINT, load_weights, step_generator
+from .probing import probe_layers
 
-PROBE_STREAM = 3  # generator stream of probe batches (0: training, 1: evaluation, 2: samples)
 
 
 def add_parser(subparsers):
@@ -56,31 +51,6 @@ def run(args):
         print(f"layer {index}: " + ", ".join(f"{k} {v:.3f}" for k, v in total.items()))
     print(out / "probe.png")
     return 0
-
-
-def probe_layers(run_dir, batches=4):
-    """(config, [{statistic: value} per layer]) of the run's checkpoint (bridge.probe.STATISTICS), over `batches` batches."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.toml").is_file():
-        raise UsageError(f"{run_dir} is not a run directory (no config.toml)")
-    if not (run_dir / CHECKPOINT).is_file():
-        raise UsageError(f"{run_dir} has no {CHECKPOINT} to probe; train it first (or let it reach a checkpoint)")
-    if batches < 1:
-        raise UsageError("--batches must be >= 1")
-    config = load_config(rundir.inside(run_dir / "config.toml"))
-    task = build_task(config)
-    torch.manual_seed(config.train.seed)
-    model = task.build_model()
-    load_weights(model, run_dir / CHECKPOINT)
-    model.eval()
-    if getattr(model, "tied", False):
-        raise UsageError(f"{run_dir} is a tied GraphTransformer: one block serves every layer, so its probes "
-                         "cannot be told apart by layer")
-    gamma = config.model.gamma if config.model.residual == "attentionx" else 1.0
-    totals = probe_model(model, lambda b: task.loss(model, task.train_batch(step_generator(config.train.seed, b,
-                                                                                           PROBE_STREAM))),
-                         batches, gamma)
-    return config, totals
 
 
 RATIOS = (("phi_ratio", "||V - gamma MH|| / ||V||"), ("wdelta_ratio", "||Delta W^o|| / ||MH W^o||"),

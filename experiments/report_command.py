@@ -33,7 +33,7 @@ import numpy as np
 from . import rundir
 from .common import UsageError
 from .rundir import check_new_file
-from .plot_command import plot_groups
+from .plots import plot_groups
 from .repro_report import (SUMMARY_SECTION, checked_spec, copy_figures, extra_figures, extra_sections, metric_value,
                            refresh_summary, setting, verdict_lines)
 from .results_doc import check_section, replace_section

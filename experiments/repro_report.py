@@ -53,7 +53,7 @@ from bridge.probe import STATISTICS
 from . import rundir
 from .common import UsageError
 from .config import load_config
-from .probe_command import probe_layers
+from .probing import probe_layers
 from .results_doc import replace_section
 from .rundir import save_figure
 from .runs import differing_keys, flat_config, label, relevant

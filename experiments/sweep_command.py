@@ -40,21 +40,17 @@ import shlex
 import sys
 import traceback
 from pathlib import Path
-from urllib.parse import quote
 
-import attention
 
 from . import rundir
 from .common import RunFailure, UsageError
-from .config import TABLES, apply_override, load_config, load_plan, toml_value
+from .config import TABLES, apply_override, load_config, load_plan, overrides_with_data, toml_value
+from .grid import check_names, parse_seeds, run_name
 from .memory import check_memory
 from .repro_report import checked_spec
-from .tasks import TASKS
-from .tasks.base import parse_options
 from .runs import read_sweep
 from .train import Interrupted, has_checkpoint, train
 from .world import World
-from .train_command import with_data
 
 
 def grid_axis(text):
@@ -74,29 +70,6 @@ def parsed_value(key, text):
     apply_override(tables, f"{key}={text}")
     table, _, name = key.partition(".")
     return tables[table][name]
-
-
-def run_name(assignment, seed):
-    """"residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped.
-
-    The name is one path component inside OUT whatever the grid values (`/` and `\\` are escaped, and
-    it always holds an `=`, so it is never `.` or `..`); a name over NAME_MAX bytes is a UsageError."""
-    parts = [f"{key.split('.')[-1]}={value}" for key, value in assignment.items()] + [f"seed={seed}"]
-    name = quote(",".join(parts), safe="=,+-.@")
-    if len(name.encode()) > rundir.NAME_MAX:
-        raise UsageError(f"the run name {name[:40]}... is {len(name.encode())} bytes, over the {rundir.NAME_MAX} a "
-                         "directory name may hold; use shorter grid values")
-    return name
-
-
-def seeds(text):
-    try:
-        values = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds expects integers separated by commas, got {text!r}") from None
-    if not values or len(set(values)) != len(values) or min(values) < 0:
-        raise UsageError(f"--seeds expects distinct integers >= 0, got {text!r}")
-    return values
 
 
 def add_parser(subparsers):
@@ -137,12 +110,12 @@ def sweep_spec(args):
         if clashes:
             raise UsageError(f"{args.config}: [sweep] sets {', '.join(sorted(clashes))} in both grid and variants")
     if args.seeds is not None:
-        run_seeds = seeds(args.seeds)
+        run_seeds = parse_seeds(args.seeds)
     else:
         run_seeds = table.get("seeds", [0])
         if not isinstance(run_seeds, list):
             raise UsageError(f"{args.config}: [sweep] seeds must be a list of integers")
-        run_seeds = seeds(",".join(map(str, run_seeds)))
+        run_seeds = parse_seeds(",".join(map(str, run_seeds)))
     return grid, variants, run_seeds
 
 
@@ -157,7 +130,7 @@ def check_values(args, spec):
         try:
             for key in values:
                 known_key(key)
-            config = load_config(args.config, [*with_data(args), *(f"{k}={toml_value(v)}" for k, v in values.items())])
+            config = load_config(args.config, [*overrides_with_data(args.overrides, args.data), *(f"{k}={toml_value(v)}" for k, v in values.items())])
             check_names(config)
         except UsageError as err:
             raise UsageError(f"{origin}: {err}") from None
@@ -173,16 +146,6 @@ def known_key(key):
         raise UsageError(f"unknown key {key}; [{table}] accepts {', '.join(fields)}")
 
 
-def check_names(config):
-    """What building the run would reject at once: an unknown task or task option, residual or kernel."""
-    if config.task.name not in TASKS:
-        raise UsageError(f"unknown task {config.task.name!r}; choose one of {', '.join(TASKS)}")
-    parse_options(TASKS[config.task.name].Options, config.task.options, config.task.name)
-    for name, choices in (("residual", attention.RESIDUALS), ("kernel", attention.KERNELS)):
-        if getattr(config.model, name) not in choices:
-            raise UsageError(f"unknown model.{name} {getattr(config.model, name)!r}; choose one of {', '.join(choices)}")
-
-
 def plan(args, spec):
     """[(name, overrides, seed)] for every variant, grid point and seed of spec = sweep_spec(args), after
     checking each resolves and fits in memory (memory.check_memory): an absurd grid point fails the sweep
@@ -194,7 +157,7 @@ def plan(args, spec):
         assignment = {**variant, **point}
         for seed in run_seeds:
             name = run_name(assignment, seed)
-            overrides = [*(f"{k}={toml_value(v)}" for k, v in variant.items()), *with_data(args),
+            overrides = [*(f"{k}={toml_value(v)}" for k, v in variant.items()), *overrides_with_data(args.overrides, args.data),
                          *(f"{k}={toml_value(v)}" for k, v in point.items()), f"train.seed={seed}"]
             try:
                 check_memory(load_config(args.config, overrides))  # a bad or absurd value fails here, before any run
@@ -216,14 +179,14 @@ def run(args):
     runs = plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
     report = checked_spec(load_plan(args.config)["report"], args.config)  # a bad [report] fails now, not after the runs
-    record = {"config": str(args.config), "set": with_data(args), "grid": grid, "variants": variants,
+    record = {"config": str(args.config), "set": overrides_with_data(args.overrides, args.data), "grid": grid, "variants": variants,
               "seeds": run_seeds, "report": report,
               "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
                         "error": None} for r in runs]}
     rundir.refuse_link(out)
     previous = read_sweep(out)
     if previous is not None:
-        same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get("set") == with_data(args)
+        same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get("set") == overrides_with_data(args.overrides, args.data)
         if not same:
             raise UsageError(f"{out} holds a different sweep; choose another --out")
         record["runs"] = previous["runs"]  # keep earlier failures on record until their run is retried

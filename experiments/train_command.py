@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from .common import positive
-from .config import load_config, toml_value
+from .config import load_config, overrides_with_data
 from .train import Interrupted, TrainingDiverged, has_checkpoint, train
 from .world import DIST_TIMEOUT, World, process_group
 
@@ -49,13 +49,8 @@ def add_parser(subparsers):
     return parser
 
 
-def with_data(args):
-    """args.overrides, plus task.data from --data."""
-    return [*args.overrides, *([f"task.data={toml_value(args.data)}"] if args.data else [])]
-
-
 def run(args):
-    config = load_config(args.config, with_data(args))
+    config = load_config(args.config, overrides_with_data(args.overrides, args.data))
     out = Path(args.out or Path("runs") / Path(args.config).stem)
     with process_group(config.train.device, args.dist_backend, args.dist_timeout):
         world = World.current()

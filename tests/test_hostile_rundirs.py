@@ -20,7 +20,7 @@ from experiments.common import UsageError
 from experiments.compare_command import check_seed_file, saved_seed
 from experiments.results_doc import replace_section
 from experiments.rundir import MARKER
-from experiments.sweep_command import run_name
+from experiments.grid import run_name
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
 TINY = ["task.p=5", "model.d_model=8", "model.n_head=2", "train.max_iters=4", "train.eval_interval=2",

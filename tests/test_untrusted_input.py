@@ -16,7 +16,7 @@ import pdmm
 from experiments.cli import main
 from experiments.common import UsageError
 from experiments.config import load_config, to_tables
-from experiments.sweep_command import run_name
+from experiments.grid import run_name
 from experiments.runs import sweep_runs
 from experiments.train import CHECKPOINT, best_weights, load_checkpoint, train
 

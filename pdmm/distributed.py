@@ -60,7 +60,7 @@ from .compiled import CompiledGraph, EdgeList
 from .constraints import Consensus
 from .local import Quadratic
 from .methods import PDMM
-from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result, problem_scale
+from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
 
@@ -240,9 +240,11 @@ def check_supported(problem, method, device, network, compile, method_params):
 
 
 def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network, target, names,
-          record_every, check_every, compile, method_params, owners=None, group=None, progress=False):
+          record_every, check_every, compile, method_params, owners=None, group=None, progress=False,
+          scale=None):
     """pdmm.solve's loop on this rank's part of the graph (called by pdmm.solve with arguments already checked);
-    progress: a tqdm bar on this rank."""
+    progress: a tqdm bar on this rank; scale: the problem's scale (pdmm.solve's problem_scale), the stopping
+    test's floor as one process has it."""
     rank, world = check_group(group)
     # a Ctrl-C from here to the end is only flagged, and agreed on at the next stopping test: no rank leaves the
     # others in a collective, and one that comes after the last test is dropped (the run has ended)
@@ -270,7 +272,6 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
         x_star = _reference(problem, reference, device, dtype)
         state = algorithm.init(_initial_x(problem, x0, seed, device, dtype)[torch.from_numpy(own)])
         per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
-        scale = problem_scale(problem, dtype)  # the stopping test's floor, as one process has it
         book = _PartBookkeeping(names, _Summed(local, problem.n, group), edges, None, x_star, None, rho, per_iteration,
                                 record_every, min(max_iter // record_every + 1, 4096),
                                 scale=None if scale is None else scale.to(device, dtype))

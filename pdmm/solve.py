@@ -250,7 +250,7 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
         _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
         return _warned(distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0,
                                          network, target, names, record_every, check_every, compile, method_params,
-                                         partition, progress=progress), tol, problem, rho)
+                                         partition, progress=progress, scale=scale), tol, problem, rho)
     order = _node_order(problem, reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
     if order is not None:
@@ -453,12 +453,9 @@ class _Bookkeeping:
         passes = (self.rho * change <= tol * torch.maximum(DUAL_SLACK * scale, largest)).all()
         return passes & settled, frozen
 
-    def near(self, residual, new, old, tol):
-        """Whether the residual passes its part of the stopping test at `new` (one read from the device): the
-        condition under which check() measures the ideal steps."""
-        size, _, _ = self.sizes(new["x"], old["x"])
-        scale = torch.clamp(size, min=1.0) if self.floor is None else torch.maximum(size, self.floor)
-        return bool(_read((residual <= tol * scale).all())[0])
+    def scale(self, size):
+        """The stopping test's scale per instance, max(floor, RMS of x); floor = min(1, the problem's scale), or 1."""
+        return torch.clamp(size, min=1.0) if self.floor is None else torch.maximum(size, self.floor)
 
     def check(self, new, old, seen, first, rows, tol, target):
         """(stop, stalled, finite, grown, largest residual) after the step from state `old` to `new`: the
@@ -473,13 +470,15 @@ class _Bookkeeping:
         (docs/guide/solve.md, "The stopping test")."""
         x = new["x"]
         residual = self.residual(x, seen)
-        if self.ideal is not None and self.near(residual, new, old, tol):
-            # a random step may change nothing (all asleep): two ideal steps from here must not (two: pdmm's
-            # theta = 1 flips z's privacy part). Taken only where the residual test already passes, so a run
-            # pays for them near its end, not at every test
+        size, change, finite = self.sizes(x, old["x"])
+        # over a network a random step may change nothing (all asleep): two ideal steps from here must not (two:
+        # pdmm's theta = 1 flips z's privacy part). Taken only where the residual test already passes (one more
+        # read from the device), so a run pays for them near its end, not at every test
+        if self.ideal is not None and _read((residual <= tol * self.scale(size)).all())[0]:
             old, new = new, self.ideal(self.ideal(new))
-        size, change, finite = self.sizes(new["x"], old["x"])
-        scale = torch.clamp(size, min=1.0) if self.floor is None else torch.maximum(size, self.floor)
+            size, change, ideal_finite = self.sizes(new["x"], old["x"])
+            finite = finite & ideal_finite
+        scale = self.scale(size)
         passes, frozen = self.state_test(new, old, tol, scale, change)
         if self.stiffness is not None:  # a tiny step moves x little however far it is: 1/step * change is the
             inverse_step, curvature = self.stiffness  # fixed-point residual in gradient units, against L's

@@ -130,7 +130,8 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     falls to tol * max(DUAL_SLACK * S, RMS of the multiplier state), which a huge rho pinning x near x^0
     cannot pass (implied by the first test for rho <= DUAL_SLACK); for the methods with a step size (eta,
     alpha), 1 / step times the change of x falls to DUAL_SLACK * tol * L * S; over a network the test
-    measures two ideal steps from the state reached, every state tensor included. On slowly converging runs
+    measures two ideal steps from the state reached, every state tensor included (taken only once the
+    residual passes, so they cost nothing before the end of a run). On slowly converging runs
     the error left is then up to about 10 tol.
     A run whose whole state stops changing short of that (a floating-point fixed point) ends
     "stalled"; result.status says "converged", "max_iter", "stalled", "diverged" or "interrupted".

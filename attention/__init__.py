@@ -1,8 +1,9 @@
 """attention: multi-head attention over token graphs with switchable residual signal, kernel and graph.
 
-    config = attention.AttentionConfig(d_model=128, n_head=4, residual="belief")
-    y = attention.MultiHeadAttention(config)(x, attention.TokenGraph.causal(x.shape[1]))
+config = attention.AttentionConfig(d_model=128, n_head=4, residual="belief")
+y = attention.MultiHeadAttention(config)(x, attention.TokenGraph.causal(x.shape[1]))
 """
+
 from .block import MLP, BilinearMLP, Block
 from .config import KERNELS, RESIDUALS, AttentionConfig
 from .convex import ConvexAttention, ConvexBlock, ConvexTokenClassifier, ConvexTransformer
@@ -13,6 +14,21 @@ from .graph_transformer import GraphTransformer
 from .mha import MultiHeadAttention
 from .vit import ViT
 
-__all__ = ["MLP", "BilinearMLP", "Block", "KERNELS", "RESIDUALS", "AttentionConfig", "ConvexAttention",
-           "ConvexBlock", "ConvexTokenClassifier", "ConvexTransformer", "GraphAttention", "GPT", "TokenGraph",
-           "GraphTransformer", "MultiHeadAttention", "ViT"]
+__all__ = [
+    "MLP",
+    "BilinearMLP",
+    "Block",
+    "KERNELS",
+    "RESIDUALS",
+    "AttentionConfig",
+    "ConvexAttention",
+    "ConvexBlock",
+    "ConvexTokenClassifier",
+    "ConvexTransformer",
+    "GraphAttention",
+    "GPT",
+    "TokenGraph",
+    "GraphTransformer",
+    "MultiHeadAttention",
+    "ViT",
+]

@@ -4,6 +4,7 @@ section 2).
     Y = X + Attn(N(X), graph)      (Attn returns R W^o + b, R the configured residual signal)
     X = Y + MLP(N(Y))              (MLP: GELU or bilinear GLU; N: LayerNorm, or the identity for norm=None)
 """
+
 import math
 
 import torch.nn as nn
@@ -34,7 +35,7 @@ class BilinearMLP(nn.Module):
     def __init__(self, config, hidden=None):
         super().__init__()
         hidden = 4 * config.d_model if hidden is None else hidden
-        self.c_fc = nn.Linear(config.d_model, hidden, bias=config.bias)    # W_1
+        self.c_fc = nn.Linear(config.d_model, hidden, bias=config.bias)  # W_1
         self.c_gate = nn.Linear(config.d_model, hidden, bias=config.bias)  # W_2
         self.c_proj = nn.Linear(hidden, config.d_model, bias=config.bias)  # W_3
         self.dropout = nn.Dropout(config.dropout)
@@ -66,8 +67,9 @@ class Block(nn.Module):
     """One layer; `attention` is the attention class (MultiHeadAttention or GraphAttention); `norm`,
     `mlp` and `hidden` choose the normalisation and the MLP (defaults: LayerNorm, GELU, 4 d_model)."""
 
-    def __init__(self, config, layer_index=None, attention=MultiHeadAttention, norm="layernorm", mlp="gelu",
-                 hidden=None):
+    def __init__(
+        self, config, layer_index=None, attention=MultiHeadAttention, norm="layernorm", mlp="gelu", hidden=None
+    ):
         super().__init__()
         self.ln_1 = make_norm(config, norm)
         self.attn = attention(config, layer_index)

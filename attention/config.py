@@ -1,5 +1,6 @@
 """AttentionConfig: the switches of one attention layer (docs/theory/attention.md section 3;
 docs/theory/residuals.md section 1)."""
+
 import math
 import numbers
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class AttentionConfig:
     ValueError
         On construction, naming the field, for a value out of range or a combination that cannot run.
     """
+
     d_model: int = 128
     n_head: int = 4
     residual: str = "standard"
@@ -91,9 +93,12 @@ class AttentionConfig:
             self.check_send_width()
         if self.kernel == "diff" and self.key_head_size % 2:
             size = "d_model / n_head" if self.send_width is None else "of the keys, (send_width // 2) / n_head"
-            raise ValueError(f"kernel 'diff' splits each head in two; the head size {size} = "
-                             f"{self.key_head_size} must be even")
-        if not (isinstance(self.dropout, numbers.Real) and not isinstance(self.dropout, bool) and 0 <= self.dropout < 1):
+            raise ValueError(
+                f"kernel 'diff' splits each head in two; the head size {size} = {self.key_head_size} must be even"
+            )
+        if not (
+            isinstance(self.dropout, numbers.Real) and not isinstance(self.dropout, bool) and 0 <= self.dropout < 1
+        ):
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         for name in ("symmetric", "bias", "probe", "self_loops"):
             if not isinstance(getattr(self, name), bool):
@@ -108,14 +113,20 @@ class AttentionConfig:
         w, least = self.send_width, 1 if self.kernel == "mean" else 2
         if not (isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= least):
             default = "d_model" if self.kernel == "mean" else "2 d_model"
-            raise ValueError(f"send_width must be None ({default} numbers) or an integer >= {least} for kernel "
-                             f"{self.kernel!r}, got {w!r}")
+            raise ValueError(
+                f"send_width must be None ({default} numbers) or an integer >= {least} for kernel "
+                f"{self.kernel!r}, got {w!r}"
+            )
         if self.residual in ("belief", "belief_star") and self.value_width < 2:
-            raise ValueError(f"residual {self.residual!r} keeps the part of MH orthogonal to V, which is 0 for values "
-                             f"{self.value_width} number wide: use send_width >= 4 or another residual")
+            raise ValueError(
+                f"residual {self.residual!r} keeps the part of MH orthogonal to V, which is 0 for values "
+                f"{self.value_width} number wide: use send_width >= 4 or another residual"
+            )
         if self.key_width % self.n_head or self.value_width % self.n_head:
-            raise ValueError(f"send_width = {w} makes keys {self.key_width} and values {self.value_width} "
-                             f"wide; n_head = {self.n_head} must divide both (n_head = 1 always does)")
+            raise ValueError(
+                f"send_width = {w} makes keys {self.key_width} and values {self.value_width} "
+                f"wide; n_head = {self.n_head} must divide both (n_head = 1 always does)"
+            )
 
     @property
     def head_size(self):

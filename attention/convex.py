@@ -18,6 +18,7 @@ convexity check; its logits are additive in the tokens within a gate pattern). `
 the source's architecture for the grokking experiments: trained token embeddings, then blocks of
 gated convex attention + FCN (`ConvexBlock`), then a gated convex readout, all trained with Adam.
 """
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -29,8 +30,12 @@ LOSSES = ("squared", "cross_entropy")
 class ConvexAttention(nn.Module):
     def __init__(self, n_tokens, d, n_outputs=1, n_gates=0, seed=0):
         super().__init__()
-        for name, value, low in (("n_tokens", n_tokens, 1), ("d", d, 1), ("n_outputs", n_outputs, 1),
-                                 ("n_gates", n_gates, 0)):
+        for name, value, low in (
+            ("n_tokens", n_tokens, 1),
+            ("d", d, 1),
+            ("n_outputs", n_outputs, 1),
+            ("n_gates", n_gates, 0),
+        ):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"ConvexAttention: {name} must be an integer >= {low}, got {value!r}")
         self.n_tokens, self.d, self.n_outputs, self.n_gates = n_tokens, d, n_outputs, n_gates
@@ -88,7 +93,7 @@ class ConvexAttention(nn.Module):
         else:
             onehot = np.eye(self.n_outputs)[y.cpu().numpy()]
             data = (cp.sum(cp.log_sum_exp(prediction, axis=1)) - cp.sum(cp.multiply(onehot, prediction))) / n_samples
-        groups = [weights[start:start + self.d, :] for start in range(0, width, self.d)]  # one per (gate, token)
+        groups = [weights[start : start + self.d, :] for start in range(0, width, self.d)]  # one per (gate, token)
         penalty = sum(cp.sum(cp.norm(group, 2, axis=0)) for group in groups)
         problem = cp.Problem(cp.Minimize(data + beta * penalty))
         problem.solve(solver=cp.CLARABEL)
@@ -100,8 +105,9 @@ class ConvexAttention(nn.Module):
 
     def _check(self, x):
         if x.dim() != 3 or x.shape[1:] != (self.n_tokens, self.d):
-            raise ValueError(f"ConvexAttention expects inputs of shape (batch, {self.n_tokens}, {self.d}), "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"ConvexAttention expects inputs of shape (batch, {self.n_tokens}, {self.d}), got {tuple(x.shape)}"
+            )
 
     def extra_repr(self):
         return f"n_tokens={self.n_tokens}, d={self.d}, n_outputs={self.n_outputs}, n_gates={self.n_gates}"
@@ -119,13 +125,15 @@ class ConvexTokenClassifier(nn.Module):
             raise ValueError(f"ConvexTokenClassifier: vocab_size must be an integer >= 1, got {vocab_size!r}")
         self.vocab_size = vocab_size
         generator = torch.Generator().manual_seed(seed)
-        self.register_buffer("embedding", torch.randn(vocab_size, d, generator=generator) / d ** 0.5)
+        self.register_buffer("embedding", torch.randn(vocab_size, d, generator=generator) / d**0.5)
         self.attention = ConvexAttention(n_tokens, d, n_outputs, n_gates, seed=seed + 1)
 
     def forward(self, idx):
         if idx.dim() != 2 or idx.dtype.is_floating_point:
-            raise ValueError(f"ConvexTokenClassifier expects integer token ids of shape (batch, n_tokens), "
-                             f"got {tuple(idx.shape)} {idx.dtype}")
+            raise ValueError(
+                f"ConvexTokenClassifier expects integer token ids of shape (batch, n_tokens), "
+                f"got {tuple(idx.shape)} {idx.dtype}"
+            )
         return self.attention(self.embedding[idx])
 
     def group_lasso(self):
@@ -161,8 +169,9 @@ class ConvexTransformer(nn.Module):
         if not isinstance(n_blocks, int) or n_blocks < 1:
             raise ValueError(f"ConvexTransformer: n_blocks must be an integer >= 1, got {n_blocks!r}")
         self.embedding = nn.Embedding(vocab_size, d)
-        self.blocks = nn.ModuleList(ConvexBlock(n_tokens, d, n_gates, seed=seed + 1 + index)
-                                    for index in range(n_blocks - 1))
+        self.blocks = nn.ModuleList(
+            ConvexBlock(n_tokens, d, n_gates, seed=seed + 1 + index) for index in range(n_blocks - 1)
+        )
         self.norm = nn.LayerNorm(d, elementwise_affine=False)
         self.readout = ConvexAttention(n_tokens, d, n_outputs, n_gates, seed=seed + n_blocks)
 

@@ -7,6 +7,7 @@ per head, c = [c_dst; c_src]. The heads then go through the same residual signal
 MultiHeadAttention (GAT's sigma is left to the block's MLP), so GraphAttention differs from it
 only in `project` and `attend`.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -25,12 +26,13 @@ class GraphAttention(MultiHeadAttention):
         if config.kernel != "softmax" or config.symmetric:
             raise ValueError("GraphAttention has its own additive score: use kernel='softmax', symmetric=False")
         if config.send_width is not None:
-            raise ValueError("GraphAttention sends W h_j, d_model numbers per edge; send_width is for "
-                             "MultiHeadAttention only")
+            raise ValueError(
+                "GraphAttention sends W h_j, d_model numbers per edge; send_width is for MultiHeadAttention only"
+            )
         super().__init__(config, layer_index)
         nh, hs = config.n_head, config.head_size
-        self.att_dst = nn.Parameter(torch.randn(nh, hs) / hs ** 0.5)
-        self.att_src = nn.Parameter(torch.randn(nh, hs) / hs ** 0.5)
+        self.att_dst = nn.Parameter(torch.randn(nh, hs) / hs**0.5)
+        self.att_src = nn.Parameter(torch.randn(nh, hs) / hs**0.5)
 
     def projection_width(self):
         return self.config.d_model

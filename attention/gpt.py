@@ -1,4 +1,5 @@
 """A causal language model (nanoGPT's GPT) built from the configured attention."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -17,8 +18,10 @@ class GPT(nn.Module):
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not config.self_loops:
-            raise ValueError("GPT's causal graph needs self loops (without them token 0 attends to nothing); "
-                             "config.self_loops = False is for the ViT")
+            raise ValueError(
+                "GPT's causal graph needs self loops (without them token 0 attends to nothing); "
+                "config.self_loops = False is for the ViT"
+            )
         self.config, self.block_size = config, block_size
         self.wte = nn.Embedding(vocab_size, config.d_model)
         self.wpe = nn.Embedding(block_size, config.d_model)
@@ -49,7 +52,7 @@ class GPT(nn.Module):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.block_size:])
+            logits, _ = self(idx[:, -self.block_size :])
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]

@@ -6,6 +6,7 @@ of two layouts: "dense", a (T, T) boolean mask for scaled_dot_product_attention,
 gather / aggregate over the edge list with pdmm's `EdgeList` in blocks of edges (attention.sparse;
 memory grows with edges, not T^2).
 """
+
 import networkx as nx
 import numpy as np
 import torch
@@ -80,8 +81,10 @@ class TokenGraph:
             raise ValueError("the token graph has duplicate edges")
         lonely = np.setdiff1d(np.arange(n), src)
         if len(lonely):
-            raise ValueError(f"tokens {lonely[:5].tolist()}{'...' if len(lonely) > 5 else ''} attend to no token; "
-                             "add self loops (self_loops=True) or edges")
+            raise ValueError(
+                f"tokens {lonely[:5].tolist()}{'...' if len(lonely) > 5 else ''} attend to no token; "
+                "add self loops (self_loops=True) or edges"
+            )
         if layout == "auto":
             layout = "sparse" if len(src) <= SPARSE_DENSITY * n * n else "dense"
         if layout not in ("dense", "sparse"):
@@ -108,8 +111,11 @@ class TokenGraph:
         """(src, dst) numpy arrays of every edge, sorted."""
         if self.src is not None:
             return self.src, self.dst
-        i, j = np.nonzero(np.tril(np.ones((self.n, self.n), dtype=bool)) if self.kind == "causal"
-                          else np.ones((self.n, self.n), dtype=bool))
+        i, j = np.nonzero(
+            np.tril(np.ones((self.n, self.n), dtype=bool))
+            if self.kind == "causal"
+            else np.ones((self.n, self.n), dtype=bool)
+        )
         return i.astype(np.int64), j.astype(np.int64)
 
     def dense(self):
@@ -123,9 +129,12 @@ class TokenGraph:
         block's temporaries cost what the per-edge weights do); 0 runs the unblocked plain-autograd
         path, which keeps (E, B, nh, hs) tensors for backward (about 6 kB per edge at d_model 256).
         """
-        if block is not None and not (isinstance(block, (int, np.integer)) and not isinstance(block, bool) and block >= 0):
-            raise ValueError(f"block must be None (automatic) or an integer >= 0 (edges per block, 0 unblocked), "
-                             f"got {block!r}")
+        if block is not None and not (
+            isinstance(block, (int, np.integer)) and not isinstance(block, bool) and block >= 0
+        ):
+            raise ValueError(
+                f"block must be None (automatic) or an integer >= 0 (edges per block, 0 unblocked), got {block!r}"
+            )
         return TokenGraph(self.n, "graph", *self.edges(), layout="sparse", block=None if block is None else int(block))
 
     def mask(self, device="cpu"):
@@ -168,6 +177,8 @@ def resolve(graph, T):
     if graph is None:
         return TokenGraph.full(T)
     if not isinstance(graph, TokenGraph):
-        raise TypeError(f"graph must be a TokenGraph or None, got {type(graph).__name__} "
-                        "(wrap a networkx graph with TokenGraph.from_networkx)")
+        raise TypeError(
+            f"graph must be a TokenGraph or None, got {type(graph).__name__} "
+            "(wrap a networkx graph with TokenGraph.from_networkx)"
+        )
     return graph.check(T)

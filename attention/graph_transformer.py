@@ -3,6 +3,7 @@
 With self loops, layer l lets each node read its neighbours once: after l layers a node has had
 exactly l rounds of neighbour communication, the budget of l PDMM iterations (docs/theory/attention.md section 6).
 """
+
 import torch
 import torch.nn as nn
 
@@ -24,21 +25,34 @@ class GraphTransformer(nn.Module):
     width (default 4 d_model).
     """
 
-    def __init__(self, config, n_layer, in_features=1, out_features=1, tied=False, layer="attention",
-                 norm="layernorm", mlp="gelu", hidden=None):
+    def __init__(
+        self,
+        config,
+        n_layer,
+        in_features=1,
+        out_features=1,
+        tied=False,
+        layer="attention",
+        norm="layernorm",
+        mlp="gelu",
+        hidden=None,
+    ):
         super().__init__()
         if layer not in LAYERS:
             raise ValueError(f"unknown layer {layer!r}; choose one of {', '.join(LAYERS)}")
         if not (isinstance(n_layer, int) and n_layer >= 1):
             raise ValueError(f"n_layer must be a positive integer, got {n_layer!r}")
         if not config.self_loops:
-            raise ValueError("GraphTransformer attends over the graph it is given; for no self loops pass "
-                             "TokenGraph.from_networkx(G, self_loops=False) and keep config.self_loops = True")
+            raise ValueError(
+                "GraphTransformer attends over the graph it is given; for no self loops pass "
+                "TokenGraph.from_networkx(G, self_loops=False) and keep config.self_loops = True"
+            )
         self.n_layer, self.tied, self.in_features = n_layer, tied, in_features
         self.embed = nn.Linear(in_features, config.d_model)
         n_blocks = 1 if tied else n_layer
-        self.blocks = nn.ModuleList(Block(config, index + 1, LAYERS[layer], norm, mlp, hidden)
-                                    for index in range(n_blocks))
+        self.blocks = nn.ModuleList(
+            Block(config, index + 1, LAYERS[layer], norm, mlp, hidden) for index in range(n_blocks)
+        )
         self.ln_f = make_norm(config, norm)
         self.readout = nn.Linear(config.d_model, out_features)
         init_weights(self, n_layer)
@@ -57,8 +71,9 @@ class GraphTransformer(nn.Module):
         """
         rounds = self.n_layer if rounds is None else rounds
         if not (isinstance(rounds, int) and rounds >= 1 and (self.tied or rounds <= self.n_layer)):
-            raise ValueError(f"rounds must be an integer in 1..{self.n_layer} (any >= 1 for a tied model), "
-                             f"got {rounds!r}")
+            raise ValueError(
+                f"rounds must be an integer in 1..{self.n_layer} (any >= 1 for a tied model), got {rounds!r}"
+            )
         if not isinstance(graph, TokenGraph):
             raise TypeError("GraphTransformer needs the token graph, e.g. TokenGraph.from_networkx(G)")
         if x.dim() != 3 or x.shape[-1] != self.in_features:

@@ -7,6 +7,7 @@ scaled_dot_product_attention, linear attention through prefix sums (causal), one
 the masked weights (dense); on sparse graphs both run as scores / softmax / aggregate over the
 edge list in blocks of edges (attention.sparse), holding O(T d + E nh) memory, not O(E d).
 """
+
 import math
 
 import torch
@@ -22,8 +23,7 @@ def softmax_attention(q, k, v, graph, dropout_p=0.0, scale=None):
     if graph.kind == "causal":
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
     if graph.layout == "dense":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=graph.mask(q.device), dropout_p=dropout_p,
-                                              scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=graph.mask(q.device), dropout_p=dropout_p, scale=scale)
     edges, block = sparse_setup(q, graph)
     q, k, v = (t.permute(2, 0, 1, 3) for t in (q, k, v))  # token-major (T, B, nh, hs), as the edge list wants
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -76,11 +76,11 @@ def causal_linear_attention(q, k, v, chunk):
     B, nh, T, hs = q.shape
     pad = -T % chunk  # zero features and values add nothing to any sum
     q, k, v = (F.pad(t, (0, 0, 0, pad)).view(B, nh, -1, chunk, t.shape[-1]) for t in (q, k, v))  # (B, nh, n, c, .)
-    kv = k.transpose(-2, -1) @ v                               # (B, nh, n, hs, hs): each chunk's sum of k_j v_j^T
-    state = torch.cumsum(kv, dim=2) - kv                       # sums over all earlier chunks
+    kv = k.transpose(-2, -1) @ v  # (B, nh, n, hs, hs): each chunk's sum of k_j v_j^T
+    state = torch.cumsum(kv, dim=2) - kv  # sums over all earlier chunks
     k_sum = k.sum(-2)
-    k_state = torch.cumsum(k_sum, dim=2) - k_sum               # (B, nh, n, hs)
-    w = (q @ k.transpose(-2, -1)).tril()                       # (B, nh, n, c, c): within the chunk, j <= i
+    k_state = torch.cumsum(k_sum, dim=2) - k_sum  # (B, nh, n, hs)
+    w = (q @ k.transpose(-2, -1)).tril()  # (B, nh, n, c, c): within the chunk, j <= i
     numerator = q @ state + w @ v
     denominator = (q * k_state.unsqueeze(-2)).sum(-1, keepdim=True) + w.sum(-1, keepdim=True)
     return (numerator / positive(denominator)).view(B, nh, -1, v.shape[-1])[:, :, :T]
@@ -96,7 +96,9 @@ def softmax_entropy(q, k, graph, scale=None):
         return -edges.aggregate(w * w.clamp_min(1e-30).log()).mean((0, 1))
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
     if graph.kind != "full":
-        scores = scores.masked_fill(~graph.mask(q.device) if graph.kind == "graph" else
-                                    torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+        scores = scores.masked_fill(
+            ~graph.mask(q.device) if graph.kind == "graph" else torch.ones_like(scores, dtype=torch.bool).triu(1),
+            float("-inf"),
+        )
     w = scores.softmax(-1)
     return -(w * w.clamp_min(1e-30).log()).sum(-1).mean((0, 2))

@@ -1,5 +1,6 @@
 """Multi-head attention whose residual signal, score kernel and token graph are switches (docs/theory/attention.md
 section 1; docs/theory/residuals.md section 1)."""
+
 import math
 import numbers
 
@@ -27,8 +28,9 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.config = config
         C, w_v = config.d_model, config.value_width
-        if layer_index is not None and not (isinstance(layer_index, numbers.Integral) and not isinstance(layer_index, bool)
-                                            and layer_index >= 1):
+        if layer_index is not None and not (
+            isinstance(layer_index, numbers.Integral) and not isinstance(layer_index, bool) and layer_index >= 1
+        ):
             raise ValueError(f"layer_index counts layers from 1, got {layer_index!r}")
         if config.kernel == "diff" and layer_index is None:
             raise ValueError("kernel 'diff' needs layer_index (counted from 1) to set lambda_init")
@@ -36,7 +38,8 @@ class MultiHeadAttention(nn.Module):
         if config.kernel == "diff":
             self.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * (layer_index - 1))
             self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
-                nn.Parameter(torch.randn(config.key_head_size // 2) * 0.1) for _ in range(4))
+                nn.Parameter(torch.randn(config.key_head_size // 2) * 0.1) for _ in range(4)
+            )
             self.head_norm = nn.RMSNorm(config.value_head_size, eps=1e-5)
         self.c_proj = nn.Linear(2 * w_v if config.residual == "concat" else w_v, C, bias=config.bias)
         if config.residual == "belief_star":
@@ -50,13 +53,15 @@ class MultiHeadAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected input of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         graph = resolve(graph, x.shape[1])
-        q, k, v = self.project(x)             # (B, nh, T, hs_k), twice, and (B, nh, T, hs_v)
-        heads = self.attend(q, k, v, graph)   # (B, nh, T, hs_v)
-        mh, v_all = merge(heads), merge(v)    # (B, T, w_v)
-        r = self.residual_signal(mh, v_all)   # (B, T, w_v), (B, T, 2 w_v) for concat
+        q, k, v = self.project(x)  # (B, nh, T, hs_k), twice, and (B, nh, T, hs_v)
+        heads = self.attend(q, k, v, graph)  # (B, nh, T, hs_v)
+        mh, v_all = merge(heads), merge(v)  # (B, T, w_v)
+        r = self.residual_signal(mh, v_all)  # (B, T, w_v), (B, T, 2 w_v) for concat
         y = self.c_proj(r)
         if self.config.residual == "belief_star":  # + Concat(Delta^s_1..Delta^s_M) W^s
-            y = y + self.c_proj_s(orthogonal_part(split(mh, self.config.n_head), split(v_all, self.config.n_head)).flatten(-2))
+            y = y + self.c_proj_s(
+                orthogonal_part(split(mh, self.config.n_head), split(v_all, self.config.n_head)).flatten(-2)
+            )
         if self.config.residual == "accumulated" and memory is not None:  # S_l + beta sum_{m < l} S_m
             y = memory.accumulate(y, self.config.beta)
         y = self.resid_dropout(y)
@@ -104,14 +109,16 @@ class MultiHeadAttention(nn.Module):
         # (same scores) so SDPA can use its fused kernel. No attention dropout: two masks would not cancel.
         half = q.shape[-1] // 2
         q1, q2, k1, k2 = (F.pad(t, (0, v.shape[-1] - half)) for t in (*q.chunk(2, -1), *k.chunk(2, -1)))
-        heads = (softmax_attention(q1, k1, v, graph, scale=half ** -0.5)
-                 - self.diff_lambda() * softmax_attention(q2, k2, v, graph, scale=half ** -0.5))
+        heads = softmax_attention(q1, k1, v, graph, scale=half**-0.5) - self.diff_lambda() * softmax_attention(
+            q2, k2, v, graph, scale=half**-0.5
+        )
         return self.head_norm(heads.to(self.head_norm.weight.dtype)).type_as(heads) * (1 - self.lambda_init)
 
     def diff_lambda(self):
         """lambda = exp(l_q1 . l_k1) - exp(l_q2 . l_k2) + lambda_init, one scalar per layer."""
-        return (torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2)
-                + self.lambda_init)
+        return (
+            torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2) + self.lambda_init
+        )
 
     def entropy(self, q, k, graph):
         """Mean entropy of each head's attention rows, (nh,); None where the kernel has no softmax rows."""
@@ -131,8 +138,13 @@ class MultiHeadAttention(nn.Module):
     @torch.no_grad()
     def record(self, x, q, k, mh, v, r, y, graph):
         """Keep the last forward's signals (detached) for analysis: also the layer's input x and its update y."""
-        self.probes = {"mh": mh.detach(), "v": v.detach(), "residual": r.detach(), "input": x.detach(),
-                       "update": y.detach()}
+        self.probes = {
+            "mh": mh.detach(),
+            "v": v.detach(),
+            "residual": r.detach(),
+            "input": x.detach(),
+            "update": y.detach(),
+        }
         if self.config.residual in ("belief", "belief_star"):
             self.probes["alpha"] = projection_coefficient(mh, v)
         entropy = self.entropy(q, k, graph)
@@ -190,7 +202,7 @@ def orthogonal_part(a, v):
 class OrthogonalPart(torch.autograd.Function):
     """orthogonal_part with a hand-fused backward (fewer passes over (B, T, C) than autograd's):
 
-        dL/da = g - c v,   dL/dv = 2 alpha c v - alpha g - c a,   c = <g, v> / <v, v>
+    dL/da = g - c v,   dL/dv = 2 alpha c v - alpha g - c a,   c = <g, v> / <v, v>
     """
 
     @staticmethod

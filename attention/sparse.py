@@ -21,13 +21,14 @@ token's side is a broadcast and a sum instead of a gather and a scatter (`Block`
 The blocked Functions are differentiable once (their backward is not recorded); double backward
 needs block=0.
 """
+
 import functools
 import math
 
 import torch
 
-MIN_BLOCK_ELEMENTS = 2 ** 16  # a block's gathered (edges, B, nh, hs) tensor holds at least this many numbers
-MAX_BLOCK_ELEMENTS = 2 ** 24  # ... and at most this many (64 MB in float32)
+MIN_BLOCK_ELEMENTS = 2**16  # a block's gathered (edges, B, nh, hs) tensor holds at least this many numbers
+MAX_BLOCK_ELEMENTS = 2**24  # ... and at most this many (64 MB in float32)
 
 
 def block_size(block, edges, row):
@@ -88,12 +89,16 @@ def token_rows(x):
 def once(backward):
     """A Function's backward that refuses create_graph=True (its arithmetic is not recorded) instead
     of returning gradients that silently carry no second derivative."""
+
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
         if torch.is_grad_enabled():
-            raise RuntimeError("the blocked sparse attention path is differentiable once; for double backward "
-                               "(create_graph=True) run the graph unblocked: graph.sparse(block=0)")
+            raise RuntimeError(
+                "the blocked sparse attention path is differentiable once; for double backward "
+                "(create_graph=True) run the graph unblocked: graph.sparse(block=0)"
+            )
         return backward(ctx, *grads)
+
     return wrapper
 
 
@@ -103,8 +108,13 @@ def blocks(edges, block):
     aligned = degree > 0 and block % degree == 0  # whole tokens per block, all with `degree` edges
     for start in range(0, edges.num_edges, block):
         stop = min(start + block, edges.num_edges)
-        yield Block(edges.src[start:stop], edges.dst[start:stop], slice(start, stop),
-                    slice(start // degree, stop // degree) if aligned else None, degree)
+        yield Block(
+            edges.src[start:stop],
+            edges.dst[start:stop],
+            slice(start, stop),
+            slice(start // degree, stop // degree) if aligned else None,
+            degree,
+        )
 
 
 class Block:

@@ -1,5 +1,6 @@
 """A vision transformer for small images: patch embedding, class token, blocks on the full token graph
 (without its diagonal when config.self_loops is False)."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -35,7 +36,9 @@ class ViT(nn.Module):
             images = images.unsqueeze(1)
         expected = (self.channels, self.image_size, self.image_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+            raise ValueError(
+                f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}"
+            )
         x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, P, C)
         x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1) + self.pos_embed
         x = self.drop(x)

@@ -42,6 +42,7 @@ the second call, as a training loop repeats one path (in one kernel-only run the
         [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3] [--sparse-tokens 1024,4096]
         [--sparse-paths dense,unblocked,blocked] [--sparse-degree 8] [--no-variants]
 """
+
 import argparse
 import itertools
 import os
@@ -50,19 +51,25 @@ import time
 
 import networkx as nx
 import torch
+from machine import cpu_model
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import attention
 from attention.kernels import softmax_attention
 from attention.sparse import block_size
 from pdmm import tune_allocator
-from machine import cpu_model
 
 # (residual, kernel, symmetric, target ratio or None)
-ROWS = [("standard", "softmax", False, None), ("attentionx", "softmax", False, 1.05),
-        ("belief", "softmax", False, 1.08), ("belief_star", "softmax", False, 1.15),
-        ("concat", "softmax", False, None), ("standard", "diff", False, None),
-        ("standard", "linear", False, None), ("standard", "softmax", True, None)]
+ROWS = [
+    ("standard", "softmax", False, None),
+    ("attentionx", "softmax", False, 1.05),
+    ("belief", "softmax", False, 1.08),
+    ("belief_star", "softmax", False, 1.15),
+    ("concat", "softmax", False, None),
+    ("standard", "diff", False, None),
+    ("standard", "linear", False, None),
+    ("standard", "softmax", True, None),
+]
 
 
 def timed(fn, device):
@@ -112,20 +119,30 @@ def main():
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--allocator", choices=("tuned", "default"), default="tuned",
-                        help="tuned: glibc keeps freed memory, as `pdmm-bridge` commands run (BENCHMARKS.md)")
+    parser.add_argument(
+        "--allocator",
+        choices=("tuned", "default"),
+        default="tuned",
+        help="tuned: glibc keeps freed memory, as `pdmm-bridge` commands run (BENCHMARKS.md)",
+    )
     parser.add_argument("--sparse-tokens", default="1024,4096", help="token counts of the sparse-graph table")
-    parser.add_argument("--sparse-paths", default="dense,unblocked,blocked",
-                        help="rows of the sparse-graph table: any of dense, unblocked, blocked")
-    parser.add_argument("--sparse-degree", type=int, default=8,
-                        help="neighbours per token in the sparse-graph table, besides itself")
+    parser.add_argument(
+        "--sparse-paths",
+        default="dense,unblocked,blocked",
+        help="rows of the sparse-graph table: any of dense, unblocked, blocked",
+    )
+    parser.add_argument(
+        "--sparse-degree", type=int, default=8, help="neighbours per token in the sparse-graph table, besides itself"
+    )
     parser.add_argument("--no-variants", action="store_true", help="skip the residual / kernel table")
     args = parser.parse_args()
     tuned = args.allocator == "tuned" and tune_allocator()
     device = torch.device(args.device)
     load = os.getloadavg()[0]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
-          + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
+        + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "")
+    )
     if not args.no_variants:
         variants_table(args, device, tuned, load)
     sparse_table(args, device, tuned)
@@ -141,8 +158,9 @@ def variants_table(args, device, tuned, load):
     layers = []
     for residual, kernel, symmetric, _ in ROWS:
         torch.manual_seed(0)  # the same W^Q, W^K, W^V, W^o wherever the shapes agree
-        config = attention.AttentionConfig(d_model=C, n_head=args.heads, residual=residual, kernel=kernel,
-                                           symmetric=symmetric)
+        config = attention.AttentionConfig(
+            d_model=C, n_head=args.heads, residual=residual, kernel=kernel, symmetric=symmetric
+        )
         layers.append(attention.MultiHeadAttention(config, layer_index=1).to(device, torch.float32))
 
     def clear(layer):
@@ -163,17 +181,23 @@ def variants_table(args, device, tuned, load):
         clear(layer)  # so that no call frees gradients left by an earlier one
     peaks = peak_bytes([lambda layer=layer: step(layer) for layer in layers], device)
 
-    print(f"device {device}, float32, {args.graph} graph, B = {B}, T = {T}, d_model = {C}, {args.heads} heads, "
-          f"median of {args.repeats} repeats after {args.warmup} warm-up, {'tuned' if tuned else 'default'} allocator, "
-          f"load average {load:.2f} at start\n")
-    print("| residual | kernel | symmetric | ms (forward + backward) | ratio to standard softmax | peak MB "
-          "| target | met |")
+    print(
+        f"device {device}, float32, {args.graph} graph, B = {B}, T = {T}, d_model = {C}, {args.heads} heads, "
+        f"median of {args.repeats} repeats after {args.warmup} warm-up, {'tuned' if tuned else 'default'} allocator, "
+        f"load average {load:.2f} at start\n"
+    )
+    print(
+        "| residual | kernel | symmetric | ms (forward + backward) | ratio to standard softmax | peak MB "
+        "| target | met |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---|")
-    for (residual, kernel, symmetric, target), samples, peak in zip(ROWS, times, peaks):
-        ratio = statistics.median(t / t0 for t, t0 in zip(samples, times[0]))
+    for (residual, kernel, symmetric, target), samples, peak in zip(ROWS, times, peaks, strict=False):
+        ratio = statistics.median(t / t0 for t, t0 in zip(samples, times[0], strict=False))
         met = "—" if target is None else ("yes" if ratio <= target else "no")
-        print(f"| {residual} | {kernel} | {'yes' if symmetric else 'no'} | {1e3 * statistics.median(samples):.2f} "
-              f"| {ratio:.3f} | {peak / 2**20:.1f} | {'—' if target is None else f'{target:.2f}'} | {met} |")
+        print(
+            f"| {residual} | {kernel} | {'yes' if symmetric else 'no'} | {1e3 * statistics.median(samples):.2f} "
+            f"| {ratio:.3f} | {peak / 2**20:.1f} | {'—' if target is None else f'{target:.2f}'} | {met} |"
+        )
 
 
 def sparse_table(args, device, tuned):
@@ -181,23 +205,30 @@ def sparse_table(args, device, tuned):
     paths = [p for p in args.sparse_paths.split(",") if p]
     if not paths or set(paths) - {"dense", "unblocked", "blocked"}:
         raise SystemExit(f"--sparse-paths takes dense, unblocked, blocked; got {args.sparse_paths!r}")
-    print(f"\nsparse graphs: random {args.sparse_degree}-regular with self loops, device {device}, float32, B = 1, "
-          f"d_model = {args.d_model}, {args.heads} heads, "
-          f"median of {max(3, args.repeats // 3)} repeats after {args.warmup} warm-up, "
-          f"{'tuned' if tuned else 'default'} allocator, load average {os.getloadavg()[0]:.2f} at start\n")
-    print("| tokens | edges | path | block | ms (forward + backward) | ratio to unblocked | layer peak MB "
-          "| layer kB/edge | kernel kB/edge | kernel kB/edge beyond output and input grads | saved kB/edge |")
+    print(
+        f"\nsparse graphs: random {args.sparse_degree}-regular with self loops, device {device}, float32, B = 1, "
+        f"d_model = {args.d_model}, {args.heads} heads, "
+        f"median of {max(3, args.repeats // 3)} repeats after {args.warmup} warm-up, "
+        f"{'tuned' if tuned else 'default'} allocator, load average {os.getloadavg()[0]:.2f} at start\n"
+    )
+    print(
+        "| tokens | edges | path | block | ms (forward + backward) | ratio to unblocked | layer peak MB "
+        "| layer kB/edge | kernel kB/edge | kernel kB/edge beyond output and input grads | saved kB/edge |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     C, nh = args.d_model, args.heads
     for T in (int(t) for t in args.sparse_tokens.split(",") if t):
-        regular = attention.TokenGraph.from_networkx(nx.random_regular_graph(args.sparse_degree, T, seed=0),
-                                                     layout="sparse")
+        regular = attention.TokenGraph.from_networkx(
+            nx.random_regular_graph(args.sparse_degree, T, seed=0), layout="sparse"
+        )
         graphs = {"dense": regular.dense(), "unblocked": regular.sparse(block=0), "blocked": regular.sparse()}
         generator = torch.Generator().manual_seed(0)
         x = torch.randn(1, T, C, generator=generator).to(device).requires_grad_()
         g = torch.randn(1, T, C, generator=generator).to(device)
-        q, k, v = (torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2).requires_grad_()
-                   for _ in range(3))  # leaves laid out as the layer's heads
+        q, k, v = (
+            torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2).requires_grad_()
+            for _ in range(3)
+        )  # leaves laid out as the layer's heads
         g_heads = torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2)
         torch.manual_seed(0)
         layer = attention.MultiHeadAttention(attention.AttentionConfig(C, nh)).to(device)
@@ -215,7 +246,7 @@ def sparse_table(args, device, tuned):
 
         times = {p: [] for p in paths}
         for r in range(args.warmup + max(3, args.repeats // 3)):
-            for p in paths[r % len(paths):] + paths[:r % len(paths)]:
+            for p in paths[r % len(paths) :] + paths[: r % len(paths)]:
                 step(graphs[p])  # time the second of two calls: not right after another path's memory traffic
                 seconds = timed(lambda: step(graphs[p]), device)
                 if r >= args.warmup:
@@ -226,12 +257,17 @@ def sparse_table(args, device, tuned):
             layer_peak, kernel_peak = peak_bytes([lambda: layer(x, graph).backward(g), lambda: kernel(graph)], device)
             kernel_saved = saved_bytes(lambda: softmax_attention(q, k, v, graph), [q, k, v], graph, device)
             E, node = graph.num_edges, 4 * T * C * q.element_size()
-            ratio = (statistics.median(t / t0 for t, t0 in zip(times[p], times["unblocked"]))
-                     if "unblocked" in times else float("nan"))
+            ratio = (
+                statistics.median(t / t0 for t, t0 in zip(times[p], times["unblocked"], strict=False))
+                if "unblocked" in times
+                else float("nan")
+            )
             block = "—" if p == "dense" else block_size(graph.block, graph.edge_list(device), (1, nh, C // nh))
-            print(f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
-                  f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
-                  f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |")
+            print(
+                f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
+                f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
+                f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |"
+            )
 
 
 def saved_bytes(fn, inputs, graph, device):

@@ -12,17 +12,17 @@ the methods' set-up (W, its spectrum) are not timed.
 
     python benchmarks/bench_decentralised.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu]
 """
+
 import argparse
 import statistics
 
 import numpy as np
 import torch
+from machine import cpu_model, timed
 
 import pdmm
 from pdmm.compiled import locality_order
 from pdmm.methods import METHODS, NodeForm
-
-from machine import cpu_model, timed
 
 ROWS = ["pdmm (nodes)", "pdmm (edges)", "admm", "gossip", "chebyshev", "dgd", "extra", "nids", "gradient-tracking"]
 
@@ -73,8 +73,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    print(f"{cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
-          f"E = {args.edges:,} directed edges, 4-regular, float64, B = 1")
+    print(
+        f"{cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
+        f"E = {args.edges:,} directed edges, 4-regular, float64, B = 1"
+    )
     results = {d: bench(args.edges, d, args.device, args.repeats) for d in args.dims}
     print("| method | " + " | ".join(f"ms, d = {d} | / pdmm (nodes)" for d in args.dims) + " |")
     print("|---|" + "---:|---:|" * len(args.dims))

@@ -16,6 +16,7 @@ Then a scaling model, time per iteration = E / P x (ns per edge) + exchange, fit
 
     OMP_NUM_THREADS=1 python benchmarks/bench_distributed.py [--edges 1000000] [--dims 1 16] [--procs 1 2 4]
 """
+
 import argparse
 import math
 import os
@@ -26,7 +27,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
 from machine import cpu_model
 
 K1, K2, TRIES = 10, 60, 3
@@ -74,8 +74,12 @@ def worker(rank, world, port, edges, degree, d, batch, queue):
                 part.exchange(v)
             swap[iterations] = min(swap[iterations], time.perf_counter() - start)
     if rank == 0:
-        queue.put({"iteration_ms": 1e3 * (elapsed[K2] - elapsed[K1]) / (K2 - K1),
-                   "exchange_ms": 1e3 * (swap[K2] - swap[K1]) / (K2 - K1)})
+        queue.put(
+            {
+                "iteration_ms": 1e3 * (elapsed[K2] - elapsed[K1]) / (K2 - K1),
+                "exchange_ms": 1e3 * (swap[K2] - swap[K1]) / (K2 - K1),
+            }
+        )
     dist.destroy_process_group()
 
 
@@ -104,10 +108,14 @@ def main():
 
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, gloo, one thread per process, "
-          f"B = {args.batch}, float64, load average {load} at start\n")
-    print("| directed edges | n | d | P | METIS cut | random cut | sent per iteration | ms / iteration | "
-          "exchange ms | ns per edge x P |")
+    print(
+        f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, gloo, one thread per process, "
+        f"B = {args.batch}, float64, load average {load} at start\n"
+    )
+    print(
+        "| directed edges | n | d | P | METIS cut | random cut | sent per iteration | ms / iteration | "
+        "exchange ms | ns per edge x P |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     fits = []
     for edges in args.edges:
@@ -122,11 +130,16 @@ def main():
                 r = timed(world, edges, args.degree, d, args.batch)
                 per_edge = 1e6 * r["iteration_ms"] * world / compiled.num_edges
                 fits.append((compiled.num_edges, d, world, r["iteration_ms"], r["exchange_ms"], numbers))
-                print(f"| {compiled.num_edges:,} | {compiled.n:,} | {d} | {world} | {metis:.4f} | {random:.4f} | "
-                      f"{numbers:,.0f} ({8 * numbers / 1e6:.2f} MB) | {r['iteration_ms']:.2f} | "
-                      f"{r['exchange_ms']:.2f} | {per_edge:.1f} |", flush=True)
-    print("\nScaling model: ms/iteration = c_d E / P + alpha + beta (numbers a rank sends); c_d from P = 1 (ns per "
-          "directed edge), alpha and beta fitted to the exchange column of the P > 1 rows (least squares):")
+                print(
+                    f"| {compiled.num_edges:,} | {compiled.n:,} | {d} | {world} | {metis:.4f} | {random:.4f} | "
+                    f"{numbers:,.0f} ({8 * numbers / 1e6:.2f} MB) | {r['iteration_ms']:.2f} | "
+                    f"{r['exchange_ms']:.2f} | {per_edge:.1f} |",
+                    flush=True,
+                )
+    print(
+        "\nScaling model: ms/iteration = c_d E / P + alpha + beta (numbers a rank sends); c_d from P = 1 (ns per "
+        "directed edge), alpha and beta fitted to the exchange column of the P > 1 rows (least squares):"
+    )
     for d in args.dims:
         single = [f for f in fits if f[1] == d and f[2] == 1]
         if single:

@@ -22,6 +22,7 @@ one instance, float64) and adds ms per iteration (median) and the peak RSS inclu
     python benchmarks/bench_graph_build.py [--edges 1000000 10000000] [--degree 20] [--inputs ...]
                                            [--networkx-edges 1000000] [--iterations 10]
 """
+
 import argparse
 import json
 import math
@@ -31,7 +32,6 @@ import sys
 import time
 
 import numpy as np
-
 from machine import cpu_model
 
 GENERATORS = ("random_geometric", "random_regular", "erdos_renyi", "grid")
@@ -51,10 +51,12 @@ def child(kind, edges, degree, iterations):
     radius = math.sqrt(degree / (math.pi * n))
     if kind in GENERATORS:
         side = math.isqrt(edges // 4)  # the grid: about 4 directed edges per node
-        make = {"random_geometric": lambda: pdmm.Graph.random_geometric(n, radius, seed=0),
-                "random_regular": lambda: pdmm.Graph.random_regular(n, degree, seed=0),
-                "erdos_renyi": lambda: pdmm.Graph.erdos_renyi(n, degree / (n - 1), seed=0),
-                "grid": lambda: pdmm.Graph.grid(side, side)}[kind]
+        make = {
+            "random_geometric": lambda: pdmm.Graph.random_geometric(n, radius, seed=0),
+            "random_regular": lambda: pdmm.Graph.random_regular(n, degree, seed=0),
+            "erdos_renyi": lambda: pdmm.Graph.erdos_renyi(n, degree / (n - 1), seed=0),
+            "grid": lambda: pdmm.Graph.grid(side, side),
+        }[kind]
         start = time.perf_counter()
         graph = make()
         row["build_s"] = time.perf_counter() - start
@@ -62,7 +64,10 @@ def child(kind, edges, degree, iterations):
         pairs = pdmm.Graph.random_geometric(n, radius, seed=0).edges  # untimed input
         if kind == "from_edges":
             order = np.random.default_rng(0).permutation(2 * len(pairs))
-            src, dst = np.concatenate([pairs[:, 0], pairs[:, 1]])[order], np.concatenate([pairs[:, 1], pairs[:, 0]])[order]
+            src, dst = (
+                np.concatenate([pairs[:, 0], pairs[:, 1]])[order],
+                np.concatenate([pairs[:, 1], pairs[:, 0]])[order],
+            )
             del pairs
             start = time.perf_counter()
             graph = pdmm.Graph.from_edges(src, dst, n=n)
@@ -74,7 +79,7 @@ def child(kind, edges, degree, iterations):
             row["old_s"] = time.perf_counter() - start
             graph, row["build_s"] = G, 0.0
     start = time.perf_counter()
-    compiled = (pdmm.CompiledGraph.from_networkx(graph) if kind == "networkx" else pdmm.CompiledGraph.from_graph(graph))
+    compiled = pdmm.CompiledGraph.from_networkx(graph) if kind == "networkx" else pdmm.CompiledGraph.from_graph(graph)
     row.update(compile_s=time.perf_counter() - start, n=compiled.n, edges=compiled.num_edges, peak_gb=peak_gb())
     if iterations:
         row.update(iteration_ms=iterate(compiled, iterations), iterated_peak_gb=peak_gb())
@@ -136,19 +141,37 @@ def main():
         load = f.read().split()[0]
     print(f"{cpu_model()}; load average at start {load}; one subprocess per row\n")
     iterated = " ms/iteration (d = 1) | peak RSS with iterations GB |" if args.iterations else ""
-    print("| input | directed edges | n | build s | compile s | total s | old loop s | peak RSS GB | import RSS GB |"
-          + iterated)
+    print(
+        "| input | directed edges | n | build s | compile s | total s | old loop s | peak RSS GB | import RSS GB |"
+        + iterated
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.iterations else ""))
     for edges in args.edges:
         for kind in [k for k in args.inputs if k != "networkx" or edges <= args.networkx_edges]:
-            out = subprocess.run([sys.executable, __file__, "--child", kind, str(edges), "--degree", str(args.degree),
-                                  "--iterations", str(args.iterations)], capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    kind,
+                    str(edges),
+                    "--degree",
+                    str(args.degree),
+                    "--iterations",
+                    str(args.iterations),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             r = json.loads(out.strip().splitlines()[-1])
             old = f"{r['old_s']:.2f}" if "old_s" in r else "—"
             steps = f" {r['iteration_ms']:.0f} | {r['iterated_peak_gb']:.2f} |" if "iteration_ms" in r else ""
-            print(f"| {kind} | {r['edges']:,} | {r['n']:,} | {r['build_s']:.2f} | {r['compile_s']:.2f} | "
-                  f"{r['build_s'] + r['compile_s']:.2f} | {old} | {r['peak_gb']:.2f} | {r['import_gb']:.2f} |" + steps,
-                  flush=True)
+            print(
+                f"| {kind} | {r['edges']:,} | {r['n']:,} | {r['build_s']:.2f} | {r['compile_s']:.2f} | "
+                f"{r['build_s'] + r['compile_s']:.2f} | {old} | {r['peak_gb']:.2f} | {r['import_gb']:.2f} |" + steps,
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -14,18 +14,19 @@ Each repetition times every row in turn (K iterations each); the table reports m
 
     python benchmarks/bench_network.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu] [--as-given]
 """
+
 import argparse
 import os
 import statistics
 
 import numpy as np
 import torch
+from machine import cpu_model, timed
 
 from pdmm import tune_allocator
-from machine import cpu_model, timed
 from pdmm.compiled import CompiledGraph, locality_order
-from pdmm.graph import Graph
 from pdmm.constraints import Consensus
+from pdmm.graph import Graph
 from pdmm.local import Quadratic
 from pdmm.methods import PDMM
 from pdmm.network import Channel, Network
@@ -37,8 +38,9 @@ EFFECTS = {
     "wake = 0.9": Network(wake=0.9),
     "edge_up = 0.9": Network(edge_up=0.9),
     "drop, wake, edge_up together": Network(drop=0.1, wake=0.9, edge_up=0.9),
-    "drop per edge (uniform on [0, 0.2])":
-        lambda g: Network(drop=np.random.default_rng(0).uniform(0, 0.2, g.num_edges)),
+    "drop per edge (uniform on [0, 0.2])": lambda g: Network(
+        drop=np.random.default_rng(0).uniform(0, 0.2, g.num_edges)
+    ),
     "burst = (0.01, 0.1), drop = 0.01": Network(drop=0.01, burst=(0.01, 0.1)),
     "wake per node (uniform on [0.8, 1])": lambda g: Network(wake=np.random.default_rng(0).uniform(0.8, 1, g.n)),
     "wake = one": Network(wake="one"),
@@ -71,6 +73,7 @@ def runner(graph, d, network, device):
         if channel is not None:
             channel.draw()
         state["s"] = algorithm.step(state["s"])
+
     return iteration
 
 
@@ -89,11 +92,13 @@ def main():
     if order is not None:
         graph = graph.relabelled(order)[0]
     graph = graph.to(device, torch.float64)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}, device {device}, "
-          f"{graph.num_edges:,} directed edges, n = {graph.n:,}, "
-          f"{'numbered at random' if args.as_given else 'renumbered (reverse Cuthill-McKee)'}, "
-          f"float64, B = 1, median of {args.repeats}, "
-          f"load average {os.getloadavg()[0]:.2f} at start\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}, device {device}, "
+        f"{graph.num_edges:,} directed edges, n = {graph.n:,}, "
+        f"{'numbered at random' if args.as_given else 'renumbered (reverse Cuthill-McKee)'}, "
+        f"float64, B = 1, median of {args.repeats}, "
+        f"load average {os.getloadavg()[0]:.2f} at start\n"
+    )
     print("| effect | d | ms/iteration | ratio to plain |")
     print("|---|---:|---:|---:|")
     for d in args.dims:

@@ -47,6 +47,7 @@ preallocated buffers (`out=`), to show whether buffers would make the setting mo
     python benchmarks/bench_pdmm.py [--device cuda] [--sizes 10000 100000 1000000] [--dims 1 16]
                                     [--graphs random_regular random_geometric] [--repeats 5] [--quick]
 """
+
 import argparse
 import math
 import os
@@ -55,11 +56,11 @@ import time
 
 import numpy as np
 import torch
+from machine import cpu_model, timed
 
 import pdmm
 from pdmm.methods import NodeForm
 from pdmm.solve import LARGE_GRAPH_EDGES, _node_order
-from machine import cpu_model, timed
 
 GRAPHS = ("random_regular", "random_geometric")
 
@@ -106,10 +107,10 @@ class Buffered:
         self.u, self.x = torch.empty_like(self.q), torch.empty_like(self.q)
 
     def step(self):
-        torch.sum(self.w.view(self.shape), 1, out=self.u)                       # aggregate
+        torch.sum(self.w.view(self.shape), 1, out=self.u)  # aggregate
         torch.div(torch.sub(self.q, self.u, out=self.x), self.denominator, out=self.x)  # fuse
         torch.sub((-2 * self.rho * self.x).unsqueeze(1), self.w.view(self.shape), out=self.y.view(self.shape))
-        flat = self.y.view(-1) if self.y[0].numel() == 1 else self.y                # exchange
+        flat = self.y.view(-1) if self.y[0].numel() == 1 else self.y  # exchange
         torch.index_select(flat, 0, self.rev, out=self.w.view(flat.shape))
 
 
@@ -164,8 +165,9 @@ def bench(G, d, device, repeats, compiled=False):
         state["edges"] = edge_form.step(state["edges"])
         naive.step()
     for x in (state["s"]["x"], state["edges"]["x"], state["given"]["x"].index_select(0, order.to(device))):
-        assert torch.allclose(x, naive.x.index_select(0, order.to(device)), rtol=1e-9, atol=1e-12), \
+        assert torch.allclose(x, naive.x.index_select(0, order.to(device)), rtol=1e-9, atol=1e-12), (
             "the naive loop is not PDMM"
+        )
 
     def step():
         state["s"] = algo_step(state["s"])
@@ -183,10 +185,19 @@ def bench(G, d, device, repeats, compiled=False):
 
     samples = []
     for _ in range(repeats + 1):  # the first repetition is the warm-up
-        samples.append((timed(naive.step, k, device), timed(step_as_given, k, device), timed(edge_step, k, device),
-                        timed(step, k_solve, device),
-                        solve(), solve(record_every=1), solve(history=()), timed(lambda: target.copy_(source), k, device)))
-    return [1e3 * statistics.median(column) for column in zip(*samples[1:])], renumber_s
+        samples.append(
+            (
+                timed(naive.step, k, device),
+                timed(step_as_given, k, device),
+                timed(edge_step, k, device),
+                timed(step, k_solve, device),
+                solve(),
+                solve(record_every=1),
+                solve(history=()),
+                timed(lambda: target.copy_(source), k, device),
+            )
+        )
+    return [1e3 * statistics.median(column) for column in zip(*samples[1:], strict=False)], renumber_s
 
 
 def allocator_rows(G, d, device, repeats):
@@ -211,7 +222,7 @@ def allocator_rows(G, d, device, repeats):
         if allocator == "tuned" and not pdmm.tune_allocator():
             print("(no glibc: the tuned rows use the default allocator)")
         samples = [(timed(step, k, device), timed(buffered.step, k, device)) for _ in range(repeats + 1)]
-        rows.append((allocator, *[1e3 * statistics.median(column) for column in zip(*samples[1:])]))
+        rows.append((allocator, *[1e3 * statistics.median(column) for column in zip(*samples[1:], strict=False)]))
     return rows
 
 
@@ -223,17 +234,25 @@ def main():
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=GRAPHS)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--compile", action="store_true", help="add rows with the step and solve under torch.compile at the largest size")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="add rows with the step and solve under torch.compile at the largest size",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 10^4 and 4 10^4 edges, 1 repeat")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.repeats = [10**4, 4 * 10**4], 1
     device = torch.device(args.device)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
-          + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
-    print(f"device {device}, float64, B = 1, median of {args.repeats} repetitions, "
-          f"load average {os.getloadavg()[0]:.2f} at start\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
+        + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "")
+    )
+    print(
+        f"device {device}, float64, B = 1, median of {args.repeats} repetitions, "
+        f"load average {os.getloadavg()[0]:.2f} at start\n"
+    )
     graphs = {(kind, E): build(kind, E) for kind in args.graphs for E in args.sizes}
 
     if device.type == "cpu" and "random_regular" in args.graphs:
@@ -244,9 +263,11 @@ def main():
             print(f"| {allocator} | {step_ms:.3f} | {buffered_ms:.3f} |", flush=True)
         print()
 
-    print("| graph | step | directed edges | n | d | renumber s | naive ms | given ms | edges ms | step ms | solve ms "
-          "| every ms | lean ms | step/naive | solve/naive | solve/step | every/step | lean/step | given ns/edge "
-          "| edges ns/edge | step ns/edge | bytes/edge (bound) | GB/s at bound | copy ms |")
+    print(
+        "| graph | step | directed edges | n | d | renumber s | naive ms | given ms | edges ms | step ms | solve ms "
+        "| every ms | lean ms | step/naive | solve/naive | solve/step | every/step | lean/step | given ns/edge "
+        "| edges ns/edge | step ns/edge | bytes/edge (bound) | GB/s at bound | copy ms |"
+    )
     print("|---|---|" + "---:|" * 22)
     runs = [(False, args.sizes)] + ([(True, args.sizes[-1:])] if args.compile else [])
     for compiled, sizes in runs:
@@ -258,12 +279,15 @@ def main():
                 naive_ms, given_ms, edges_ms, step_ms, solve_ms, every_ms, lean_ms, copy_ms = times
                 edges, n = 2 * len(G.edges), G.n
                 bound = 16 * d + 8
-                print(f"| {kind} | {'compiled' if compiled else 'eager'} | {edges:,} | {n:,} | {d} | {renumber_s:.2f} "
-                      f"| {naive_ms:.3f} | {given_ms:.3f} | {edges_ms:.3f} | {step_ms:.3f} | {solve_ms:.3f} "
-                      f"| {every_ms:.3f} | {lean_ms:.3f} | {step_ms / naive_ms:.2f} | {solve_ms / naive_ms:.2f} "
-                      f"| {solve_ms / step_ms:.2f} | {every_ms / step_ms:.2f} | {lean_ms / step_ms:.2f} "
-                      f"| {1e6 * given_ms / edges:.2f} | {1e6 * edges_ms / edges:.2f} | {1e6 * step_ms / edges:.2f} "
-                      f"| {bound} | {bound * edges / step_ms / 1e6:.2f} | {copy_ms:.3f} |", flush=True)
+                print(
+                    f"| {kind} | {'compiled' if compiled else 'eager'} | {edges:,} | {n:,} | {d} | {renumber_s:.2f} "
+                    f"| {naive_ms:.3f} | {given_ms:.3f} | {edges_ms:.3f} | {step_ms:.3f} | {solve_ms:.3f} "
+                    f"| {every_ms:.3f} | {lean_ms:.3f} | {step_ms / naive_ms:.2f} | {solve_ms / naive_ms:.2f} "
+                    f"| {solve_ms / step_ms:.2f} | {every_ms / step_ms:.2f} | {lean_ms / step_ms:.2f} "
+                    f"| {1e6 * given_ms / edges:.2f} | {1e6 * edges_ms / edges:.2f} | {1e6 * step_ms / edges:.2f} "
+                    f"| {bound} | {bound * edges / step_ms / 1e6:.2f} | {copy_ms:.3f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ The break-even is the number of iterations at which the renumbering has paid for
 
     python benchmarks/bench_reorder.py [--edges 10000000] [--graph random_geometric] [--iterations 20]
 """
+
 import argparse
 import json
 import os
@@ -17,10 +18,10 @@ import sys
 import time
 
 import numpy as np
-
-import pdmm
 from bench_pdmm import GRAPHS, build
 from machine import cpu_model
+
+import pdmm
 
 
 def child(args):
@@ -28,14 +29,32 @@ def child(args):
     problem = pdmm.averaging(G, np.random.default_rng(0).standard_normal(G.n))
     start = time.perf_counter()
     result = pdmm.solve(problem, max_iter=args.iterations, tol=0, reorder=None if args.child == "renumbered" else False)
-    print(json.dumps({"call": time.perf_counter() - start, "iterations": result.seconds,
-                      "edges": problem.compiled.num_edges, "n": problem.n}))
+    print(
+        json.dumps(
+            {
+                "call": time.perf_counter() - start,
+                "iterations": result.seconds,
+                "edges": problem.compiled.num_edges,
+                "n": problem.n,
+            }
+        )
+    )
 
 
 def run(mode, args):
     """(measurements, peak resident MB) of a child process solving with `mode`."""
-    command = [sys.executable, __file__, "--child", mode, "--edges", str(args.edges), "--graph", args.graph,
-               "--iterations", str(args.iterations)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--edges",
+        str(args.edges),
+        "--graph",
+        args.graph,
+        "--iterations",
+        str(args.iterations),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     out = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
@@ -53,19 +72,25 @@ def main():
     args = parser.parse_args()
     if args.child:
         return child(args)
-    print(f"CPU: {cpu_model()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {args.graph}, "
-          f"{args.iterations} iterations, load average {os.getloadavg()[0]:.2f} at start\n")
+    print(
+        f"CPU: {cpu_model()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {args.graph}, "
+        f"{args.iterations} iterations, load average {os.getloadavg()[0]:.2f} at start\n"
+    )
     rows = {mode: run(mode, args) for mode in ("as given", "renumbered")}
     print("| numbering | directed edges | n | solve call s | iterations s | ms / iteration | peak resident MB |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for mode, (m, peak) in rows.items():
-        print(f"| {mode} | {m['edges']:,} | {m['n']:,} | {m['call']:.2f} | {m['iterations']:.2f} "
-              f"| {1e3 * m['iterations'] / args.iterations:.1f} | {peak:,.0f} |")
+        print(
+            f"| {mode} | {m['edges']:,} | {m['n']:,} | {m['call']:.2f} | {m['iterations']:.2f} "
+            f"| {1e3 * m['iterations'] / args.iterations:.1f} | {peak:,.0f} |"
+        )
     (given, _), (renumbered, _) = rows["as given"], rows["renumbered"]
     setup = (renumbered["call"] - renumbered["iterations"]) - (given["call"] - given["iterations"])
     saved = (given["iterations"] - renumbered["iterations"]) / args.iterations
-    print(f"\nrenumbering adds {setup:.2f} s before the first iteration and saves {1e3 * saved:.1f} ms per iteration"
-          + (f": it pays for itself after {setup / saved:.0f} iterations" if saved > 0 else ""))
+    print(
+        f"\nrenumbering adds {setup:.2f} s before the first iteration and saves {1e3 * saved:.1f} ms per iteration"
+        + (f": it pays for itself after {setup / saved:.0f} iterations" if saved > 0 else "")
+    )
 
 
 if __name__ == "__main__":

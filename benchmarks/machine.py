@@ -1,4 +1,5 @@
 """What the benchmark scripts share: the machine they ran on and a synchronised timer."""
+
 import platform
 import time
 

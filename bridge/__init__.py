@@ -13,6 +13,7 @@ docs/averaging.md section 7).
     net = bridge.pdmm_transformer(rho=1.0, n_layer=10)     # a GraphTransformer whose block k is PDMM iteration k
     net(bridge.pdmm_features(G, a, 1.0), attention.TokenGraph.from_networkx(G, self_loops=False))  # (K, B, n, 1)
 """
+
 from .comparison import CompareTable, Setting, compare
 from .consensus import GraphFamily, disagreement_error, node_features, sample_instances
 from .learned import learned_vs_constant
@@ -22,7 +23,25 @@ from .polynomial import apply_filter, fit_filter, oracle_filter
 from .probe import probe_model
 from .unrolled import UnrolledPDMM
 
-__all__ = ["CompareTable", "GraphFamily", "Setting", "UnrolledPDMM", "apply_filter", "ball_oracle", "bayes_ball_oracle",
-           "compare", "fit_filter", "oracle_filter",
-           "disagreement_error", "fit_graph_model", "graph_errors", "learned_vs_constant", "node_features",
-           "pdmm_features", "pdmm_transformer", "probe_model", "sample_instances", "weight_shift"]
+__all__ = [
+    "CompareTable",
+    "GraphFamily",
+    "Setting",
+    "UnrolledPDMM",
+    "apply_filter",
+    "ball_oracle",
+    "bayes_ball_oracle",
+    "compare",
+    "fit_filter",
+    "oracle_filter",
+    "disagreement_error",
+    "fit_graph_model",
+    "graph_errors",
+    "learned_vs_constant",
+    "node_features",
+    "pdmm_features",
+    "pdmm_transformer",
+    "probe_model",
+    "sample_instances",
+    "weight_shift",
+]

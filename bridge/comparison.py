@@ -39,6 +39,7 @@ Rows (evaluate_seed):
   and tied trained on a mixture of other topologies through a depth curriculum;
 - every trained GraphTransformer passed in: untied ones up to their depth, tied ones every round.
 """
+
 import math
 from dataclasses import dataclass, field
 
@@ -82,12 +83,14 @@ ONE_NUMBER_TIED = "pdmm-transformer (1 number, tied, topology mixture, depth cur
 BOUNDS = (ORACLE, BAYES, POLY_ORACLE)
 
 # name: (pdmm method, fixed parameters, the tuned parameter and its grid)
-TUNED = {"pdmm": ("pdmm", {"theta": 1.0}, "rho", RHO_GRID),
-         "averaged pdmm": ("pdmm", {"theta": 0.5}, "rho", RHO_GRID),
-         "admm": ("admm", {}, "rho", RHO_GRID),
-         "gossip": ("gossip", {"mixing": MIXING}, None, [None]),
-         "chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", INTERVAL_GRID),
-         "safe chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", SAFE_INTERVAL_GRID)}
+TUNED = {
+    "pdmm": ("pdmm", {"theta": 1.0}, "rho", RHO_GRID),
+    "averaged pdmm": ("pdmm", {"theta": 0.5}, "rho", RHO_GRID),
+    "admm": ("admm", {}, "rho", RHO_GRID),
+    "gossip": ("gossip", {"mixing": MIXING}, None, [None]),
+    "chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", INTERVAL_GRID),
+    "safe chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", SAFE_INTERVAL_GRID),
+}
 
 
 def per_round(name):
@@ -106,10 +109,17 @@ NON_DIVERGING = [label for label in CANDIDATES if label != per_round("chebyshev"
 
 def protocol():
     """The constants a seed's numbers depend on besides its Setting (part of compare's cache key)."""
-    return {"rho grid": RHO_GRID.tolist(), "interval grid": [list(i) for i in INTERVAL_GRID],
-            "safe interval grid": [list(i) for i in SAFE_INTERVAL_GRID], "mixing": MIXING,
-            "filter rounds": FILTER_ROUNDS, "full-batch plateau": [PATIENCE, MIN_DELTA], "floor": FLOOR,
-            "frontier mixture": [repr(f) for f in frontier.MIXTURE], "pdmm-transformer": "hand-set sends 1 number"}
+    return {
+        "rho grid": RHO_GRID.tolist(),
+        "interval grid": [list(i) for i in INTERVAL_GRID],
+        "safe interval grid": [list(i) for i in SAFE_INTERVAL_GRID],
+        "mixing": MIXING,
+        "filter rounds": FILTER_ROUNDS,
+        "full-batch plateau": [PATIENCE, MIN_DELTA],
+        "floor": FLOOR,
+        "frontier mixture": [repr(f) for f in frontier.MIXTURE],
+        "pdmm-transformer": "hand-set sends 1 number",
+    }
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,7 @@ class Setting:
     """What one comparison runs: the training family, the transformers' depth K, the horizon R >= K
     rounds, further rounds at which the classical rows are evaluated (checkpoints: equal numbers
     sent), instance counts (graphs x value vectors per graph) and the fitting caps."""
+
     family: GraphFamily
     depth: int = 8
     rounds: int = 32
@@ -153,19 +164,27 @@ class Setting:
         f, r = self.family, self.rounds
         radius = None if f.radius is None else f.radius / math.sqrt(3)
         k = r // 2 + 2  # a k x k grid has diameter 2 (k - 1) > r
-        return {"training family": f, "larger graphs": GraphFamily(f.topology, 3 * f.n_min, 3 * f.n_max, radius),
-                "ring": GraphFamily("ring", 2 * r + 2, 4 * r), "grid": GraphFamily("grid", k * k, (k + 6) ** 2)}
+        return {
+            "training family": f,
+            "larger graphs": GraphFamily(f.topology, 3 * f.n_min, 3 * f.n_max, radius),
+            "ring": GraphFamily("ring", 2 * r + 2, 4 * r),
+            "grid": GraphFamily("grid", k * k, (k + 6) ** 2),
+        }
 
     def draw(self, seed):
         """({set name: [(graph, a, s)]}, tuning, validation) of seed `seed`; the same for every method. Tuning
         and validation instances come from the training family, drawn apart from the held-out sets."""
         rng = np.random.default_rng([seed, 1])
-        sets = {name: sample_instances(family, self.test_graphs, self.batch, rng, self.mu_scale)
-                for name, family in self.held_out().items()}
-        tuning = sample_instances(self.family, self.tune_graphs, self.batch, np.random.default_rng([seed, 2]),
-                                  self.mu_scale)
-        validation = sample_instances(self.family, self.val_graphs, self.batch, np.random.default_rng([seed, 3]),
-                                      self.mu_scale)
+        sets = {
+            name: sample_instances(family, self.test_graphs, self.batch, rng, self.mu_scale)
+            for name, family in self.held_out().items()
+        }
+        tuning = sample_instances(
+            self.family, self.tune_graphs, self.batch, np.random.default_rng([seed, 2]), self.mu_scale
+        )
+        validation = sample_instances(
+            self.family, self.val_graphs, self.batch, np.random.default_rng([seed, 3]), self.mu_scale
+        )
         return sets, tuning, validation
 
 
@@ -178,22 +197,34 @@ def averaging_problem(G, a):
 
 def oracle_errors(instances, rounds):
     """(rounds, instances) errors of the r-hop ball average."""
-    return torch.cat([disagreement_error(torch.as_tensor(ball_oracle(G, a[..., None], rounds)[..., 0]),
-                                         torch.as_tensor(a)) for G, a, *_ in instances], dim=1)
+    return torch.cat(
+        [
+            disagreement_error(torch.as_tensor(ball_oracle(G, a[..., None], rounds)[..., 0]), torch.as_tensor(a))
+            for G, a, *_ in instances
+        ],
+        dim=1,
+    )
 
 
 def bayes_oracle_errors(instances, rounds, offset_var):
     """(rounds, instances) errors of the posterior mean given each ball, prior and spread known (instances
     (graph, a, spreads))."""
-    return torch.cat([disagreement_error(torch.as_tensor(bayes_ball_oracle(G, a, rounds, offset_var, s ** 2)),
-                                         torch.as_tensor(a)) for G, a, s in instances], dim=1)
+    return torch.cat(
+        [
+            disagreement_error(torch.as_tensor(bayes_ball_oracle(G, a, rounds, offset_var, s**2)), torch.as_tensor(a))
+            for G, a, s in instances
+        ],
+        dim=1,
+    )
 
 
 def compiled(instances):
     """[(pdmm's compiled graph, local functions, edge operator, a (B, n) tensor)] of averaging instances,
     compiled once (float64, CPU) for every run of the classical methods on them."""
-    return [(*averaging_problem(G, a).compile("cpu", torch.float64), torch.as_tensor(a, dtype=torch.float64))
-            for G, a, *_ in instances]
+    return [
+        (*averaging_problem(G, a).compile("cpu", torch.float64), torch.as_tensor(a, dtype=torch.float64))
+        for G, a, *_ in instances
+    ]
 
 
 @torch.no_grad()
@@ -257,6 +288,7 @@ def depth_of(model, rounds):
 class SeedResult:
     """One seed's mean log10 errors {(method, set): (horizon,) array, nan at rounds a method is not shown}
     and what was fitted on the way (tuned parameters, learned schedules, weight shifts, choices)."""
+
     log_errors: dict = field(default_factory=dict)
     fitted: dict = field(default_factory=dict)
 
@@ -325,8 +357,9 @@ def polynomial_rows(setting, tuning, validation, sets, record, result):
         for label, filters_of in ((FILTER, fitted_of), (POLY_ORACLE, bound_of)):
             errors = filter_errors(filters_of, instances)
             record.rounds(label, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
-    result.fitted["polynomial filter coefficients (chebyshev basis)"] = {r: c.tolist() for r, c in fitted.items()
-                                                                         if r in (1, setting.depth, setting.rounds)}
+    result.fitted["polynomial filter coefficients (chebyshev basis)"] = {
+        r: c.tolist() for r, c in fitted.items() if r in (1, setting.depth, setting.rounds)
+    }
     return {r: float(mean_log(e[None])[0]) for r, e in filter_errors(fitted_of, validation).items()}
 
 
@@ -355,30 +388,48 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
     progress("oracles")
     for name, instances in sets.items():
         record.errors(ORACLE, name, oracle_errors(instances, R))
-        record.errors(BAYES, name, bayes_oracle_errors(instances, R, setting.mu_scale ** 2))
+        record.errors(BAYES, name, bayes_oracle_errors(instances, R, setting.mu_scale**2))
     scores = {}
     for name in TUNED:
         progress(f"tuning {name}")
-        scores[per_round(name)] = tune_classical(name, setting, compiled_tuning, compiled_validation, compiled_sets,
-                                                 record, result)
+        scores[per_round(name)] = tune_classical(
+            name, setting, compiled_tuning, compiled_validation, compiled_sets, record, result
+        )
     for name, instances in compiled_sets.items():
         record.errors(OWN_INTERVAL, name, classical_errors("chebyshev", {"mixing": MIXING}, R, instances))
     progress("polynomial filters")
     scores[FILTER] = polynomial_rows(setting, tuning, validation, sets, record, result)
     best_classical(setting, scores, sets, record, result)
-    result.fitted["validation scores"] = {label: {r: s if math.isfinite(s) else None for r, s in values.items()}
-                                          for label, values in scores.items()}
+    result.fitted["validation scores"] = {
+        label: {r: s if math.isfinite(s) else None for r, s in values.items()} for label, values in scores.items()
+    }
 
     rho = result.fitted["pdmm: rho per round"][R]
     progress("learned pdmm")
-    problems = lambda data: [(averaging_problem(G, a), torch.as_tensor(a.mean(1, keepdims=True)[..., None])  # noqa: E731
-                              .expand(*a.shape, 1), a[..., None]) for G, a, _ in data]
+    problems = lambda data: [
+        (
+            averaging_problem(G, a),
+            torch.as_tensor(a.mean(1, keepdims=True)[..., None]).expand(*a.shape, 1),  # noqa: E731
+            a[..., None],
+        )
+        for G, a, _ in data
+    ]
     learned = UnrolledPDMM(R, rho=rho, learnable=True)
     log = fit(learned, problems(tuning), setting.learned_steps, validation=problems(validation))
     for name, instances in sets.items():
-        record.errors(LEARNED, name, torch.cat([disagreement_error(learned(averaging_problem(G, a), x0=a[..., None])
-                                                                   [..., 0].detach(), torch.as_tensor(a))
-                                                for G, a, *_ in instances], 1))
+        record.errors(
+            LEARNED,
+            name,
+            torch.cat(
+                [
+                    disagreement_error(
+                        learned(averaging_problem(G, a), x0=a[..., None])[..., 0].detach(), torch.as_tensor(a)
+                    )
+                    for G, a, *_ in instances
+                ],
+                1,
+            ),
+        )
     result.fitted["learned rho_k"] = learned.rho().tolist()
     result.fitted["learned theta_k"] = learned.theta().tolist()
     result.fitted[f"{LEARNED}: fit"] = _fit_summary(log)
@@ -391,10 +442,19 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
     rho = result.fitted["pdmm: rho per round"][K]  # the trained ones run K rounds: they start from PDMM tuned for K
     features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
     reference = pdmm_transformer(rho, K, start="a")
-    for label, init, lr in ((FROM_PDMM, "pdmm", setting.finetune_lr[0]), (FROM_RANDOM, "random", setting.finetune_lr[1])):
+    for label, init, lr in (
+        (FROM_PDMM, "pdmm", setting.finetune_lr[0]),
+        (FROM_RANDOM, "random", setting.finetune_lr[1]),
+    ):
         model = pdmm_transformer(rho, K, start="a", init=init, seed=seed)
-        log = fit_graph_model(model, [(G, a) for G, a, _ in tuning], setting.finetune_steps, lr, features,
-                              validation=[(G, a) for G, a, _ in validation])
+        log = fit_graph_model(
+            model,
+            [(G, a) for G, a, _ in tuning],
+            setting.finetune_steps,
+            lr,
+            features,
+            validation=[(G, a) for G, a, _ in validation],
+        )
         for name, instances in sets.items():
             record.errors(label, name, model_errors(model, instances, features=features, self_loops=False))
         result.fitted[f"{label}: fit"] = _fit_summary(log)
@@ -421,20 +481,29 @@ def frontier_rows(setting, seed, result, record, sets, tuning, validation):
         if label == ONE_NUMBER:
             model, logs = frontier.one_number_untied(rho, K, tuning, validation, steps, lr)
         else:
-            model, logs = frontier.one_number_tied(rho, K, R, tuning, validation, steps, lr, setting.family,
-                                                   frontier.seed_rng(seed), setting.mu_scale)
+            model, logs = frontier.one_number_tied(
+                rho, K, R, tuning, validation, steps, lr, setting.family, frontier.seed_rng(seed), setting.mu_scale
+            )
         features = lambda G, a, rho=rho: pdmm_features(G, a, rho)  # noqa: E731
         for name, instances in sets.items():
-            record.errors(label, name, model_errors(model, instances, rounds=depth_of(model, R), features=features,
-                                                    self_loops=False))
+            record.errors(
+                label,
+                name,
+                model_errors(model, instances, rounds=depth_of(model, R), features=features, self_loops=False),
+            )
         result.fitted[f"{label}: fit"] = [_fit_summary(log) for log in logs]
 
 
 def _fit_summary(log):
     """What a full-batch fit did, for compare.json: first and best losses, steps, best step, why it stopped."""
     watched = log.validation or log.losses
-    return {"loss first": log.losses[0], "validation best": watched[log.best_step], "steps": len(log.losses) - 1,
-            "best step": log.best_step, "stopped by": log.stopped_by}
+    return {
+        "loss first": log.losses[0],
+        "validation best": watched[log.best_step],
+        "steps": len(log.losses) - 1,
+        "best step": log.best_step,
+        "stopped by": log.stopped_by,
+    }
 
 
 def numbers_sent(label, model=None):
@@ -484,21 +553,27 @@ SEED_COLUMNS = ("method", "set", "seed", "round", "log10_error", "numbers_sent")
 class CompareTable:
     """Per-seed mean log10 errors of every (method, set), stacked: log_errors[(method, set)] is (seeds, horizon),
     nan at rounds where the method has no value."""
+
     seeds: list
     rounds: int
     depth: int
     log_errors: dict
-    sent: dict          # method -> numbers sent per edge and round (None: unbounded, the bounds)
-    fitted: dict        # seed -> what was fitted
+    sent: dict  # method -> numbers sent per edge and round (None: unbounded, the bounds)
+    fitted: dict  # seed -> what was fitted
 
     @classmethod
     def from_seeds(cls, setting, results, sent):
         """Stack {seed: SeedResult} into a table."""
         seeds = list(results)
         keys = list(results[seeds[0]].log_errors)
-        return cls(seeds, setting.rounds, setting.depth,
-                   {k: np.stack([results[s].log_errors[k] for s in seeds]) for k in keys}, sent,
-                   {s: results[s].fitted for s in seeds})
+        return cls(
+            seeds,
+            setting.rounds,
+            setting.depth,
+            {k: np.stack([results[s].log_errors[k] for s in seeds]) for k in keys},
+            sent,
+            {s: results[s].fitted for s in seeds},
+        )
 
     def seed_rows(self):
         """The per-seed values, one dict per (method, set, seed, round) with a value (SEED_COLUMNS; numbers_sent
@@ -507,9 +582,17 @@ class CompareTable:
         for (method, name), values in self.log_errors.items():
             sent = self.sent.get(method)
             for r in self.available(method):
-                for seed, value in zip(self.seeds, values[:, r - 1]):
-                    out.append({"method": method, "set": name, "seed": seed, "round": int(r),
-                                "log10_error": repr(float(value)), "numbers_sent": "" if sent is None else sent * int(r)})
+                for seed, value in zip(self.seeds, values[:, r - 1], strict=False):
+                    out.append(
+                        {
+                            "method": method,
+                            "set": name,
+                            "seed": seed,
+                            "round": int(r),
+                            "log10_error": repr(float(value)),
+                            "numbers_sent": "" if sent is None else sent * int(r),
+                        }
+                    )
         return out
 
     @classmethod
@@ -562,8 +645,11 @@ class CompareTable:
         b = self.log_errors[(other, name)][:, (r if r_other is None else r_other) - 1]
         with np.errstate(invalid="ignore"):  # inf - inf: two diverged runs
             difference = a - b
-        p = (float(stats.ttest_rel(a, b).pvalue) if len(a) > 1 and np.all(np.isfinite(difference)) and np.any(a != b)
-             else math.nan)
+        p = (
+            float(stats.ttest_rel(a, b).pvalue)
+            if len(a) > 1 and np.all(np.isfinite(difference)) and np.any(a != b)
+            else math.nan
+        )
         return (*_powers(*t_interval(difference)), p)
 
     def rows(self):
@@ -573,11 +659,21 @@ class CompareTable:
         for (method, name), values in self.log_errors.items():
             for r in self.available(method):
                 error, low, high = self.cell(method, name, r)
-                row = {"method": method, "set": name, "round": r, "seeds": len(self.seeds),
-                       "error": error, "error_low": low, "error_high": high}
+                row = {
+                    "method": method,
+                    "set": name,
+                    "round": r,
+                    "seeds": len(self.seeds),
+                    "error": error,
+                    "error_low": low,
+                    "error_high": high,
+                }
                 for ref, column in ((BEST, "vs_best_classical"), (BEST_SAFE, "vs_best_non_diverging")):
-                    ratio, r_low, r_high, _ = (self.paired(method, ref, name, r) if (ref, name) in self.log_errors
-                                               and self.has(ref, r) else (math.nan,) * 4)
+                    ratio, r_low, r_high, _ = (
+                        self.paired(method, ref, name, r)
+                        if (ref, name) in self.log_errors and self.has(ref, r)
+                        else (math.nan,) * 4
+                    )
                     row.update({column: ratio, f"{column}_low": r_low, f"{column}_high": r_high})
                 row["sent_per_edge"] = None if self.sent.get(method) is None else self.sent[method] * r
                 out.append(row)

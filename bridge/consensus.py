@@ -8,6 +8,7 @@ docs/theory/problem.md section 2; docs/theory/pdmm.md section 8). Errors are mea
 against the initial disagreement, e = ||x - x*|| / ||a - x*|| (1 for x = a, free of offset and
 scale).
 """
+
 from dataclasses import dataclass
 
 import networkx as nx
@@ -25,6 +26,7 @@ class GraphFamily:
     radius: the connection radius of random_geometric graphs (None: pdmm.topology's default
     sqrt(2 ln n / n)); a small radius gives graphs of large diameter. Grids and tori are square.
     """
+
     topology: str = "random_geometric"
     n_min: int = 16
     n_max: int = 32
@@ -36,8 +38,9 @@ class GraphFamily:
         if not 2 <= self.n_min <= self.n_max:
             raise ValueError(f"n_min and n_max need 2 <= n_min <= n_max, got {self.n_min}, {self.n_max}")
         if self.radius is not None and not (self.topology == "random_geometric" and self.radius > 0):
-            raise ValueError(f"radius applies to random_geometric graphs and must be > 0, got {self.radius} "
-                             f"for {self.topology}")
+            raise ValueError(
+                f"radius applies to random_geometric graphs and must be > 0, got {self.radius} for {self.topology}"
+            )
 
     def sample(self, rng):
         """One graph on nodes 0..n-1, drawn with the numpy Generator `rng`."""

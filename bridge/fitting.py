@@ -5,6 +5,7 @@ training loss. With one (the comparison's fits) it trains until the validation l
 stops once `patience` steps in a row have not lowered the best validation loss by more than
 `min_delta` (relative), or at the step cap, and keeps the parameters of the best validation loss.
 """
+
 import math
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ class FitLog:
     """What a fit did: training losses before every step (and after the last), validation losses at the
     same points (empty without a validation loss), the step of the kept parameters and why it stopped
     ("plateau", "cap": the step cap was reached first, or "not finite")."""
+
     losses: list = field(default_factory=list)
     validation: list = field(default_factory=list)
     best_step: int = 0

@@ -17,6 +17,7 @@ Both minimise the mean over rounds and instances of log e, e = ||x^r - x*|| / ||
 the comparison reports), with full-batch Adam and the comparison's plateau rule on validation instances
 (bridge.fitting).
 """
+
 import numpy as np
 import torch
 
@@ -24,8 +25,12 @@ from .consensus import GraphFamily, disagreement_error, sample_instances
 from .fitting import adam_keep_best
 from .pdmm_transformer import pdmm_features, pdmm_transformer, prepare
 
-MIXTURE = (GraphFamily("erdos_renyi"), GraphFamily("barabasi_albert"), GraphFamily("random_regular"),
-           GraphFamily("random_geometric"))  # n and, for random_geometric, the default radius set per family
+MIXTURE = (
+    GraphFamily("erdos_renyi"),
+    GraphFamily("barabasi_albert"),
+    GraphFamily("random_regular"),
+    GraphFamily("random_geometric"),
+)  # n and, for random_geometric, the default radius set per family
 
 
 def mixture(family, graphs, batch, rng, mu_scale=1.0):
@@ -39,8 +44,10 @@ def mixture(family, graphs, batch, rng, mu_scale=1.0):
 
 def log_error_loss(model, prepared, rounds):
     """mean over rounds 1..rounds and instances of log e (natural log), e floored at 1e-30."""
-    logs = [torch.log(disagreement_error(model(features, graph, rounds=rounds)[..., 0], a).clamp_min(1e-30))
-            for graph, features, a in prepared]
+    logs = [
+        torch.log(disagreement_error(model(features, graph, rounds=rounds)[..., 0], a).clamp_min(1e-30))
+        for graph, features, a in prepared
+    ]
     return torch.cat(logs, dim=1).mean()
 
 
@@ -50,8 +57,9 @@ def fit_rounds(model, instances, validation, rounds, steps, lr, rho):
     features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
     train = prepare(model, [(G, a) for G, a, *_ in instances], features, self_loops=False)
     held = prepare(model, [(G, a) for G, a, *_ in validation], features, self_loops=False)
-    return adam_keep_best(model, lambda: log_error_loss(model, train, rounds), steps, lr,
-                          lambda: log_error_loss(model, held, rounds))
+    return adam_keep_best(
+        model, lambda: log_error_loss(model, train, rounds), steps, lr, lambda: log_error_loss(model, held, rounds)
+    )
 
 
 def curriculum(depth, rounds):
@@ -78,8 +86,9 @@ def one_number_tied(rho, depth, rounds, tuning, validation, steps, lr, family, r
     train = list(tuning) + mixture(family, 1, batch, rng, mu_scale)
     held = list(validation) + mixture(family, 1, batch, rng, mu_scale)
     model = pdmm_transformer(rho, depth, start="zero", kernel="mean", tied=True)
-    return model, [fit_rounds(model, train, held, stage, steps, lr * depth / stage, rho)
-                   for stage in curriculum(depth, rounds)]
+    return model, [
+        fit_rounds(model, train, held, stage, steps, lr * depth / stage, rho) for stage in curriculum(depth, rounds)
+    ]
 
 
 def seed_rng(seed):

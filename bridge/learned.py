@@ -6,6 +6,7 @@ set of training instances of log e_K^2, e_K = ||x^K - x*||_F / ||x*||_F the rela
 K layers (as in pdmm.solve's history["error"]), minimised full batch with Adam; the baseline is
 the best constant rho on the same training instances, which is also where training starts.
 """
+
 import time
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from .unrolled import UnrolledPDMM
 @dataclass
 class Family:
     """Random averaging instances: `batch` of them per graph, `dim`-dimensional."""
+
     topology: str = "random_geometric"
     n_min: int = 32
     n_max: int = 64
@@ -50,13 +52,24 @@ def fit(model, instances, steps, lr=None, validation=None):
     instances, until their loss plateaus (bridge.fitting.adam_keep_best); the model ends with the
     parameters of the lowest training (validation) loss. Returns the FitLog of the losses, the mean
     log e_K^2 over every instance."""
+
     def loss_on(data):
         count = sum(len(instance[1]) for instance in data)
-        return lambda: sum(torch.log(relative_errors(model(problem, *start), x_star)[-1].square() + 1e-300).sum()
-                           for problem, x_star, *start in data) / count
+        return lambda: (
+            sum(
+                torch.log(relative_errors(model(problem, *start), x_star)[-1].square() + 1e-300).sum()
+                for problem, x_star, *start in data
+            )
+            / count
+        )
 
-    return adam_keep_best(model, loss_on(instances), steps, 0.2 / model.layers if lr is None else lr,
-                          None if validation is None else loss_on(validation))
+    return adam_keep_best(
+        model,
+        loss_on(instances),
+        steps,
+        0.2 / model.layers if lr is None else lr,
+        None if validation is None else loss_on(validation),
+    )
 
 
 @torch.no_grad()
@@ -68,8 +81,10 @@ def errors(model, instances):
 def best_constant_rho(layers, instances, grid=None, theta=1.0):
     """The rho of `grid` whose K-iteration PDMM has the smallest geometric-mean final error on `instances`."""
     grid = np.logspace(-2, 1.5, 36) if grid is None else grid
-    scores = [torch.log(errors(UnrolledPDMM(layers, rho=float(rho), theta=theta), instances)[-1]).mean().item()
-              for rho in grid]
+    scores = [
+        torch.log(errors(UnrolledPDMM(layers, rho=float(rho), theta=theta), instances)[-1]).mean().item()
+        for rho in grid
+    ]
     return float(grid[int(np.nanargmin(scores))])
 
 
@@ -99,7 +114,9 @@ def learned_vs_constant(layers, train_graphs=16, test_graphs=16, steps=150, seed
     constant_error, learned_error, ratio} (geometric-mean error after K rounds, ratio < 1: learned is
     better), per K what was fitted, and per K the per-round geometric means on "same family"."""
     train_set = instances(Family(), train_graphs, seed)
-    held_out = {name: instances(family, test_graphs, seed + 1000 + i) for i, (name, family) in enumerate(HELD_OUT.items())}
+    held_out = {
+        name: instances(family, test_graphs, seed + 1000 + i) for i, (name, family) in enumerate(HELD_OUT.items())
+    }
     results, training, curves = [], {}, {}
     for K in layers:
         start = time.perf_counter()
@@ -107,16 +124,30 @@ def learned_vs_constant(layers, train_graphs=16, test_graphs=16, steps=150, seed
         constant = UnrolledPDMM(K, rho=rho)
         learned = UnrolledPDMM(K, rho=rho, learnable=True)
         losses = fit(learned, train_set, steps).losses
-        training[K] = {"seconds": time.perf_counter() - start, "best_constant_rho": rho,
-                       "rho_k": learned.rho().tolist(), "theta_k": learned.theta().tolist(),
-                       "loss_first": losses[0], "loss_best": min(losses)}
+        training[K] = {
+            "seconds": time.perf_counter() - start,
+            "best_constant_rho": rho,
+            "rho_k": learned.rho().tolist(),
+            "theta_k": learned.theta().tolist(),
+            "loss_first": losses[0],
+            "loss_best": min(losses),
+        }
         for name, data in {"training instances": train_set, **held_out}.items():
             e_const, e_learned = errors(constant, data), errors(learned, data)
-            results.append({"K": K, "set": name, "best_constant_rho": rho,
-                            "constant_error": geometric_mean(e_const[-1]), "learned_error": geometric_mean(e_learned[-1]),
-                            "ratio": geometric_mean(e_learned[-1]) / geometric_mean(e_const[-1])})
+            results.append(
+                {
+                    "K": K,
+                    "set": name,
+                    "best_constant_rho": rho,
+                    "constant_error": geometric_mean(e_const[-1]),
+                    "learned_error": geometric_mean(e_learned[-1]),
+                    "ratio": geometric_mean(e_learned[-1]) / geometric_mean(e_const[-1]),
+                }
+            )
             if name == "same family":
                 curves[K] = ([geometric_mean(e) for e in e_const], [geometric_mean(e) for e in e_learned])
-        report(f"K = {K}: best constant rho {rho:.3g}, trained in {training[K]['seconds']:.0f} s; "
-               + "; ".join(f"{r['set']}: ratio {r['ratio']:.3f}" for r in results if r["K"] == K))
+        report(
+            f"K = {K}: best constant rho {rho:.3g}, trained in {training[K]['seconds']:.0f} s; "
+            + "; ".join(f"{r['set']}: ratio {r['ratio']:.3f}" for r in results if r["K"] == K)
+        )
     return results, training, curves

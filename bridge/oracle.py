@@ -9,6 +9,7 @@ at round 1. Once r reaches a node's eccentricity the ball is the whole graph and
 G is any graph pdmm accepts: a networkx graph (nodes in G.nodes order), a pdmm.Graph or a scipy
 sparse adjacency matrix.
 """
+
 import numpy as np
 import scipy.sparse as sp
 

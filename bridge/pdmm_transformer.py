@@ -21,6 +21,7 @@ measures whether gradient descent finds a better k-round averaging rule than PDM
 family, and weight_shift says how far it moved from PDMM to get there; init="random" gives the same
 architecture with GPT-2 random weights, so both starts are compared at equal capacity.
 """
+
 import math
 import numbers
 
@@ -53,19 +54,29 @@ def pdmm_transformer(rho, n_layer, start="zero", init="pdmm", seed=0, kernel="so
     if init not in INITS:
         raise ValueError(f"init must be 'pdmm' (hand-set weights) or 'random', got {init!r}")
     if kernel not in KERNELS:
-        raise ValueError(f"kernel must be 'softmax' (key and value, 14 numbers) or 'mean' (the value, 1 number), "
-                         f"got {kernel!r}")
+        raise ValueError(
+            f"kernel must be 'softmax' (key and value, 14 numbers) or 'mean' (the value, 1 number), got {kernel!r}"
+        )
     if not isinstance(tied, bool):
         raise ValueError(f"tied must be true or false, got {tied!r}")
     if tied and start != "zero":
-        raise ValueError("a tied pdmm_transformer repeats PDMM's every-round block, which is PDMM from x^0 = 0 only: "
-                         "use start='zero'")
-    config = attention.AttentionConfig(d_model=D_MODEL, n_head=1, residual="standard", kernel=kernel, bias=False,
-                                       send_width=1 if kernel == "mean" else None)
+        raise ValueError(
+            "a tied pdmm_transformer repeats PDMM's every-round block, which is PDMM from x^0 = 0 only: "
+            "use start='zero'"
+        )
+    config = attention.AttentionConfig(
+        d_model=D_MODEL,
+        n_head=1,
+        residual="standard",
+        kernel=kernel,
+        bias=False,
+        send_width=1 if kernel == "mean" else None,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = attention.GraphTransformer(config, int(n_layer), in_features=3, out_features=1, tied=tied, norm=None,
-                                           mlp="bilinear", hidden=HIDDEN).to(torch.float64)
+        model = attention.GraphTransformer(
+            config, int(n_layer), in_features=3, out_features=1, tied=tied, norm=None, mlp="bilinear", hidden=HIDDEN
+        ).to(torch.float64)
     if init == "pdmm":
         set_pdmm_weights(model, float(rho), start)
     return model
@@ -91,13 +102,13 @@ def set_pdmm_weights(model, rho, start):
         block.attn.c_attn.weight[-values, X] = 1  # W^Q = W^K = 0 (none with kernel "mean"); the value is x
         block.attn.c_proj.weight[W, 0] = -rho if (k == 0 and start == "a") else -2 * rho
         fc, gate, proj = block.mlp.c_fc.weight, block.mlp.c_gate.weight, block.mlp.c_proj.weight
-        fc[0, A], gate[0, INV] = 1, 1                              # a * inv
+        fc[0, A], gate[0, INV] = 1, 1  # a * inv
         fc[1, W], gate[1, ONE], gate[1, INV] = 1, 1 / rho, -1 / rho  # v^k * (1 - inv) / rho
-        for unit, channel in ((2, X), (3, W), (4, V)):              # x, v^k, v^{k-1} times 1
+        for unit, channel in ((2, X), (3, W), (4, V)):  # x, v^k, v^{k-1} times 1
             fc[unit, channel], gate[unit, ONE] = 1, 1
-        proj[X, 0], proj[X, 1], proj[X, 2] = 1, -1, -1              # x <- a inv - (1 - inv) v^k / rho
-        proj[W, 4], proj[W, 2], proj[W, 3] = 1, 2 * rho, -1         # w <- v^{k-1} + 2 rho x^k
-        proj[V, 3], proj[V, 4] = 1, -1                              # v <- v^k
+        proj[X, 0], proj[X, 1], proj[X, 2] = 1, -1, -1  # x <- a inv - (1 - inv) v^k / rho
+        proj[W, 4], proj[W, 2], proj[W, 3] = 1, 2 * rho, -1  # w <- v^{k-1} + 2 rho x^k
+        proj[V, 3], proj[V, 4] = 1, -1  # v <- v^k
     model.readout.weight[0, X] = 1
 
 
@@ -151,8 +162,13 @@ def fit_graph_model(model, instances, steps, lr, features_fn, self_loops=False, 
         raise ValueError("fit_graph_model needs at least one (graph, a) instance")
     prepared = prepare(model, instances, features_fn, self_loops)
     held = None if validation is None else prepare(model, validation, features_fn, self_loops)
-    return adam_keep_best(model, lambda: errors(model, prepared).square().mean(), steps, lr,
-                          None if held is None else lambda: errors(model, held).square().mean())
+    return adam_keep_best(
+        model,
+        lambda: errors(model, prepared).square().mean(),
+        steps,
+        lr,
+        None if held is None else lambda: errors(model, held).square().mean(),
+    )
 
 
 def weight_shift(model, reference):
@@ -161,4 +177,3 @@ def weight_shift(model, reference):
     pairs = [(p.detach(), ref[name].detach()) for name, p in model.named_parameters()]
     diff = torch.sqrt(sum((p - q).square().sum() for p, q in pairs))
     return float(diff / torch.sqrt(sum(q.square().sum() for _, q in pairs)))
-

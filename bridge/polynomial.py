@@ -24,6 +24,7 @@ Polynomials are held as coefficients c_0..c_r in the Chebyshev basis on [-1, 1],
 and applied with the three-term recurrence T_{k+1}(W) a = 2 W T_k(W) a - T_{k-1}(W) a: one
 product with W, one number per edge, per round.
 """
+
 import warnings
 from dataclasses import dataclass
 
@@ -60,7 +61,7 @@ def expected_error(coefficients, spectrum):
     """sqrt(1 / (n - 1) sum_j p(lambda_j)^2): the root expected squared error of p on a graph with that
     nontrivial spectrum, relative to the initial disagreement (module docstring)."""
     values = chebyshev_basis(spectrum, len(coefficients) - 1) @ coefficients
-    return float(np.sqrt(np.mean(values ** 2)))
+    return float(np.sqrt(np.mean(values**2)))
 
 
 def fit_filter(spectra, degree, safeguard=True):
@@ -98,6 +99,7 @@ class OrthogonalFilter:
     """p = sum_k c_k q_k, the q_k orthonormal for a spectrum's weighted points (lanczos), by the recurrence
     beta_{k+1} q_{k+1}(x) = (x - alpha_k) q_k(x) - beta_k q_{k-1}(x), q_0 = 1 / beta_0, q_{-1} = 0. exact: the
     degree reached the number of distinct points, where p vanishes on all of them and p(W) a = x* exactly."""
+
     alpha: np.ndarray
     beta: np.ndarray
     coefficients: np.ndarray
@@ -112,7 +114,10 @@ class OrthogonalFilter:
         previous, current = np.zeros_like(flat), flat / self.beta[0]
         total = self.coefficients[0] * current
         for k in range(len(self.alpha)):
-            previous, current = current, (W @ current - self.alpha[k] * current - self.beta[k] * previous) / self.beta[k + 1]
+            previous, current = (
+                current,
+                (W @ current - self.alpha[k] * current - self.beta[k] * previous) / self.beta[k + 1],
+            )
             total = total + self.coefficients[k + 1] * current
         return total.T.reshape(a.shape)
 
@@ -131,7 +136,7 @@ class OrthogonalFilter:
     def expected_error(self):
         """The root expected squared error on the spectrum it was built for: sqrt(sum_k c_k^2) (orthonormality,
         weights summing to 1); 0 when exact."""
-        return 0.0 if self.exact else float(np.sqrt(np.sum(self.coefficients ** 2)))
+        return 0.0 if self.exact else float(np.sqrt(np.sum(self.coefficients**2)))
 
 
 def lanczos(values, weights, steps):
@@ -173,7 +178,7 @@ def oracle_filters(spectrum, degrees):
         if exhausted and r >= len(alpha):  # r >= the number of points the measure holds, to 1e-12
             out[r] = OrthogonalFilter(alpha[:0], beta[:1], at_one[:1], exact=True)
         else:
-            out[r] = OrthogonalFilter(alpha[:r], beta[:r + 1], at_one[:r + 1] / np.sum(at_one[:r + 1] ** 2))
+            out[r] = OrthogonalFilter(alpha[:r], beta[: r + 1], at_one[: r + 1] / np.sum(at_one[: r + 1] ** 2))
     return out
 
 

@@ -14,6 +14,7 @@ docs/theory/reproductions.md section 3). W^o is the layer's
 output projection without its bias (for concat, its MH half). The AttentionX paper argues the
 discrepancy shrinks with depth, as PDMM's constraint residual does with iterations.
 """
+
 import numpy as np
 import torch
 
@@ -41,14 +42,19 @@ def layer_statistics(probes, gamma, w_o):
     mh, v, x, y = probes["mh"], probes["v"], probes["token"], probes["update"]
     delta = orthogonal_part(mh, v)
     delta_wo, mh_wo = delta @ w_o.T, mh @ w_o.T  # rows Delta[i] W^o, MH[i] W^o
-    return {"phi_ratio": norm_ratio(v - gamma * mh, v), "delta_ratio": norm_ratio(delta, mh),
-            "wdelta_ratio": norm_ratio(delta_wo, mh_wo), "cos_delta_wo": mean_cosine(delta_wo, x),
-            "cos_mh_wo": mean_cosine(mh_wo, x), "cos_update": mean_cosine(y, x)}
+    return {
+        "phi_ratio": norm_ratio(v - gamma * mh, v),
+        "delta_ratio": norm_ratio(delta, mh),
+        "wdelta_ratio": norm_ratio(delta_wo, mh_wo),
+        "cos_delta_wo": mean_cosine(delta_wo, x),
+        "cos_mh_wo": mean_cosine(mh_wo, x),
+        "cos_update": mean_cosine(y, x),
+    }
 
 
 def output_projection(layer):
     """W^o of an attention layer as (d_model, d_model): c_proj's weight, its MH half for concat."""
-    return layer.c_proj.weight.detach()[:, :layer.config.d_model]
+    return layer.c_proj.weight.detach()[:, : layer.config.d_model]
 
 
 @torch.no_grad()
@@ -58,15 +64,16 @@ def probe_model(model, run_batch, batches, gamma=1.0):
     run_batch(b) runs the model's forward pass on batch b; gamma is AttentionX's weight in phi_ratio.
     A tied model is refused: its one block serves every layer, so the probes cannot be told apart."""
     if getattr(model, "tied", False):
-        raise ValueError("a tied GraphTransformer has one block for every layer; its probes cannot be told "
-                         "apart by layer")
+        raise ValueError(
+            "a tied GraphTransformer has one block for every layer; its probes cannot be told apart by layer"
+        )
     layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     for layer in layers:
         layer.config.probe = True
     totals = [dict.fromkeys(STATISTICS, 0.0) for _ in layers]
     for b in range(batches):
         run_batch(b)
-        for total, layer in zip(totals, layers):
+        for total, layer in zip(totals, layers, strict=False):
             for key, value in layer_statistics(layer.probes, gamma, output_projection(layer)).items():
                 total[key] += value / batches
     return totals
@@ -76,7 +83,8 @@ def pdmm_residual(iterations):
     """PDMM's constraint residual per iteration / its first value (averaging, 64-node random geometric graph)."""
     G = pdmm.topology("random_geometric", n=64, seed=0)
     a = np.random.default_rng(0).normal(size=(64, 1))
-    history = pdmm.solve(pdmm.averaging(G, a), rho=0.3, max_iter=max(iterations, 2), tol=0, history=("residual",),
-                         record_every=1).history["residual"]
+    history = pdmm.solve(
+        pdmm.averaging(G, a), rho=0.3, max_iter=max(iterations, 2), tol=0, history=("residual",), record_every=1
+    ).history["residual"]
     history = np.asarray(history, dtype=float).reshape(-1)
     return (history / history[0]).tolist()

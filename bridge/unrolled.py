@@ -10,6 +10,7 @@ different rho the z state is shifted so that the multipliers lambda carry over u
 network= (a pdmm.Network) runs the layers over a simulated network, one draw of its events per
 layer, reproducible from its seed.
 """
+
 import math
 import numbers
 
@@ -69,12 +70,16 @@ class UnrolledPDMM(nn.Module):
             x = (x0.permute(1, 0, 2) if problem.batched else x0.unsqueeze(1)).reshape(shape)
         rho, theta = self.rho(), self.theta()
         params = {"eta": self.eta} if self.method == "qa-pdmm" else {}
-        channel = None if self.network is None else Channel(self.network, graph, problem.batch,
-                                                            edges.state_shape(problem.batch, problem.dim)[2], dtype)
+        channel = (
+            None
+            if self.network is None
+            else Channel(self.network, graph, problem.batch, edges.state_shape(problem.batch, problem.dim)[2], dtype)
+        )
         state, iterates = None, []
         for k in range(self.layers):
-            layer = METHODS[self.method](graph, local, edges, rho[k], theta[k] if self.learnable else float(theta[k]),
-                                         channel=channel, **params)
+            layer = METHODS[self.method](
+                graph, local, edges, rho[k], theta[k] if self.learnable else float(theta[k]), channel=channel, **params
+            )
             state = layer.init(x) if state is None else rescaled(state, graph, edges, rho[k] - rho[k - 1])
             if channel is not None:
                 channel.draw()

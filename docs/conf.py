@@ -3,12 +3,13 @@
 Markdown pages through MyST (with $...$ maths), the API reference from the docstrings by autodoc
 and numpydoc. Warnings are errors in .ci/run, so a broken link or a missing reference fails CI.
 """
+
 import sys
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))          # document the checkout, also when it is not the installed copy
+sys.path.insert(0, str(ROOT))  # document the checkout, also when it is not the installed copy
 
 project = "pdmm-bridge"
 author = "the pdmm-bridge developers"
@@ -16,11 +17,17 @@ copyright = "2026, " + author
 release = installed_version("pdmm-bridge")
 version = release
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.mathjax",
-              "sphinx.ext.viewcode", "numpydoc"]
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "numpydoc",
+]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 myst_enable_extensions = ["dollarmath", "amsmath"]
-myst_heading_anchors = 3               # [text](page.md#1-title) links to numbered sections
+myst_heading_anchors = 3  # [text](page.md#1-title) links to numbered sections
 numpydoc_show_class_members = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

@@ -4,6 +4,7 @@ To add a command, write experiments/<name>_command.py and list it in COMMANDS wi
 add_parser gives. Only the chosen command's module is imported (it brings torch and the libraries), so
 `pdmm-bridge --help` and `--version` start at once; the other commands are listed by their summaries.
 """
+
 import argparse
 import importlib
 import os
@@ -51,7 +52,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 def main(argv=None):
     """Parse argv (default sys.argv[1:]) and run the chosen command; returns its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = Parser(prog="pdmm-bridge", description="PDMM on networkx graphs, attention variants, and the experiments between them.")
+    parser = Parser(
+        prog="pdmm-bridge", description="PDMM on networkx graphs, attention variants, and the experiments between them."
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
     chosen = argv[0] if argv and argv[0] in COMMANDS else None  # top-level options are only -h and --version
@@ -90,8 +93,11 @@ def main(argv=None):
     except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError is a RuntimeError
         if not out_of_memory(err):
             raise
-        print(f"{parser.prog} {args.command}: error: out of memory: {first_line(err)}; use a smaller size "
-              "(batch, width, nodes)", file=sys.stderr)
+        print(
+            f"{parser.prog} {args.command}: error: out of memory: {first_line(err)}; use a smaller size "
+            "(batch, width, nodes)",
+            file=sys.stderr,
+        )
         raise SystemExit(1) from None
 
 
@@ -109,5 +115,8 @@ def out_of_memory(err: BaseException) -> bool:
     """Whether err is an allocation failure: MemoryError (numpy's too), torch.OutOfMemoryError (a GPU) or the
     RuntimeError of torch's CPU allocator ("... not enough memory: you tried to allocate N bytes", or on Linux
     "DefaultCPUAllocator: can't allocate memory: ..."). One line, exit 1 (docs/guide/runs.md, "Exit codes")."""
-    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or \
-        any(words in str(err).lower() for words in ("not enough memory", "out of memory", "can't allocate memory"))
+    return (
+        isinstance(err, MemoryError)
+        or type(err).__name__ == "OutOfMemoryError"
+        or any(words in str(err).lower() for words in ("not enough memory", "out of memory", "can't allocate memory"))
+    )

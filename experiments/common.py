@@ -1,4 +1,5 @@
 """Pieces every pdmm-bridge command shares: the usage error, argument types, graphs, the version."""
+
 import argparse
 import math
 from pathlib import Path
@@ -9,17 +10,18 @@ import pdmm
 
 from .errors import RunFailure, UsageError, WriteError, first_line, package_version  # noqa: F401  (shared here)
 
-
 tune_allocator = pdmm.tune_allocator  # moved to pdmm (pdmm.solve applies it on large runs); kept importable here
 
 
 def positive(kind):
     """An argparse type: `kind(text)` that must be finite and > 0."""
+
     def parse(text):
         value = kind(text)
         if not (math.isfinite(value) and value > 0):
             raise argparse.ArgumentTypeError(f"must be > 0 and finite, got {text}")
         return value
+
     parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"
     return parse
 
@@ -60,8 +62,10 @@ def build_graph(spec, n, seed, params):
         if spec in pdmm.TOPOLOGIES:
             return pdmm.topology(spec, n, seed=seed, **params)
         if not Path(spec).is_file():
-            raise UsageError(f"--graph {spec!r} is neither a topology ({', '.join(sorted(pdmm.TOPOLOGIES))}) "
-                             "nor an existing graph file")
+            raise UsageError(
+                f"--graph {spec!r} is neither a topology ({', '.join(sorted(pdmm.TOPOLOGIES))}) "
+                "nor an existing graph file"
+            )
         if params:
             raise UsageError(f"--graph-param applies to named topologies, not to the graph file {spec}")
         return pdmm.load_graph(spec)

@@ -20,6 +20,7 @@ means over seeds with 95 % t intervals and the ratio to the best classical row),
 wins, tables, paired verdicts at equal rounds and equal numbers sent), compare.png (at most seven
 lines per panel), compare_all.png (every row) and learning.png.
 """
+
 import argparse
 import json
 import math
@@ -36,48 +37,85 @@ from . import rundir
 from .common import UsageError, package_version
 from .compare_report import CURVE_COLUMNS, MAX_ROUNDS, check_fitted, load, summary, write_outputs
 from .config import load_config, to_tables
+from .grid import check_names, parse_seeds, run_name
 from .results_doc import replace_section
 from .runs import is_number, read_json, read_metrics, read_summary
-from .grid import check_names, parse_seeds, run_name
 from .tasks import build_task
 from .tasks.graph_consensus import graph_family
 from .train import best_weights, load_weights, train
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("compare", help="transformers vs classical averaging round by round on graph_consensus",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "compare",
+        help="transformers vs classical averaging round by round on graph_consensus",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("config", nargs="?", help="a graph_consensus config: a TOML file or a built-in name")
-    parser.add_argument("--from", dest="source", metavar="DIR",
-                        help="regenerate the tables and figures from DIR's seeds.csv, compare.json and curves.csv "
-                             "(a compare output directory, or docs/compare) without training")
-    parser.add_argument("--residuals", default="standard,belief",
-                        help="residual variants of untied transformers (comma-separated)")
-    parser.add_argument("--tied", default="standard",
-                        help="residual variants of tied transformers, run for every round (comma-separated; "
-                             "'none' for none)")
-    parser.add_argument("--widths", default="2,4,8",
-                        help="numbers per edge and round of the width-limited transformers (model.send_width, one "
-                             "head; comma-separated, 'none' for none)")
-    parser.add_argument("--width-residual", default="standard",
-                        help="the residual variant of the width-limited rows (belief needs values >= 2 numbers wide, "
-                             "w >= 4: the part of a 1-number MH orthogonal to a 1-number V is 0)")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        metavar="DIR",
+        help="regenerate the tables and figures from DIR's seeds.csv, compare.json and curves.csv "
+        "(a compare output directory, or docs/compare) without training",
+    )
+    parser.add_argument(
+        "--residuals", default="standard,belief", help="residual variants of untied transformers (comma-separated)"
+    )
+    parser.add_argument(
+        "--tied",
+        default="standard",
+        help="residual variants of tied transformers, run for every round (comma-separated; 'none' for none)",
+    )
+    parser.add_argument(
+        "--widths",
+        default="2,4,8",
+        help="numbers per edge and round of the width-limited transformers (model.send_width, one "
+        "head; comma-separated, 'none' for none)",
+    )
+    parser.add_argument(
+        "--width-residual",
+        default="standard",
+        help="the residual variant of the width-limited rows (belief needs values >= 2 numbers wide, "
+        "w >= 4: the part of a 1-number MH orthogonal to a 1-number V is 0)",
+    )
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds: training seed and instance draw of each")
     parser.add_argument("--rounds", type=int, default=32, help="rounds compared (>= model.n_layer)")
     parser.add_argument("--test-graphs", type=int, default=8, help="held-out graphs per set and seed")
-    parser.add_argument("--tune-graphs", type=int, default=4, help="training-family graphs for tuning and fitting, "
-                                                                    "per seed")
-    parser.add_argument("--learned-steps", type=int, default=2000,
-                        help="cap on the Adam steps of learned PDMM (it stops earlier when its validation loss plateaus)")
-    parser.add_argument("--finetune-steps", type=int, default=2000, help="the same cap for the PDMM-transformers (each depth stage of the tied one)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
-                        help="override a config key (repeatable)")
+    parser.add_argument(
+        "--tune-graphs", type=int, default=4, help="training-family graphs for tuning and fitting, per seed"
+    )
+    parser.add_argument(
+        "--learned-steps",
+        type=int,
+        default=2000,
+        help="cap on the Adam steps of learned PDMM (it stops earlier when its validation loss plateaus)",
+    )
+    parser.add_argument(
+        "--finetune-steps",
+        type=int,
+        default=2000,
+        help="the same cap for the PDMM-transformers (each depth stage of the tied one)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=VALUE",
+        help="override a config key (repeatable)",
+    )
     parser.add_argument("--out", default="runs/compare", help="output directory (a compare directory is resumed)")
-    parser.add_argument("--results", help="also write compare.md as section 'compare' of this Markdown file "
-                                          "(figures to figures/ beside it)")
-    parser.add_argument("--force", action="store_true",
-                        help="write into a non-empty --out that compare did not make; replace a --results "
-                             "section made from more seeds")
+    parser.add_argument(
+        "--results",
+        help="also write compare.md as section 'compare' of this Markdown file (figures to figures/ beside it)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty --out that compare did not make; replace a --results section made from more seeds",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
     return parser
 
@@ -103,15 +141,30 @@ def row_variants(args):
     """[(row label, run-name assignment, config overrides)] of every transformer row."""
     out = []
     for residual in variants(args.residuals, "--residuals"):
-        out.append((f"transformer ({residual})", {"model.residual": residual, "task.tied": False},
-                    [f"model.residual={residual}", "task.tied=false"]))
+        out.append(
+            (
+                f"transformer ({residual})",
+                {"model.residual": residual, "task.tied": False},
+                [f"model.residual={residual}", "task.tied=false"],
+            )
+        )
     for residual in variants(args.tied, "--tied"):
-        out.append((f"tied transformer ({residual})", {"model.residual": residual, "task.tied": True},
-                    [f"model.residual={residual}", "task.tied=true"]))
+        out.append(
+            (
+                f"tied transformer ({residual})",
+                {"model.residual": residual, "task.tied": True},
+                [f"model.residual={residual}", "task.tied=true"],
+            )
+        )
     for w in widths(args.widths):
         residual = args.width_residual
-        out.append((f"transformer ({residual}, w={w})", {"model.residual": residual, "task.tied": False, "width": w},
-                    [f"model.residual={residual}", "task.tied=false", f"model.send_width={w}", "model.n_head=1"]))
+        out.append(
+            (
+                f"transformer ({residual}, w={w})",
+                {"model.residual": residual, "task.tied": False, "width": w},
+                [f"model.residual={residual}", "task.tied=false", f"model.send_width={w}", "model.n_head=1"],
+            )
+        )
     return out
 
 
@@ -145,10 +198,20 @@ def trained_models(args, out, seed, rows):
         budgets[label] = {key: done.get(key) for key in ("steps", "best_step", "wall_seconds", "stopped_by")}
         evaluations = [row for row in read_metrics(run_dir / "metrics.jsonl") if "val_loss" in row]
         if any(row.get("val_error") is None for row in evaluations):
-            raise UsageError(f"{run_dir / 'metrics.jsonl'}: an evaluation row has no val_error; it is not a "
-                             "graph_consensus run (delete the run directory to train it again)")
-        curves += [{"method": label, "seed": seed, "step": row["step"], "val_loss": row["val_loss"],
-                    "val_error": row["val_error"]} for row in evaluations]
+            raise UsageError(
+                f"{run_dir / 'metrics.jsonl'}: an evaluation row has no val_error; it is not a "
+                "graph_consensus run (delete the run directory to train it again)"
+            )
+        curves += [
+            {
+                "method": label,
+                "seed": seed,
+                "step": row["step"],
+                "val_loss": row["val_loss"],
+                "val_error": row["val_error"],
+            }
+            for row in evaluations
+        ]
     return models, budgets, curves
 
 
@@ -163,9 +226,19 @@ def seed_result(args, out, setting, seed, rows, key):
     show = (lambda text: None) if args.no_progress else (lambda text: print(f"seed {seed}: {text}", flush=True))
     result = evaluate_seed(setting, seed, models, show, training=budgets)
     rundir.make_dir(path.parent)
-    rundir.write_file(path, json.dumps({"key": key, "fitted": result.fitted, "curves": curves,
-                                        "log_errors": {"\t".join(k): [None if math.isnan(x) else x for x in v]
-                                                       for k, v in result.log_errors.items()}}))
+    rundir.write_file(
+        path,
+        json.dumps(
+            {
+                "key": key,
+                "fitted": result.fitted,
+                "curves": curves,
+                "log_errors": {
+                    "\t".join(k): [None if math.isnan(x) else x for x in v] for k, v in result.log_errors.items()
+                },
+            }
+        ),
+    )
     result.fitted = json.loads(json.dumps(result.fitted))  # as read back: the same keys (strings) either way
     return result, curves
 
@@ -181,18 +254,22 @@ def saved_seed(path, key, horizon=None):
     if saved["key"] != key:
         return None
     if horizon is not None and any(len(values) != horizon for values in saved["log_errors"].values()):
-        raise UsageError(f"{path}: log_errors rows must hold {horizon} numbers, one per round; delete the file to "
-                         "recompute the seed")
-    return SeedResult({tuple(k.split("\t")): np.array(v, dtype=float) for k, v in saved["log_errors"].items()},
-                      saved["fitted"]), saved["curves"]
+        raise UsageError(
+            f"{path}: log_errors rows must hold {horizon} numbers, one per round; delete the file to recompute the seed"
+        )
+    return SeedResult(
+        {tuple(k.split("\t")): np.array(v, dtype=float) for k, v in saved["log_errors"].items()}, saved["fitted"]
+    ), saved["curves"]
 
 
 def check_seed_file(saved, path):
     """UsageError naming OUT/seeds/seed=S.json and what is wrong unless it has the shape seed_result writes:
     key, fitted (compare_report.check_fitted), curves (a list of learning-curve rows: CURVE_COLUMNS, method a
     string, seed and step integers, numbers) and log_errors (non-empty, {"method\tset": [number or null]})."""
+
     def wrong(what):
         raise UsageError(f"{path}: {what}; delete the file to recompute the seed")
+
     if not isinstance(saved, dict) or not all(key in saved for key in ("key", "fitted", "curves", "log_errors")):
         wrong("expected an object with key, fitted, curves and log_errors")
     if not isinstance(saved["fitted"], dict) or not isinstance(saved["log_errors"], dict) or not saved["log_errors"]:
@@ -201,10 +278,17 @@ def check_seed_file(saved, path):
         check_fitted(saved["fitted"], "fitted")
     except ValueError as err:
         wrong(str(err))
-    if not (isinstance(saved["curves"], list) and all(
-            isinstance(row, dict) and set(CURVE_COLUMNS) <= set(row) and isinstance(row["method"], str)
+    if not (
+        isinstance(saved["curves"], list)
+        and all(
+            isinstance(row, dict)
+            and set(CURVE_COLUMNS) <= set(row)
+            and isinstance(row["method"], str)
             and all(isinstance(row[k], int) and not isinstance(row[k], bool) for k in ("seed", "step"))
-            and all(row[k] is None or is_number(row[k]) for k in ("val_loss", "val_error")) for row in saved["curves"])):
+            and all(row[k] is None or is_number(row[k]) for k in ("val_loss", "val_error"))
+            for row in saved["curves"]
+        )
+    ):
         wrong(f"curves must be a list of objects with {', '.join(CURVE_COLUMNS)}")
     for name, values in saved["log_errors"].items():
         if len(name.split("\t")) != 2:
@@ -241,45 +325,94 @@ def run(args):
     if base.task.name != "graph_consensus":
         raise UsageError(f"compare runs on task graph_consensus; {args.config} has task {base.task.name!r}")
     if not base.model.n_layer <= args.rounds <= MAX_ROUNDS:
-        raise UsageError(f"--rounds ({args.rounds}) must be at least model.n_layer ({base.model.n_layer}) and at "
-                         f"most {MAX_ROUNDS} (every row keeps a number per round)")
+        raise UsageError(
+            f"--rounds ({args.rounds}) must be at least model.n_layer ({base.model.n_layer}) and at "
+            f"most {MAX_ROUNDS} (every row keeps a number per round)"
+        )
     task = build_task(base)  # validates the task options
     rows = row_variants(args)
     models = untrained_models(args, rows)
     depth = base.model.n_layer
-    setting = Setting(graph_family(task.options), depth, args.rounds, args.test_graphs, args.tune_graphs,
-                      base.train.batch_size, task.options.mu_scale, args.learned_steps, args.finetune_steps,
-                      checkpoints=checkpoints(models, depth, args.rounds))
+    setting = Setting(
+        graph_family(task.options),
+        depth,
+        args.rounds,
+        args.test_graphs,
+        args.tune_graphs,
+        base.train.batch_size,
+        task.options.mu_scale,
+        args.learned_steps,
+        args.finetune_steps,
+        checkpoints=checkpoints(models, depth, args.rounds),
+    )
     out = rundir.claim(args.out, "compare", args.force, reusable=True)
-    command = " ".join(["pdmm-bridge compare", str(args.config), "--residuals", args.residuals, "--tied", args.tied,
-                        "--widths", args.widths, "--seeds", ",".join(map(str, seeds)), "--rounds", str(args.rounds),
-                        *(f"--set {o}" for o in args.overrides)])
-    key = json.loads(json.dumps({  # as it reads back from OUT/seeds/*.json
-        "setting": repr(setting), "protocol": protocol(), "version": package_version(),
-        "rows": {label: to_tables(run_config(args, overrides, 0)) for label, _, overrides in rows}}))
+    command = " ".join(
+        [
+            "pdmm-bridge compare",
+            str(args.config),
+            "--residuals",
+            args.residuals,
+            "--tied",
+            args.tied,
+            "--widths",
+            args.widths,
+            "--seeds",
+            ",".join(map(str, seeds)),
+            "--rounds",
+            str(args.rounds),
+            *(f"--set {o}" for o in args.overrides),
+        ]
+    )
+    key = json.loads(
+        json.dumps(
+            {  # as it reads back from OUT/seeds/*.json
+                "setting": repr(setting),
+                "protocol": protocol(),
+                "version": package_version(),
+                "rows": {label: to_tables(run_config(args, overrides, 0)) for label, _, overrides in rows},
+            }
+        )
+    )
     for seed in seeds:  # every saved seed file is checked before anything trains
         saved_seed(out / "seeds" / f"seed={seed}.json", key)
     try:
         done = {seed: seed_result(args, out, setting, seed, rows, key) for seed in seeds}
     except KeyboardInterrupt:
-        print(f"pdmm-bridge compare: interrupted; finished seeds are kept in {out / 'seeds'} and trained runs in "
-              f"{out / 'runs'}: run the same command again to resume", file=sys.stderr)
+        print(
+            f"pdmm-bridge compare: interrupted; finished seeds are kept in {out / 'seeds'} and trained runs in "
+            f"{out / 'runs'}: run the same command again to resume",
+            file=sys.stderr,
+        )
         raise SystemExit(130) from None
     results = {seed: result for seed, (result, _) in done.items()}
     rows_of = {seed: set(result.log_errors) for seed, result in results.items()}
     odd = next((seed for seed in seeds if rows_of[seed] != rows_of[seeds[0]]), None)
     if odd is not None:
-        raise UsageError(f"{out / 'seeds'}: seed={odd}.json and seed={seeds[0]}.json hold different rows; delete the "
-                         "hand-edited one to recompute it")
+        raise UsageError(
+            f"{out / 'seeds'}: seed={odd}.json and seed={seeds[0]}.json hold different rows; delete the "
+            "hand-edited one to recompute it"
+        )
     sent = {label: numbers_sent(label, models.get(label)) for label, _ in results[seeds[0]].log_errors}
     table = CompareTable.from_seeds(setting, results, sent)
     train_cfg = base.train
-    meta = {"version": package_version(), "command": command, "seeds": seeds, "rounds": args.rounds, "depth": depth,
-            "setting": {"family": describe(setting.family), "test_graphs": setting.test_graphs,
-                        "tune_graphs": setting.tune_graphs, "val_graphs": setting.val_graphs, "batch": setting.batch,
-                        "checkpoints": list(setting.checkpoints), "repr": repr(setting)},
-            "plateau rule": plateau_rule(train_cfg, setting),
-            "fitted": {str(seed): result.fitted for seed, result in results.items()}}
+    meta = {
+        "version": package_version(),
+        "command": command,
+        "seeds": seeds,
+        "rounds": args.rounds,
+        "depth": depth,
+        "setting": {
+            "family": describe(setting.family),
+            "test_graphs": setting.test_graphs,
+            "tune_graphs": setting.tune_graphs,
+            "val_graphs": setting.val_graphs,
+            "batch": setting.batch,
+            "checkpoints": list(setting.checkpoints),
+            "repr": repr(setting),
+        },
+        "plateau rule": plateau_rule(train_cfg, setting),
+        "fitted": {str(seed): result.fitted for seed, result in results.items()},
+    }
     curves = [row for _, (_, rows_) in done.items() for row in rows_]
     return publish(args, out, table, json.loads(json.dumps(meta)), curves)
 
@@ -305,28 +438,38 @@ def publish(args, out, table, meta, curves):
         for name in ("compare.png", "compare_all.png", "learning.png"):
             if (out / name).is_file():
                 rundir.copy_file(out / name, figures / name)
-        replace_section(args.results, "compare", text.replace("](compare", "](figures/compare")
-                        .replace("](learning", "](figures/learning"),
-                        scale={"seeds": len(table.seeds), "rounds": table.rounds}, force=args.force)
+        replace_section(
+            args.results,
+            "compare",
+            text.replace("](compare", "](figures/compare").replace("](learning", "](figures/learning"),
+            scale={"seeds": len(table.seeds), "rounds": table.rounds},
+            force=args.force,
+        )
     print("\n".join(summary(table)))
     print(out / "compare.md")
     return 0
 
 
 def describe(family):
-    return (f"{family.topology} graphs with n {family.n_min}-{family.n_max}"
-            + (f", radius {family.radius:g}" if family.radius else ""))
+    return f"{family.topology} graphs with n {family.n_min}-{family.n_max}" + (
+        f", radius {family.radius:g}" if family.radius else ""
+    )
 
 
 def plateau_rule(train, setting):
     """The stopping rules of the trained rows, in words."""
-    transformers = (f"transformers: evaluated every {train.eval_interval} steps on the task's validation graphs; "
-                    f"stopped once {train.patience} evaluations in a row have not lowered the best "
-                    f"{train.plateau_metric or 'val_loss'} by more than {train.min_delta:g} of it, or at the cap of "
-                    f"{train.max_iters} steps; the weights of the best evaluation are compared"
-                    if train.patience else f"transformers: {train.max_iters} steps (no plateau rule: train.patience = 0)")
-    return (transformers + f". Learned PDMM and the PDMM-transformer: full-batch Adam on the tuning instances, "
-            f"stopped once {PATIENCE} steps in a row have not lowered the best validation loss ({setting.val_graphs} "
-            f"further training-family graphs) by more than {MIN_DELTA:g} of it, or at the cap of "
-            f"{setting.learned_steps} / {setting.finetune_steps} steps; the parameters of the best validation loss "
-            "are compared.")
+    transformers = (
+        f"transformers: evaluated every {train.eval_interval} steps on the task's validation graphs; "
+        f"stopped once {train.patience} evaluations in a row have not lowered the best "
+        f"{train.plateau_metric or 'val_loss'} by more than {train.min_delta:g} of it, or at the cap of "
+        f"{train.max_iters} steps; the weights of the best evaluation are compared"
+        if train.patience
+        else f"transformers: {train.max_iters} steps (no plateau rule: train.patience = 0)"
+    )
+    return (
+        transformers + f". Learned PDMM and the PDMM-transformer: full-batch Adam on the tuning instances, "
+        f"stopped once {PATIENCE} steps in a row have not lowered the best validation loss ({setting.val_graphs} "
+        f"further training-family graphs) by more than {MIN_DELTA:g} of it, or at the cap of "
+        f"{setting.learned_steps} / {setting.finetune_steps} steps; the parameters of the best validation loss "
+        "are compared."
+    )

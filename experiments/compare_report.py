@@ -3,6 +3,7 @@
 Everything here reads the table, the run's meta data (compare.json) and the learning curves only,
 so `compare --from DIR` regenerates every output from the committed per-seed CSV without training.
 """
+
 import csv
 import io
 import json
@@ -13,9 +14,25 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from bridge.comparison import (BAYES, BEST, BEST_SAFE, BOUNDS, FLOOR, FROM_PDMM, FROM_RANDOM, LEARNED, ONE_NUMBER,
-                               ONE_NUMBER_TIED, ORACLE, OWN_INTERVAL, POLY_ORACLE, REFERENCES, SEED_COLUMNS,
-                               CompareTable, per_round)
+from bridge.comparison import (
+    BAYES,
+    BEST,
+    BEST_SAFE,
+    BOUNDS,
+    FLOOR,
+    FROM_PDMM,
+    FROM_RANDOM,
+    LEARNED,
+    ONE_NUMBER,
+    ONE_NUMBER_TIED,
+    ORACLE,
+    OWN_INTERVAL,
+    POLY_ORACLE,
+    REFERENCES,
+    SEED_COLUMNS,
+    CompareTable,
+    per_round,
+)
 
 from . import rundir
 from .rundir import save_figure, write_csv
@@ -65,10 +82,13 @@ def check_meta(meta, path) -> None:
     if not (_integer(meta.get("depth"), 1) and _integer(meta.get("rounds"), meta["depth"], MAX_ROUNDS)):
         raise ValueError(f"{path}: rounds and depth must be integers with 1 <= depth <= rounds <= {MAX_ROUNDS}")
     setting = meta.get("setting")
-    if not (isinstance(meta.get("command"), str) and isinstance(setting, dict)
-            and all(key in setting for key in ("family", "test_graphs", "batch"))
-            and isinstance(setting.get("checkpoints", []), list)
-            and all(_integer(r, 1, MAX_HORIZON) for r in setting.get("checkpoints", []))):
+    if not (
+        isinstance(meta.get("command"), str)
+        and isinstance(setting, dict)
+        and all(key in setting for key in ("family", "test_graphs", "batch"))
+        and isinstance(setting.get("checkpoints", []), list)
+        and all(_integer(r, 1, MAX_HORIZON) for r in setting.get("checkpoints", []))
+    ):
         raise ValueError(f"{path}: expected command (text) and setting (family, test_graphs, batch, checkpoints)")
     fitted = meta.get("fitted", {})
     if not isinstance(fitted, dict):
@@ -82,26 +102,46 @@ def check_fitted(fitted, where) -> None:
     {row: {steps, best_step, wall_seconds (number), stopped_by (text)}}, fits ("NAME: fit": an object, or a
     list of them, with steps, best step and stopped by) and per-round values ("NAME per round": {round: a
     number or a [low, high] pair; a row name for the best rows' choices})."""
+
     def wrong(what):
         raise ValueError(f"{where}: {what}")
+
     if not isinstance(fitted, dict):
         wrong("expected an object")
     training = fitted.get("training", {})
-    if not (isinstance(training, dict) and all(
-            isinstance(info, dict) and all(key in info for key in ("steps", "best_step")) and
-            isinstance(info.get("wall_seconds"), (int, float)) and isinstance(info.get("stopped_by"), str)
-            for info in training.values())):
+    if not (
+        isinstance(training, dict)
+        and all(
+            isinstance(info, dict)
+            and all(key in info for key in ("steps", "best_step"))
+            and isinstance(info.get("wall_seconds"), (int, float))
+            and isinstance(info.get("stopped_by"), str)
+            for info in training.values()
+        )
+    ):
         wrong("training must map rows to {steps, best_step, wall_seconds, stopped_by}")
     for key, value in fitted.items():
         if key.endswith(": fit"):
             fits = value if isinstance(value, list) else [value]
-            if not all(isinstance(fit, dict) and all(k in fit for k in ("steps", "best step"))
-                       and isinstance(fit.get("stopped by"), str) for fit in fits):
+            if not all(
+                isinstance(fit, dict)
+                and all(k in fit for k in ("steps", "best step"))
+                and isinstance(fit.get("stopped by"), str)
+                for fit in fits
+            ):
                 wrong(f"{key!r} must be an object (or a list of them) with steps, best step and stopped by")
-        if key.endswith(" per round") and not (isinstance(value, dict) and all(
-                isinstance(v, str) if key.startswith("best") else isinstance(v, (int, float)) or
-                isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)
-                for v in value.values())):
+        if key.endswith(" per round") and not (
+            isinstance(value, dict)
+            and all(
+                isinstance(v, str)
+                if key.startswith("best")
+                else isinstance(v, (int, float))
+                or isinstance(v, list)
+                and len(v) == 2
+                and all(isinstance(x, (int, float)) for x in v)
+                for v in value.values()
+            )
+        ):
             wrong(f"{key!r} must map rounds to {'row names' if key.startswith('best') else 'numbers or [low, high]'}")
 
 
@@ -117,8 +157,10 @@ def check_seed_rows(rows, horizon, path) -> None:
         except (TypeError, ValueError):
             good = False
         if not good:
-            raise ValueError(f"{path}, line {number}: expected a seed >= 0, a round from 1 to {horizon}, a number and "
-                             "numbers_sent empty or an integer >= 0")
+            raise ValueError(
+                f"{path}, line {number}: expected a seed >= 0, a round from 1 to {horizon}, a number and "
+                "numbers_sent empty or an integer >= 0"
+            )
 
 
 def check_curves(curves, path) -> None:
@@ -131,8 +173,9 @@ def check_curves(curves, path) -> None:
         except (KeyError, TypeError, ValueError):
             good = False
         if not good:
-            raise ValueError(f"{path}, line {number}: expected {', '.join(CURVE_COLUMNS)} with an integer step and "
-                             "a number val_loss")
+            raise ValueError(
+                f"{path}, line {number}: expected {', '.join(CURVE_COLUMNS)} with an integer step and a number val_loss"
+            )
 
 
 def write_outputs(out, table, meta, curves):
@@ -191,14 +234,17 @@ def plot(table, methods, path):
     fig = Figure(figsize=(4.6 * len(sets), 8.2), layout="constrained")
     axes = fig.subplots(2, len(sets), squeeze=False)
     shown = list(dict.fromkeys(m for name in sets for m in methods[name]))
-    colours = {m: f"C{i % 10}" if len(shown) <= 10 else matplotlib.colormaps["tab20"](i % 20) for i, m in enumerate(shown)}
+    colours = {
+        m: f"C{i % 10}" if len(shown) <= 10 else matplotlib.colormaps["tab20"](i % 20) for i, m in enumerate(shown)
+    }
     for column, name in enumerate(sets):
         low, high = math.inf, 0.0
         for method in methods[name]:
             rounds = np.array(table.available(method))
             cells = np.array([table.cell(method, name, r) for r in rounds])
-            style = dict(color=colours[method], ls="-" if is_model(method) else ":" if method in BOUNDS else "--",
-                         label=method)
+            style = dict(
+                color=colours[method], ls="-" if is_model(method) else ":" if method in BOUNDS else "--", label=method
+            )
             top = rounds <= table.rounds
             means = cells[top, 0][np.isfinite(cells[top, 0]) & (cells[top, 0] > 0)]
             if len(means) and method not in BOUNDS:
@@ -212,8 +258,9 @@ def plot(table, methods, path):
                 ax = axes[row, column]
                 ax.plot(x[keep], cells[keep, 0], marker="." if row else None, ms=3, **style)
                 if len(table.seeds) >= MIN_BAND_SEEDS:
-                    ax.fill_between(x[keep], cells[keep, 1], cells[keep, 2], color=colours[method], alpha=0.12,
-                                    linewidth=0)
+                    ax.fill_between(
+                        x[keep], cells[keep, 1], cells[keep, 2], color=colours[method], alpha=0.12, linewidth=0
+                    )
         top = min(high, 1.5) * 2 if high > 0 else 3.0  # a row above error 1 (diverging) runs off the top
         limits = (max(low / 3, FLOOR) if math.isfinite(low) else FLOOR, top)
         axes[0, column].set(title=name, xlabel="communication round", yscale="log", ylim=limits)
@@ -223,8 +270,11 @@ def plot(table, methods, path):
             ax.grid(True, alpha=0.4)
     for ax in axes[:, 0]:
         ax.set(ylabel="error ||x - x*|| / ||a - x*||")
-    bands = ("band: 95 % interval across seeds (clipped to the axes)" if len(table.seeds) >= MIN_BAND_SEEDS
-             else f"no bands below {MIN_BAND_SEEDS} seeds")
+    bands = (
+        "band: 95 % interval across seeds (clipped to the axes)"
+        if len(table.seeds) >= MIN_BAND_SEEDS
+        else f"no bands below {MIN_BAND_SEEDS} seeds"
+    )
     fig.suptitle(f"mean of {len(table.seeds)} seeds; {bands}", fontsize=9)
     save_figure(fig, path, dpi=110)
 
@@ -235,15 +285,17 @@ def plot_learning(curves, path):
     columns = min(4, len(methods))
     fig = Figure(figsize=(3.6 * columns, 2.9 * math.ceil(len(methods) / columns)), layout="constrained")
     axes = np.atleast_1d(fig.subplots(math.ceil(len(methods) / columns), columns, squeeze=False)).ravel()
-    for ax, method in zip(axes, methods):
+    for ax, method in zip(axes, methods, strict=False):
         for i, seed in enumerate(dict.fromkeys(row["seed"] for row in curves if row["method"] == method)):
-            points = [(int(r["step"]), float(r["val_loss"])) for r in curves if r["method"] == method and r["seed"] == seed]
-            ax.plot(*zip(*points), color=f"C{i}", lw=1, label=f"seed {seed}")
+            points = [
+                (int(r["step"]), float(r["val_loss"])) for r in curves if r["method"] == method and r["seed"] == seed
+            ]
+            ax.plot(*zip(*points, strict=False), color=f"C{i}", lw=1, label=f"seed {seed}")
         ax.set(title=method, xlabel="step", ylabel="validation loss", yscale="log")
         ax.title.set_fontsize(8)
         ax.grid(True, alpha=0.4)
     axes[0].legend(fontsize=6)
-    for ax in axes[len(methods):]:
+    for ax in axes[len(methods) :]:
         ax.set_visible(False)
     save_figure(fig, path, dpi=100)
 
@@ -273,36 +325,49 @@ def equal_numbers(table):
 
 def against_references(table, method, name, r, r_other=None):
     """'vs best classical <ratio>, <verdict>; vs best non-diverging <ratio>, <verdict>' at rounds r / r_other."""
-    return "; ".join(f"vs {'best classical' if ref == BEST else 'best non-diverging'} "
-                     f"{fmt(table.paired(method, ref, name, r, r_other)[:3])}, "
-                     f"{table.verdict(method, ref, name, r, r_other)}" for ref in REFERENCES)
+    return "; ".join(
+        f"vs {'best classical' if ref == BEST else 'best non-diverging'} "
+        f"{fmt(table.paired(method, ref, name, r, r_other)[:3])}, "
+        f"{table.verdict(method, ref, name, r, r_other)}"
+        for ref in REFERENCES
+    )
 
 
 def summary(table):
     """Per set: the best row (bounds excepted) at rounds 1, K, R by geometric mean and its paired ratios to the
     two best classical rows at that round, and the model row closest to them at equal numbers sent (by its larger
     ratio). Lines of Markdown, also printed by compare."""
-    lines = ["### Summary", "", "Per set and round, the row with the smallest error (bounds, and Chebyshev with each "
-             "graph's own spectrum, excepted: no node knows them) and its paired ratios, over seeds with a 95 % "
-             "interval, to the best classical row and to the best classical row that cannot diverge on any graph "
-             "(both chosen on tuning and validation data); then the model row closest to the best classical rows at "
-             "equal numbers sent (the one whose larger ratio to the two is smallest). These rows are picked on the "
-             "held-out sets themselves, so their intervals are optimistic (the largest of many differences); the "
-             "tables below give every prespecified pair.", ""]
+    lines = [
+        "### Summary",
+        "",
+        "Per set and round, the row with the smallest error (bounds, and Chebyshev with each "
+        "graph's own spectrum, excepted: no node knows them) and its paired ratios, over seeds with a 95 % "
+        "interval, to the best classical row and to the best classical row that cannot diverge on any graph "
+        "(both chosen on tuning and validation data); then the model row closest to the best classical rows at "
+        "equal numbers sent (the one whose larger ratio to the two is smallest). These rows are picked on the "
+        "held-out sets themselves, so their intervals are optimistic (the largest of many differences); the "
+        "tables below give every prespecified pair.",
+        "",
+    ]
     rounds = sorted({1, table.depth, table.rounds})
     for name in table.sets:
         parts = []
         for r in rounds:
             rows = [m for m in table.methods if m not in (*BOUNDS, OWN_INTERVAL) and table.has(m, r)]
             winner = min(rows, key=lambda m: table.cell(m, name, r)[0])
-            parts.append(f"round {r}: {winner} ({fmt(table.cell(winner, name, r))}; "
-                         f"{against_references(table, winner, name, r)})")
+            parts.append(
+                f"round {r}: {winner} ({fmt(table.cell(winner, name, r))}; "
+                f"{against_references(table, winner, name, r)})"
+            )
         pairs = equal_numbers(table)
         if pairs:  # against the stronger reference: a diverging one would make any row look good
-            method, r, c = min(pairs, key=lambda pair: max(table.paired(pair[0], ref, name, pair[1], pair[2])[0]
-                                                           for ref in REFERENCES))
-            parts.append(f"at equal numbers sent, the best model row is {method} after {r} rounds ({c} numbers "
-                         f"per edge): after {c} rounds, {against_references(table, method, name, r, c)}")
+            method, r, c = min(
+                pairs, key=lambda pair: max(table.paired(pair[0], ref, name, pair[1], pair[2])[0] for ref in REFERENCES)
+            )
+            parts.append(
+                f"at equal numbers sent, the best model row is {method} after {r} rounds ({c} numbers "
+                f"per edge): after {c} rounds, {against_references(table, method, name, r, c)}"
+            )
         lines.append(f"- **{name}**: " + "; ".join(parts) + ".")
     lines += [""]
     return lines
@@ -310,79 +375,122 @@ def summary(table):
 
 def verdict_table(table, pairs, title, note):
     """A Markdown table of paired verdicts (first, round, second, its round) per set."""
-    lines = [f"### {title}", "", note, "",
-             "| first | round | second | round | set | ratio [95 % CI] | p | verdict |",
-             "|---|---:|---|---:|---|---:|---:|---|"]
+    lines = [
+        f"### {title}",
+        "",
+        note,
+        "",
+        "| first | round | second | round | set | ratio [95 % CI] | p | verdict |",
+        "|---|---:|---|---:|---|---:|---:|---|",
+    ]
     for first, r, second, r_second in pairs:
         for name in table.sets:
             ratio, low, high, p = table.paired(first, second, name, r, r_second)
-            lines.append(f"| {first} | {r} | {second} | {r_second} | {name} | {fmt((ratio, low, high))} | {p:.2g} | "
-                         f"{table.verdict(first, second, name, r, r_second)} |")
+            lines.append(
+                f"| {first} | {r} | {second} | {r_second} | {name} | {fmt((ratio, low, high))} | {p:.2g} | "
+                f"{table.verdict(first, second, name, r, r_second)} |"
+            )
     return lines + [""]
 
 
 def markdown(table, meta, curves):
     K, R, n = table.depth, table.rounds, len(table.seeds)
     setting = meta["setting"]
-    lines = ["## Transformers vs classical averaging on graph_consensus", "", f"`{meta['command']}`", "",
-             f"Distributed averaging, values a_i = mu + s z_i. Transformers are trained on {setting['family']} at depth "
-             f"K = {K} until their validation loss plateaus ({meta.get('plateau rule', 'see the training table')}); "
-             "every method runs from x_i^0 = a_i, so round r has used r exchanges with the neighbours. Held-out "
-             f"sets per seed: {setting['test_graphs']} graphs x {setting['batch']} value vectors (training family; "
-             f"3x larger graphs of the same mean degree; rings and square grids whose diameter exceeds {R}). Cells: "
-             f"geometric mean over {n} seeds (each seed: its own training runs, tuning and instances) of the per-seed "
-             "geometric-mean error ||x^r - x*|| / ||a - x*|| with a 95 % t interval across seeds ('0': below float64 "
-             "resolution). Classical rows are tuned per round on training-family tuning instances (one run per "
-             f"setting; '(tuned for round {R})' rows use one setting for every round); the best classical row "
-             "takes, per round, the classical row with the smallest validation error, and the best non-diverging "
-             "row the same among the rows that cannot diverge on any graph (every row but Chebyshev with a tuned "
-             "interval). Bounds: the ball and Bayes oracles "
-             "(what r rounds can know), and the best polynomial of each graph's Metropolis matrix, which knows the "
-             "graph's spectrum (a bound on linear schemes with those weights, not an algorithm). The one-number "
-             "PDMM-transformers (bridge.frontier) send what every classical row sends, one number per edge and round: "
-             "untied from PDMM, trained on the training family; tied from PDMM, trained on a mixture of other "
-             "topologies (Erdos-Renyi, Barabasi-Albert, random regular, denser geometric graphs) through a depth "
-             "curriculum 8, 16, 32 with a loss at every round. QA-PDMM with "
-             "eta = L is PDMM exactly on averaging and is not repeated. 'sent' is numbers sent per edge and round.",
-             ""]
+    lines = [
+        "## Transformers vs classical averaging on graph_consensus",
+        "",
+        f"`{meta['command']}`",
+        "",
+        f"Distributed averaging, values a_i = mu + s z_i. Transformers are trained on {setting['family']} at depth "
+        f"K = {K} until their validation loss plateaus ({meta.get('plateau rule', 'see the training table')}); "
+        "every method runs from x_i^0 = a_i, so round r has used r exchanges with the neighbours. Held-out "
+        f"sets per seed: {setting['test_graphs']} graphs x {setting['batch']} value vectors (training family; "
+        f"3x larger graphs of the same mean degree; rings and square grids whose diameter exceeds {R}). Cells: "
+        f"geometric mean over {n} seeds (each seed: its own training runs, tuning and instances) of the per-seed "
+        "geometric-mean error ||x^r - x*|| / ||a - x*|| with a 95 % t interval across seeds ('0': below float64 "
+        "resolution). Classical rows are tuned per round on training-family tuning instances (one run per "
+        f"setting; '(tuned for round {R})' rows use one setting for every round); the best classical row "
+        "takes, per round, the classical row with the smallest validation error, and the best non-diverging "
+        "row the same among the rows that cannot diverge on any graph (every row but Chebyshev with a tuned "
+        "interval). Bounds: the ball and Bayes oracles "
+        "(what r rounds can know), and the best polynomial of each graph's Metropolis matrix, which knows the "
+        "graph's spectrum (a bound on linear schemes with those weights, not an algorithm). The one-number "
+        "PDMM-transformers (bridge.frontier) send what every classical row sends, one number per edge and round: "
+        "untied from PDMM, trained on the training family; tied from PDMM, trained on a mixture of other "
+        "topologies (Erdos-Renyi, Barabasi-Albert, random regular, denser geometric graphs) through a depth "
+        "curriculum 8, 16, 32 with a loss at every round. QA-PDMM with "
+        "eta = L is PDMM exactly on averaging and is not repeated. 'sent' is numbers sent per edge and round.",
+        "",
+    ]
     lines += summary(table)
     shown_rounds = sorted({1, K, R})
     for name in table.sets:
-        lines += [f"### {name}", "",
-                  "| method | " + " | ".join(f"round {r}" for r in shown_rounds)
-                  + f" | / best classical, round {K} | / best non-diverging, round {K} | sent |",
-                  "|---|" + "---:|" * (len(shown_rounds) + 3)]
+        lines += [
+            f"### {name}",
+            "",
+            "| method | "
+            + " | ".join(f"round {r}" for r in shown_rounds)
+            + f" | / best classical, round {K} | / best non-diverging, round {K} | sent |",
+            "|---|" + "---:|" * (len(shown_rounds) + 3),
+        ]
         for method in table.methods:
             cells = [fmt(table.cell(method, name, r)) if table.has(method, r) else "" for r in shown_rounds]
             ratios = [fmt(table.paired(method, ref, name, K)[:3]) if table.has(method, K) else "" for ref in REFERENCES]
             sent = table.sent.get(method)
-            lines.append(f"| {method} | " + " | ".join(cells + ratios) + " | " + ("-" if sent is None else f"{sent}")
-                         + " |")
+            lines.append(
+                f"| {method} | " + " | ".join(cells + ratios) + " | " + ("-" if sent is None else f"{sent}") + " |"
+            )
         lines.append("")
     models = [m for m in table.methods if is_transformer(m)] + [
-        m for m in (FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED, LEARNED) if m in table.methods]
-    at_rounds = [(m, r, other, r) for m in models for r in sorted({1, K}) for other in (*REFERENCES, per_round("pdmm"))
-                 if table.has(m, r)]
-    at_rounds += [(m, R, ref, R) for m in table.methods if (m.startswith("tied") or m == ONE_NUMBER_TIED)
-                  and table.has(m, R) for ref in REFERENCES]
-    lines += verdict_table(table, at_rounds, "Paired comparisons at equal rounds",
-                           f"Ratio of geometric-mean errors (first / second) over {n} seeds, 95 % t interval, p of a "
-                           "paired t-test (scipy.stats.ttest_rel); 'better' / 'worse' only where the interval "
-                           "excludes 1.")
-    lines += verdict_table(table, [(m, r, ref, c) for m, r, c in equal_numbers(table) for ref in REFERENCES],
-                           "Paired comparisons at equal numbers sent",
-                           "Each model row that sends w numbers per edge and round, after r rounds, against the two "
-                           "best classical rows after w r rounds (one number per round): the same numbers sent per "
-                           "edge.")
+        m for m in (FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED, LEARNED) if m in table.methods
+    ]
+    at_rounds = [
+        (m, r, other, r)
+        for m in models
+        for r in sorted({1, K})
+        for other in (*REFERENCES, per_round("pdmm"))
+        if table.has(m, r)
+    ]
+    at_rounds += [
+        (m, R, ref, R)
+        for m in table.methods
+        if (m.startswith("tied") or m == ONE_NUMBER_TIED) and table.has(m, R)
+        for ref in REFERENCES
+    ]
+    lines += verdict_table(
+        table,
+        at_rounds,
+        "Paired comparisons at equal rounds",
+        f"Ratio of geometric-mean errors (first / second) over {n} seeds, 95 % t interval, p of a "
+        "paired t-test (scipy.stats.ttest_rel); 'better' / 'worse' only where the interval "
+        "excludes 1.",
+    )
+    lines += verdict_table(
+        table,
+        [(m, r, ref, c) for m, r, c in equal_numbers(table) for ref in REFERENCES],
+        "Paired comparisons at equal numbers sent",
+        "Each model row that sends w numbers per edge and round, after r rounds, against the two "
+        "best classical rows after w r rounds (one number per round): the same numbers sent per "
+        "edge.",
+    )
     lines += tied_trends(table) + bound_lines(table) + training_lines(meta) + fitted_lines(meta, table)
-    lines += ["", "![error against round and against numbers sent](compare.png)", "",
-              f"*compare.png: top, error against round (log scale), one panel per held-out set; bottom, the same "
-              f"against the cumulative numbers sent per edge. Lines: mean of {n} seeds; bands: 95 % interval across "
-              "seeds, clipped to the axes. Dotted: bounds; dashed: classical; solid: transformers. Every row is in "
-              "compare_all.png, compare.csv and, per seed, seeds.csv.*", ""]
+    lines += [
+        "",
+        "![error against round and against numbers sent](compare.png)",
+        "",
+        f"*compare.png: top, error against round (log scale), one panel per held-out set; bottom, the same "
+        f"against the cumulative numbers sent per edge. Lines: mean of {n} seeds; bands: 95 % interval across "
+        "seeds, clipped to the axes. Dotted: bounds; dashed: classical; solid: transformers. Every row is in "
+        "compare_all.png, compare.csv and, per seed, seeds.csv.*",
+        "",
+    ]
     if curves:
-        lines += ["![validation loss against training step](learning.png)", "",
-                  "*learning.png: validation loss of every trained row against training step, one line per seed.*", ""]
+        lines += [
+            "![validation loss against training step](learning.png)",
+            "",
+            "*learning.png: validation loss of every trained row against training step, one line per seed.*",
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -391,14 +499,19 @@ def tied_trends(table):
     if not tied:
         return []
     K, R = table.depth, table.rounds
-    lines = [f"### Tied transformers past their training depth ({K} -> {R} rounds)", "",
-             f"| model | set | error at {K} | error at {R} | ratio {R} / {K} [95 % CI] | trend |",
-             "|---|---|---:|---:|---:|---|"]
+    lines = [
+        f"### Tied transformers past their training depth ({K} -> {R} rounds)",
+        "",
+        f"| model | set | error at {K} | error at {R} | ratio {R} / {K} [95 % CI] | trend |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for method in tied:
         for name in table.sets:
             ratio, low, high, word = table.trend(method, name)
-            lines.append(f"| {method} | {name} | {table.cell(method, name, K)[0]:.3g} | "
-                         f"{table.cell(method, name, R)[0]:.3g} | {fmt((ratio, low, high))} | {word} |")
+            lines.append(
+                f"| {method} | {name} | {table.cell(method, name, K)[0]:.3g} | "
+                f"{table.cell(method, name, R)[0]:.3g} | {fmt((ratio, low, high))} | {word} |"
+            )
     return lines + [""]
 
 
@@ -407,9 +520,14 @@ def bound_lines(table):
     lines = []
     for oracle in (ORACLE, BAYES):
         others = [m for m in table.methods if m not in BOUNDS]
-        better = [f"{m} ({name})" for m in others for name in table.sets if table.verdict(m, oracle, name, 1) == "better"]
-        lines.append(f"Round 1 against the {oracle}: " + ("no method is better" if not better else
-                                                         "better: " + ", ".join(better)) + ".")
+        better = [
+            f"{m} ({name})" for m in others for name in table.sets if table.verdict(m, oracle, name, 1) == "better"
+        ]
+        lines.append(
+            f"Round 1 against the {oracle}: "
+            + ("no method is better" if not better else "better: " + ", ".join(better))
+            + "."
+        )
     return lines + [""]
 
 
@@ -422,22 +540,34 @@ def training_lines(meta):
             runs.setdefault(label, []).append(info)
     if not runs:
         return []
-    lines = ["### Training budget per row", "", meta.get("plateau rule", ""), "",
-             "| row | steps (per seed) | best step | wall seconds (per seed) | stopped by |", "|---|---|---|---|---|"]
+    lines = [
+        "### Training budget per row",
+        "",
+        meta.get("plateau rule", ""),
+        "",
+        "| row | steps (per seed) | best step | wall seconds (per seed) | stopped by |",
+        "|---|---|---|---|---|",
+    ]
     for label, infos in runs.items():
         stops = ", ".join(f"{k} {v}" for k, v in sorted(Counter(i["stopped_by"] for i in infos).items()))
-        lines.append(f"| {label} | {', '.join(str(i['steps']) for i in infos)} | "
-                     f"{', '.join(str(i['best_step']) for i in infos)} | "
-                     + ", ".join(f"{i['wall_seconds']:.0f}" for i in infos) + f" | {stops} |")
+        lines.append(
+            f"| {label} | {', '.join(str(i['steps']) for i in infos)} | "
+            f"{', '.join(str(i['best_step']) for i in infos)} | "
+            + ", ".join(f"{i['wall_seconds']:.0f}" for i in infos)
+            + f" | {stops} |"
+        )
     for label in (LEARNED, FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED):
         fits = [values.get(f"{label}: fit") for values in fitted.values() if values.get(f"{label}: fit")]
         if fits:
             stages = [f if isinstance(f, list) else [f] for f in fits]  # the tied one: one fit per curriculum stage
             joined = lambda key: ", ".join("+".join(str(f[key]) for f in s) for s in stages)  # noqa: E731
             stops = Counter(f["stopped by"] for s in stages for f in s)
-            lines.append(f"| {label} (full-batch Adam{', per depth stage' if label == ONE_NUMBER_TIED else ''}) | "
-                         f"{joined('steps')} | {joined('best step')} | - | "
-                         + ", ".join(f"{k} {v}" for k, v in sorted(stops.items())) + " |")
+            lines.append(
+                f"| {label} (full-batch Adam{', per depth stage' if label == ONE_NUMBER_TIED else ''}) | "
+                f"{joined('steps')} | {joined('best step')} | - | "
+                + ", ".join(f"{k} {v}" for k, v in sorted(stops.items()))
+                + " |"
+            )
     return lines + [""]
 
 
@@ -449,20 +579,28 @@ def fitted_lines(meta, table):
     R, K = str(table.rounds), str(table.depth)
     seeds = list(fitted)
     lines = ["### Tuned per seed", ""]
-    for key in ("pdmm: rho per round", "averaged pdmm: rho per round", "admm: rho per round",
-                "chebyshev: interval per round", "safe chebyshev: interval per round"):
+    for key in (
+        "pdmm: rho per round",
+        "averaged pdmm: rho per round",
+        "admm: rho per round",
+        "chebyshev: interval per round",
+        "safe chebyshev: interval per round",
+    ):
         values = [fitted[s].get(key, {}) for s in seeds]
         if all(K in v and R in v for v in values):
-            lines.append(f"- {key.replace(' per round', '')} at rounds {K} / {R} (seeds in order): "
-                         + "; ".join(f"{_short(v[K])} / {_short(v[R])}" for v in values))
+            lines.append(
+                f"- {key.replace(' per round', '')} at rounds {K} / {R} (seeds in order): "
+                + "; ".join(f"{_short(v[K])} / {_short(v[R])}" for v in values)
+            )
     for key in ("best classical per round", "best non-diverging classical per round"):
         choices = [fitted[s].get(key, {}) for s in seeds]
         if all({"1", K, R} <= set(c) for c in choices):
-            lines.append(f"- {key.replace(' per round', '')} row at rounds 1 / {K} / {R}: "
-                         + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices))
+            lines.append(
+                f"- {key.replace(' per round', '')} row at rounds 1 / {K} / {R}: "
+                + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices)
+            )
     return lines + [""]
 
 
 def _short(value):
     return f"({value[0]:.2g}, {value[1]:.4g})" if isinstance(value, list) else f"{value:.3g}"
-

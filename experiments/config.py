@@ -14,6 +14,7 @@ A config file may also hold a [sweep] table (the grid, variants and seeds `pdmm-
 when none are given on its command line) and a [report] table (what `pdmm-bridge report` says
 about the sweep); `load_plan` reads those two, `load_config` leaves them out of the run config.
 """
+
 import dataclasses
 import json
 import math
@@ -29,8 +30,8 @@ from .errors import UsageError
 @dataclass
 class TaskConfig:
     name: str = "char_lm"
-    data: str = ""                                # a text file for char_lm; unused by the other tasks
-    options: dict = field(default_factory=dict)   # the task's own keys, checked by the task
+    data: str = ""  # a text file for char_lm; unused by the other tasks
+    options: dict = field(default_factory=dict)  # the task's own keys, checked by the task
 
 
 @dataclass
@@ -45,29 +46,29 @@ class ModelConfig:
     beta: float = 1.0
     kernel: str = "softmax"
     symmetric: bool = False
-    self_loops: bool = True         # false: no token attends to itself (ViT only; AttentionX's ViT setting)
-    send_width: int = 0             # numbers a token sends each neighbour per layer: keys send_width // 2 wide,
-                                    # values the rest (0: key and value d_model wide each, 2 d_model;
-                                    # kernel "mean" sends values only, send_width >= 1 wide)
-    kind: str = "transformer"       # "convex": ConvexTokenClassifier over fixed embeddings; "convex_blocks":
-                                    # n_layer convex attention + FCN blocks over trained embeddings (docs/theory/convex.md section 8;
-                                    # both task modular only)
-    gates: int = 0                  # convex kinds: fixed random ReLU gates h (0: one open gate)
-    group_lasso: float = 0.0        # convex kinds: beta, the group-lasso weight added to the training loss
+    self_loops: bool = True  # false: no token attends to itself (ViT only; AttentionX's ViT setting)
+    send_width: int = 0  # numbers a token sends each neighbour per layer: keys send_width // 2 wide,
+    # values the rest (0: key and value d_model wide each, 2 d_model;
+    # kernel "mean" sends values only, send_width >= 1 wide)
+    kind: str = "transformer"  # "convex": ConvexTokenClassifier over fixed embeddings; "convex_blocks":
+    # n_layer convex attention + FCN blocks over trained embeddings (docs/theory/convex.md section 8;
+    # both task modular only)
+    gates: int = 0  # convex kinds: fixed random ReLU gates h (0: one open gate)
+    group_lasso: float = 0.0  # convex kinds: beta, the group-lasso weight added to the training loss
 
 
 @dataclass
 class TrainConfig:
     max_iters: int = 2000
-    batch_size: int = 12            # 0: the whole training set every step (full batch)
+    batch_size: int = 12  # 0: the whole training set every step (full batch)
     block_size: int = 64
     lr: float = 1e-3
-    min_lr: float = 1e-4            # cosine decay from lr to min_lr over max_iters, after warm-up
+    min_lr: float = 1e-4  # cosine decay from lr to min_lr over max_iters, after warm-up
     warmup_iters: int = 100
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
-    grad_clip: float = 1.0          # 0: no clipping
+    grad_clip: float = 1.0  # 0: no clipping
     eval_interval: int = 250
     eval_iters: int = 20
     log_interval: int = 1
@@ -75,13 +76,13 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     compile: bool = False
-    stop_metric: str = ""           # e.g. "val_acc": stop at the first evaluation where it reaches stop_value
+    stop_metric: str = ""  # e.g. "val_acc": stop at the first evaluation where it reaches stop_value
     stop_value: float = 0.0
-    patience: int = 0               # 0: off; else stop after this many evaluations in a row without improvement
-    min_delta: float = 0.0          # an improvement beats the best so far by more than this fraction of it
-    plateau_metric: str = ""        # what patience watches; "": the task's first metric (val_loss)
-    memory_check: bool = True       # refuse a config whose estimated memory exceeds what the device has
-                                    # available (experiments/memory.py); false: try anyway
+    patience: int = 0  # 0: off; else stop after this many evaluations in a row without improvement
+    min_delta: float = 0.0  # an improvement beats the best so far by more than this fraction of it
+    plateau_metric: str = ""  # what patience watches; "": the task's first metric (val_loss)
+    memory_check: bool = True  # refuse a config whose estimated memory exceeds what the device has
+    # available (experiments/memory.py); false: try anyway
 
 
 @dataclass
@@ -93,9 +94,22 @@ class RunConfig:
 
 TABLES = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
 PLAN_TABLES = ("sweep", "report")
-NON_NEGATIVE = {"batch_size", "warmup_iters", "weight_decay", "grad_clip", "min_lr", "dropout", "seed", "gamma", "beta",
-                "gates", "group_lasso", "send_width",
-                "patience", "min_delta"}
+NON_NEGATIVE = {
+    "batch_size",
+    "warmup_iters",
+    "weight_decay",
+    "grad_clip",
+    "min_lr",
+    "dropout",
+    "seed",
+    "gamma",
+    "beta",
+    "gates",
+    "group_lasso",
+    "send_width",
+    "patience",
+    "min_delta",
+}
 MODEL_KINDS = ("transformer", "convex", "convex_blocks")
 DEVICE_TYPES = ("cpu", "cuda")  # the devices train.device may name
 MAX_SEED = 2**32 - 1  # train.seed seeds scikit-learn (digits' split), numpy and torch: the range all of them take
@@ -117,8 +131,9 @@ def config_path(name):
         return path
     builtin = builtin_configs().get(path.as_posix().removesuffix(".toml"))
     if builtin is None:
-        raise UsageError(f"config file not found: {name} is neither a file nor a built-in config "
-                         "(`pdmm-bridge configs` lists them)")
+        raise UsageError(
+            f"config file not found: {name} is neither a file nor a built-in config (`pdmm-bridge configs` lists them)"
+        )
     return builtin
 
 
@@ -183,8 +198,9 @@ def from_tables(tables, source="config", overridden=()):
     unknown = set(tables) - set(TABLES)
     if unknown:
         from_set = all(any(key.startswith(f"{table}.") for key in overridden) for table in unknown)
-        raise UsageError(f"{'--set' if from_set else source}: unknown table(s) {sorted(unknown)}; "
-                         f"expected {list(TABLES)}")
+        raise UsageError(
+            f"{'--set' if from_set else source}: unknown table(s) {sorted(unknown)}; expected {list(TABLES)}"
+        )
     parts = {}
     for table, cls in TABLES.items():
         values = dict(tables.get(table, {}))
@@ -195,8 +211,10 @@ def from_tables(tables, source="config", overridden=()):
             extra = set(values) - set(known)
             if extra:
                 names = [f"{table}.{k}" for k in sorted(extra)]
-                raise UsageError(f"{'--set' if set(names) <= set(overridden) else source}: unknown key(s) "
-                                 f"{', '.join(names)}; [{table}] accepts {', '.join(known)}")
+                raise UsageError(
+                    f"{'--set' if set(names) <= set(overridden) else source}: unknown key(s) "
+                    f"{', '.join(names)}; [{table}] accepts {', '.join(known)}"
+                )
         for key, value in values.items():
             if key != "options":
                 values[key] = checked(f"{table}.{key}", value, known[key].type)
@@ -236,13 +254,19 @@ def check_ranges(config):
                     raise UsageError(f"{table}.{f.name} must be > 0, got {value}")
     if config.train.seed > MAX_SEED:
         raise UsageError(f"train.seed must be an integer from 0 to 2^32 - 1, got {config.train.seed}")
-    for name, value in (("model.dropout", config.model.dropout), ("train.beta1", config.train.beta1),
-                        ("train.beta2", config.train.beta2), ("train.min_delta", config.train.min_delta)):
+    for name, value in (
+        ("model.dropout", config.model.dropout),
+        ("train.beta1", config.train.beta1),
+        ("train.beta2", config.train.beta2),
+        ("train.min_delta", config.train.min_delta),
+    ):
         if value >= 1:
             raise UsageError(f"{name} must be < 1, got {value}")
     if config.model.send_width == 1 and config.model.kernel != "mean":
-        raise UsageError("model.send_width must be 0 (key and value d_model wide each) or >= 2, got 1 "
-                         "(1 needs model.kernel = \"mean\", which sends values only)")
+        raise UsageError(
+            "model.send_width must be 0 (key and value d_model wide each) or >= 2, got 1 "
+            '(1 needs model.kernel = "mean", which sends values only)'
+        )
     if config.model.kind not in MODEL_KINDS:
         raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {config.model.kind!r}")
     import torch  # here, not at the top: `pdmm-bridge configs` reads configs without torch
@@ -252,8 +276,10 @@ def check_ranges(config):
     except RuntimeError:
         kind = None
     if kind not in DEVICE_TYPES:  # meta holds no data, and the trainer knows no other kind
-        raise UsageError(f"train.device must be a torch device the trainer runs on (cpu, cuda or cuda:N), "
-                         f"got {config.train.device!r}")
+        raise UsageError(
+            f"train.device must be a torch device the trainer runs on (cpu, cuda or cuda:N), "
+            f"got {config.train.device!r}"
+        )
     if config.train.min_lr > config.train.lr:
         raise UsageError(f"train.min_lr ({config.train.min_lr}) must not exceed train.lr ({config.train.lr})")
 

@@ -7,6 +7,7 @@
 Every command that takes a config accepts these names as well as a file path; copy a config's file
 (listed with --paths) to change more than `--set` overrides.
 """
+
 from .config import builtin_configs, description
 
 

@@ -1,5 +1,6 @@
 """The command line's error classes and the version, with nothing heavier than the standard library, so that
 `pdmm-bridge --help`, `--version` and `configs` start without importing torch (experiments/cli.py)."""
+
 from importlib.metadata import PackageNotFoundError, version
 
 

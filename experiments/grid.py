@@ -1,5 +1,6 @@
 """The runs a sweep or a compare makes: their seeds, their directory names, and the checks each run's config
 passes before the first run starts (so a typo in a grid fails at once, not after hours of training)."""
+
 from urllib.parse import quote
 
 import attention
@@ -17,19 +18,23 @@ def check_names(config):
     parse_options(TASKS[config.task.name].Options, config.task.options, config.task.name)
     for name, choices in (("residual", attention.RESIDUALS), ("kernel", attention.KERNELS)):
         if getattr(config.model, name) not in choices:
-            raise UsageError(f"unknown model.{name} {getattr(config.model, name)!r}; choose one of {', '.join(choices)}")
+            raise UsageError(
+                f"unknown model.{name} {getattr(config.model, name)!r}; choose one of {', '.join(choices)}"
+            )
 
 
 def run_name(assignment, seed):
-    """"residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped.
+    """ "residual=belief,seed=0"; characters that cannot be in a directory name are %-escaped.
 
     The name is one path component inside OUT whatever the grid values (`/` and `\\` are escaped, and
     it always holds an `=`, so it is never `.` or `..`); a name over NAME_MAX bytes is a UsageError."""
     parts = [f"{key.split('.')[-1]}={value}" for key, value in assignment.items()] + [f"seed={seed}"]
     name = quote(",".join(parts), safe="=,+-.@")
     if len(name.encode()) > rundir.NAME_MAX:
-        raise UsageError(f"the run name {name[:40]}... is {len(name.encode())} bytes, over the {rundir.NAME_MAX} a "
-                         "directory name may hold; use shorter grid values")
+        raise UsageError(
+            f"the run name {name[:40]}... is {len(name.encode())} bytes, over the {rundir.NAME_MAX} a "
+            "directory name may hold; use shorter grid values"
+        )
     return name
 
 

@@ -35,6 +35,7 @@ Started by hand under torchrun (no report directory) a process prints its failur
 Ctrl-C by local process 0 only (every process finds the same), a runtime failure by each process that has
 one; torchrun then adds its own report and exits 1.
 """
+
 import contextlib
 import ctypes
 import json
@@ -69,9 +70,11 @@ def check(nproc, available=None):
     available = memory.available_bytes("cpu") if available is None else available
     need = nproc * PROCESS_BYTES
     if available is not None and need > available:
-        raise UsageError(f"--nproc {nproc} needs about {need / 2**30:.1f} GB ({PROCESS_BYTES / 2**30:.2g} GB a "
-                         f"process before its problem), more than the {available / 2**30:.1f} GB available; use at "
-                         f"most {max(1, available // PROCESS_BYTES)} processes")
+        raise UsageError(
+            f"--nproc {nproc} needs about {need / 2**30:.1f} GB ({PROCESS_BYTES / 2**30:.2g} GB a "
+            f"process before its problem), more than the {available / 2**30:.1f} GB available; use at "
+            f"most {max(1, available // PROCESS_BYTES)} processes"
+        )
 
 
 class _Job:
@@ -123,9 +126,13 @@ def launch(argv, nproc):
         try:
             try:
                 for rank in range(nproc):
-                    job.processes.append(subprocess.Popen(
-                        [sys.executable, "-m", "experiments", *argv], process_group=0,
-                        env={**environment, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
+                    job.processes.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", "experiments", *argv],
+                            process_group=0,
+                            env={**environment, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                        )
+                    )
             except OSError as err:  # no memory or process slots left: the started ones are killed below
                 raise RunFailure(f"could not start process {len(job.processes)} of {nproc}: {err}") from None
             finally:
@@ -152,9 +159,16 @@ def _environment(nproc, reports):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc),
-            "LOCAL_WORLD_SIZE": str(nproc), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            REPORTS: reports, PARENT: str(os.getpid())}
+    return {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        REPORTS: reports,
+        PARENT: str(os.getpid()),
+    }
 
 
 def _wait(job, reports):
@@ -165,8 +179,11 @@ def _wait(job, reports):
     while [process.poll() for process in processes].count(None):  # every one polled: any() would stop at the first
         if deadline is None:
             reported = _reports(reports)
-            failed = [rank for rank, process in enumerate(processes)
-                      if process.returncode is not None and (process.returncode < 0 or rank in reported)]
+            failed = [
+                rank
+                for rank, process in enumerate(processes)
+                if process.returncode is not None and (process.returncode < 0 or rank in reported)
+            ]
             if job.ending or any(reported[rank][0] == 130 for rank in failed if rank in reported):
                 deadline = time.monotonic() + QUICK
             elif failed or processes[0].returncode is not None:
@@ -202,20 +219,35 @@ def _outcome(codes, reports, job, argv):
         code, _, message = bad_input[0]
     elif interrupted or job.interrupted:
         code = 130
-        message = interrupted[0][2] if interrupted else \
-            "pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written"
+        message = (
+            interrupted[0][2]
+            if interrupted
+            else "pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written"
+        )
     elif killed:
         rank, signum = killed[0]
-        code, message = 1, (f"pdmm-bridge solve: error: process {rank} of {len(codes)} was killed by signal "
-                            f"{_name(-signum)}")
+        code, message = (
+            1,
+            (f"pdmm-bridge solve: error: process {rank} of {len(codes)} was killed by signal {_name(-signum)}"),
+        )
     elif stopped:  # the others' collectives timed out waiting for it
-        code, message = 1, (f"pdmm-bridge solve: error: process {stopped[0]} of {len(codes)} was stopped (SIGSTOP or "
-                            "a debugger) and did not answer within the collective timeout; the launcher killed it")
+        code, message = (
+            1,
+            (
+                f"pdmm-bridge solve: error: process {stopped[0]} of {len(codes)} was stopped (SIGSTOP or "
+                "a debugger) and did not answer within the collective timeout; the launcher killed it"
+            ),
+        )
     elif first:
         code, _, message = first[0]
     else:
-        code, message = 1, (f"pdmm-bridge solve: error: the job's processes ended with {codes}; processes "
-                            f"{sorted(job.killed)} did not end {GRACE:g} s after the others")
+        code, message = (
+            1,
+            (
+                f"pdmm-bridge solve: error: the job's processes ended with {codes}; processes "
+                f"{sorted(job.killed)} did not end {GRACE:g} s after the others"
+            ),
+        )
     # process 0's progress bar may end mid-line where it was killed
     bar = codes[0] < 0 and not any(a.startswith("--no-p") for a in argv)
     print(("\n" if bar else "") + message, file=sys.stderr)

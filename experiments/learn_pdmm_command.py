@@ -9,6 +9,7 @@ results.md (the table: geometric-mean relative error after K rounds and the lear
 ratio), errors.png (error against round) and, with --results, the same table as a section of
 that Markdown file.
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -19,8 +20,8 @@ from bridge.learned import learned_vs_constant
 
 from . import rundir
 from .common import UsageError, package_version
-from .rundir import save_figure
 from .results_doc import replace_section
+from .rundir import save_figure
 
 
 def layer_list(text):
@@ -34,8 +35,12 @@ def layer_list(text):
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("learn-pdmm", help="learned PDMM against the best constant rho",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "learn-pdmm",
+        help="learned PDMM against the best constant rho",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--layers", type=layer_list, default="10,20", help="K values, comma-separated")
     parser.add_argument("--train-graphs", type=int, default=16, help="training graphs (x 16 instances each)")
     parser.add_argument("--test-graphs", type=int, default=16, help="held-out graphs per set (x 16 instances)")
@@ -43,8 +48,11 @@ def add_parser(subparsers):
     parser.add_argument("--seed", type=int, default=0, help="seed of the training and held-out instances")
     parser.add_argument("--out", default="runs/learned-pdmm", help="output directory")
     parser.add_argument("--results", help="also write the table as a section of this Markdown file")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty --out that learn-pdmm did not "
-                                                             "make; replace a --results section from a larger run")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty --out that learn-pdmm did not make; replace a --results section from a larger run",
+    )
     return parser
 
 
@@ -52,38 +60,57 @@ def run(args):
     if min(args.train_graphs, args.test_graphs, args.steps) < 1:
         raise UsageError("--train-graphs, --test-graphs and --steps must be >= 1")
     out = rundir.claim(args.out, "learn-pdmm", args.force, reusable=True)
-    results, training, curves = learned_vs_constant(args.layers, args.train_graphs, args.test_graphs, args.steps,
-                                                    args.seed)
+    results, training, curves = learned_vs_constant(
+        args.layers, args.train_graphs, args.test_graphs, args.steps, args.seed
+    )
     command = "pdmm-bridge learn-pdmm " + " ".join(
         f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in vars(args).items() if k in ("layers", "train_graphs", "test_graphs", "steps", "seed"))
-    rundir.write_file(out / "results.json", json.dumps({"version": package_version(), "command": command,
-                                                        "results": results, "training": training}, indent=2) + "\n")
+        for k, v in vars(args).items()
+        if k in ("layers", "train_graphs", "test_graphs", "steps", "seed")
+    )
+    rundir.write_file(
+        out / "results.json",
+        json.dumps(
+            {"version": package_version(), "command": command, "results": results, "training": training}, indent=2
+        )
+        + "\n",
+    )
     plot_errors(curves, out / "errors.png")
     rundir.write_file(out / "results.md", markdown(results, command, "errors.png"))
     if args.results:  # the figure goes to figures/ beside the results file
         figure = rundir.make_dir(Path(args.results).parent / "figures") / "learned_pdmm_errors.png"
         rundir.copy_file(out / "errors.png", figure)
-        replace_section(args.results, "learned-pdmm", markdown(results, command, "figures/learned_pdmm_errors.png"),
-                        scale={"steps": args.steps, "train_graphs": args.train_graphs, "test_graphs": args.test_graphs},
-                        force=args.force)
+        replace_section(
+            args.results,
+            "learned-pdmm",
+            markdown(results, command, "figures/learned_pdmm_errors.png"),
+            scale={"steps": args.steps, "train_graphs": args.train_graphs, "test_graphs": args.test_graphs},
+            force=args.force,
+        )
     print(out / "results.md")
     return 0
 
 
 def markdown(results, command, figure):
-    lines = ["## Learned PDMM against the best constant rho", "",
-             f"`{command}`", "",
-             "Distributed averaging, a_i ~ N(1, 1); training instances on random geometric graphs, n 32-64. "
-             "Geometric-mean relative error ||x^K - x*|| / ||x*|| after K rounds; ratio < 1: learned PDMM is "
-             "better. Both the constant rho and the learned rho_k, theta_k are fitted to the training "
-             "instances only, so on the other topologies neither is tuned. One draw of instances (one seed), so "
-             "no intervals: `pdmm-bridge compare` fits learned PDMM per seed and reports it over 5 seeds.", "",
-             "| K | instances | best constant rho | constant-rho error | learned error | learned / constant |",
-             "|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "## Learned PDMM against the best constant rho",
+        "",
+        f"`{command}`",
+        "",
+        "Distributed averaging, a_i ~ N(1, 1); training instances on random geometric graphs, n 32-64. "
+        "Geometric-mean relative error ||x^K - x*|| / ||x*|| after K rounds; ratio < 1: learned PDMM is "
+        "better. Both the constant rho and the learned rho_k, theta_k are fitted to the training "
+        "instances only, so on the other topologies neither is tuned. One draw of instances (one seed), so "
+        "no intervals: `pdmm-bridge compare` fits learned PDMM per seed and reports it over 5 seeds.",
+        "",
+        "| K | instances | best constant rho | constant-rho error | learned error | learned / constant |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
     for r in results:
-        lines.append(f"| {r['K']} | {r['set']} | {r['best_constant_rho']:.3g} | {r['constant_error']:.3g} | "
-                     f"{r['learned_error']:.3g} | {r['ratio']:.3f} |")
+        lines.append(
+            f"| {r['K']} | {r['set']} | {r['best_constant_rho']:.3g} | {r['constant_error']:.3g} | "
+            f"{r['learned_error']:.3g} | {r['ratio']:.3f} |"
+        )
     lines += ["", f"![error against round, same-family held-out instances]({figure})"]
     return "\n".join(lines) + "\n"
 
@@ -92,10 +119,14 @@ def plot_errors(curves, path):
     fig = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = fig.subplots()
     for K, (constant, learned) in curves.items():
-        line, = ax.plot(range(1, K + 1), constant, "--", label=f"best constant rho, K = {K}")
+        (line,) = ax.plot(range(1, K + 1), constant, "--", label=f"best constant rho, K = {K}")
         ax.plot(range(1, K + 1), learned, "-", color=line.get_color(), label=f"learned rho_k, theta_k, K = {K}")
-    ax.set(yscale="log", xlabel="communication round", ylabel="relative error (geometric mean)",
-           title="learned vs constant-rho PDMM, held-out instances")
+    ax.set(
+        yscale="log",
+        xlabel="communication round",
+        ylabel="relative error (geometric mean)",
+        title="learned vs constant-rho PDMM, held-out instances",
+    )
     ax.grid(True, alpha=0.4)
     ax.legend()
     save_figure(fig, path, dpi=120)

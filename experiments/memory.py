@@ -11,6 +11,7 @@ The estimate errs high (it is meant to stop a `--set model.n_layer=1000000` befo
 budget a run). `check_memory` refuses a config above the memory this machine has available (or the GPU's
 free memory for a cuda device); `train.memory_check = false` skips the check for the brave.
 """
+
 import math
 import os
 
@@ -49,12 +50,16 @@ def examples_per_batch(config) -> int:
 def estimate(config) -> dict:
     """{"parameters", "parameter_bytes", "activation_bytes", "total_bytes"} of a training step (module docstring)."""
     model, tokens = config.model, tokens_per_example(config)
-    parameters = model.n_layer * 12 * model.d_model ** 2 + (VOCAB + tokens) * model.d_model
+    parameters = model.n_layer * 12 * model.d_model**2 + (VOCAB + tokens) * model.d_model
     parameter_bytes = parameters * FLOAT_BYTES * PARAMETER_COPIES
     per_layer = tokens * (68 * model.d_model + 10 * model.n_head * tokens)
     activation_bytes = model.n_layer * examples_per_batch(config) * per_layer
-    return {"parameters": parameters, "parameter_bytes": parameter_bytes, "activation_bytes": activation_bytes,
-            "total_bytes": parameter_bytes + activation_bytes}
+    return {
+        "parameters": parameters,
+        "parameter_bytes": parameter_bytes,
+        "activation_bytes": activation_bytes,
+        "total_bytes": parameter_bytes + activation_bytes,
+    }
 
 
 def available_bytes(device: str) -> int | None:
@@ -67,6 +72,7 @@ def available_bytes(device: str) -> int | None:
         return None
     try:
         import psutil
+
         return int(psutil.virtual_memory().available)
     except ImportError:
         pass
@@ -96,7 +102,8 @@ def check_memory(config) -> None:
         f"model.d_model={config.model.d_model}: {need['parameters']:.3g} parameters, {_gb(need['parameter_bytes'])} "
         f"with gradients and optimizer state; activations {_gb(need['activation_bytes'])} for "
         f"{examples_per_batch(config)} x {tokens_per_example(config)} tokens), more than the {_gb(have)} available on "
-        f"{config.train.device}; make the model or train.batch_size smaller, or set train.memory_check=false to try")
+        f"{config.train.device}; make the model or train.batch_size smaller, or set train.memory_check=false to try"
+    )
 
 
 def _gb(nbytes: float) -> str:

@@ -5,6 +5,7 @@ One cell = one method under one network setting: for each seed s, a random geome
 iteration k with ||x^k - x*||_F / ||x*||_F <= target, x* = mean(a) exact
 (docs/theory/pdmm.md section 8), or None if not reached within max_iter.
 """
+
 import math
 
 import numpy as np
@@ -30,14 +31,26 @@ def network(axis, value, seed):
 
 def iterations_to_target(problem, x_star, method, params, net, target, max_iter, rho):
     """The first iteration whose relative error is <= target, or None within max_iter."""
-    result = solve(problem, method=method, rho=rho, max_iter=max_iter, tol=0, reference=x_star, network=net,
-                   target=target, history=("error",), record_every=1, **params)
+    result = solve(
+        problem,
+        method=method,
+        rho=rho,
+        max_iter=max_iter,
+        tol=0,
+        reference=x_star,
+        network=net,
+        target=target,
+        history=("error",),
+        record_every=1,
+        **params,
+    )
     hit = np.flatnonzero(result.history["error"] <= target)
     return int(result.history["iteration"][hit[0]]) if hit.size else None
 
 
-def network_sweep(axes=AXES, methods=METHODS, seeds=(0, 1, 2), n=100, dim=3, rho=1.0, target=1e-6,
-                  max_iter=3000, progress=None):
+def network_sweep(
+    axes=AXES, methods=METHODS, seeds=(0, 1, 2), n=100, dim=3, rho=1.0, target=1e-6, max_iter=3000, progress=None
+):
     """[{"axis", "value", "method", "iterations": [per seed, None = not reached]}], the ideal network first
     (axis None)."""
     if not (isinstance(n, int) and n >= 2 and isinstance(dim, int) and dim >= 1):
@@ -55,8 +68,10 @@ def network_sweep(axes=AXES, methods=METHODS, seeds=(0, 1, 2), n=100, dim=3, rho
     rows = []
     for axis, value in settings:
         for label, (method, params) in methods.items():
-            counts = [iterations_to_target(problem, x_star, method, params, network(axis, value, seed), target,
-                                           max_iter, rho) for seed, (problem, x_star) in zip(seeds, instances)]
+            counts = [
+                iterations_to_target(problem, x_star, method, params, network(axis, value, seed), target, max_iter, rho)
+                for seed, (problem, x_star) in zip(seeds, instances, strict=False)
+            ]
             rows.append({"axis": axis, "value": value, "method": label, "iterations": counts})
             if progress:
                 progress(rows[-1])

@@ -25,6 +25,7 @@ in the directory when there is one argument (a run, sweep or solve directory); s
 so nothing is written into the current directory unasked. An existing file is not replaced
 without --force.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -35,20 +36,33 @@ import pdmm
 
 from . import rundir
 from .common import UsageError
-from .rundir import check_new_file
 from .plots import AXES, PANELS, plot_convergence, plot_groups
+from .rundir import check_new_file
 from .runs import expand, group_runs, is_solve_dir, load_solve
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("plot", help="plot a metric of runs: mean and min..max over seeds",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "plot",
+        help="plot a metric of runs: mean and min..max over seeds",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories or sweep directories, or solve directories")
-    p.add_argument("--metric", help="a logged metric, e.g. val_loss (training runs when not given), train_loss, "
-                   "val_acc, lr; for solve runs residual, error or objective (all three when not given)")
-    p.add_argument("--x", type=_axes, default=("iteration",), metavar="AXIS[,AXIS...]", help="x axis of solve "
-                   "runs: iteration, messages (delivered) or bits (sent), or several separated by commas, a panel "
-                   "per axis and metric (default: iteration)")
+    p.add_argument(
+        "--metric",
+        help="a logged metric, e.g. val_loss (training runs when not given), train_loss, "
+        "val_acc, lr; for solve runs residual, error or objective (all three when not given)",
+    )
+    p.add_argument(
+        "--x",
+        type=_axes,
+        default=("iteration",),
+        metavar="AXIS[,AXIS...]",
+        help="x axis of solve "
+        "runs: iteration, messages (delivered) or bits (sent), or several separated by commas, a panel "
+        "per axis and metric (default: iteration)",
+    )
     p.add_argument("--out", metavar="FILE", help="figure file; plot_<metric>.png when not given, see above")
     p.add_argument("--force", action="store_true", help="replace an existing figure file")
     return p
@@ -58,8 +72,9 @@ def _axes(text):
     """--x "iteration,bits" -> ("iteration", "bits"): distinct names from AXES."""
     axes = tuple(part.strip() for part in text.split(","))
     if not all(axis in AXES for axis in axes) or len(set(axes)) != len(axes):
-        raise argparse.ArgumentTypeError(f"expected distinct axes from {', '.join(AXES)} separated by commas, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected distinct axes from {', '.join(AXES)} separated by commas, got {text!r}"
+        )
     return axes
 
 
@@ -100,8 +115,11 @@ def plot_solves(args):
     runs = [load_solve(path) for path in args.runs]
     if args.metric and args.metric not in PANELS:
         raise UsageError(f"solve runs record {', '.join(PANELS)}, not {args.metric!r}")
-    curves = {(f"{run.path.name}: {label}" if len(runs) > 1 else label): _with_counts(run, label, curve, args.x)
-              for run in runs for label, curve in run.curves.items()}
+    curves = {
+        (f"{run.path.name}: {label}" if len(runs) > 1 else label): _with_counts(run, label, curve, args.x)
+        for run in runs
+        for label, curve in run.curves.items()
+    }
     panels = [args.metric] if args.metric else [key for key in PANELS if any(key in c for c in curves.values())]
     out = output_file(args, args.metric or "convergence")
     rundir.make_dir(out.parent)
@@ -113,8 +131,11 @@ def plot_solves(args):
 def _title(runs):
     """The problem the runs share, with its built-in data set and its graph when those are shared too
     ("logistic, builtin:breast_cancer, random_geometric graph of 20 nodes"); "solve runs" for mixed problems."""
-    settings = {tuple(run.config.get("args", {}).get(key) for key in ("problem", "data", "graph")) +
-                (run.config.get("graph", {}).get("n"),) for run in runs}
+    settings = {
+        tuple(run.config.get("args", {}).get(key) for key in ("problem", "data", "graph"))
+        + (run.config.get("graph", {}).get("n"),)
+        for run in runs
+    }
     problems = {problem for problem, *_ in settings}
     if len(problems) != 1 or None in problems:
         return "solve runs"

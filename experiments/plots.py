@@ -1,4 +1,5 @@
 """Figures shared by the pdmm-bridge commands, drawn on a bare matplotlib Figure (Agg, no display needed)."""
+
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -9,9 +10,11 @@ from .errors import UsageError
 from .rundir import save_figure
 from .runs import aligned
 
-PANELS = {"residual": ("residual", "constraint residual (RMS)", "log"),
-          "error": ("relative error", r"$\|x - x^\star\|_F \,/\, \|x^\star\|_F$", "log"),
-          "objective": ("objective", r"$\sum_i f_i(x_i)$", "linear")}
+PANELS = {
+    "residual": ("residual", "constraint residual (RMS)", "log"),
+    "error": ("relative error", r"$\|x - x^\star\|_F \,/\, \|x^\star\|_F$", "log"),
+    "objective": ("objective", r"$\sum_i f_i(x_i)$", "linear"),
+}
 
 
 AXES = {"iteration": "iteration", "messages": "messages delivered", "bits": "bits sent"}
@@ -30,20 +33,31 @@ def plot_convergence(histories, path, title, panels=("residual", "error"), x="it
     axes = (x,) if isinstance(x, str) else tuple(x)
     pairs = [(key, axis) for key in panels for axis in axes]
     fig = Figure(figsize=(5.5 * len(pairs), 4.2), layout="constrained")
-    for ax, (key, axis) in zip(fig.subplots(1, len(pairs), squeeze=False)[0], pairs):
+    for ax, (key, axis) in zip(fig.subplots(1, len(pairs), squeeze=False)[0], pairs, strict=False):
         name, ylabel, scale = PANELS[key]
         for k, (label, history) in enumerate(histories.items()):
             if len(history.get(key, ())):
-                ax.plot(history[axis] if axis != "iteration" else range(1, len(history[key]) + 1), history[key],
-                        label=label, color=f"C{k % 10}", linestyle=DASHES[k % len(DASHES)])
+                ax.plot(
+                    history[axis] if axis != "iteration" else range(1, len(history[key]) + 1),
+                    history[key],
+                    label=label,
+                    color=f"C{k % 10}",
+                    linestyle=DASHES[k % len(DASHES)],
+                )
         ax.set(title=f"{name} against {AXES[axis]}" if len(axes) > 1 else name)
         if ax.lines:
             ax.set(yscale=scale, xlabel=AXES[axis], ylabel=ylabel)
             ax.grid(True, alpha=0.4)
         else:
             ax.axis("off")
-            ax.text(0.5, 0.5, "no reference solution" if key == "error" else f"no {name}", ha="center",
-                    va="center", transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                "no reference solution" if key == "error" else f"no {name}",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
     _legends(fig)
     fig.suptitle(title)
     save_figure(fig, path, dpi=120)
@@ -75,7 +89,7 @@ def plot_runs(curves, metric, path, title=None):
         label = f"{name} ({curve.seeds} seed{'s' if curve.seeds != 1 else ''})"
         marker = "." if len(curve.steps) <= 50 else None
         for ax, x in ((by_step, curve.steps), (by_time, curve.seconds)):
-            line, = ax.plot(x, curve.mean, marker=marker, label=label)
+            (line,) = ax.plot(x, curve.mean, marker=marker, label=label)
             if curve.seeds > 1:
                 ax.fill_between(x, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
     values = [v for curve in curves.values() for v in (curve.low, curve.high)]
@@ -114,8 +128,7 @@ def plot_training(rows, path, title, best_step=None):
 
 def plot_groups(groups, metric, path):
     """Save the figure of `metric` for {label: [runs]} to `path`; returns the Figure (one line per variant and panel)."""
-    curves = {name: curve for name, members in groups.items()
-              if (curve := aligned(members, metric)) is not None}
+    curves = {name: curve for name, members in groups.items() if (curve := aligned(members, metric)) is not None}
     if not curves:
         raise UsageError(f"the seeds of each variant share no step that logs {metric!r}")
     tasks = {run.config.get("task", {}).get("name") for members in groups.values() for run in members}

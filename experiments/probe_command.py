@@ -11,6 +11,7 @@ the cosines against layer beside PDMM's constraint residual against iteration (a
 64-node random geometric graph, normalised by its first value). Writes probe.json and probe.png
 into the run directory (or --out).
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -20,14 +21,17 @@ from matplotlib.figure import Figure
 from bridge.probe import pdmm_residual
 
 from . import rundir
-from .rundir import check_new_file, save_figure
 from .probing import probe_layers
-
+from .rundir import check_new_file, save_figure
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("probe", help="per-layer discrepancy of a trained run vs PDMM's residual",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "probe",
+        help="per-layer discrepancy of a trained run vs PDMM's residual",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with config.toml and ckpt.pt")
     parser.add_argument("--batches", type=int, default=4, help="batches to average over")
     parser.add_argument("--out", help="directory for probe.json and probe.png (default RUN_DIR)")
@@ -43,8 +47,12 @@ def run(args):
     for name in ("probe.json", "probe.png"):
         check_new_file(out / name, args.force)
     rundir.make_dir(out)
-    record = {"run": str(run_dir), "residual": config.model.residual, "layers": totals,
-              "pdmm_residual_normalised": residual}
+    record = {
+        "run": str(run_dir),
+        "residual": config.model.residual,
+        "layers": totals,
+        "pdmm_residual_normalised": residual,
+    }
     rundir.write_file(out / "probe.json", json.dumps(record, indent=2) + "\n")
     plot_probe(totals, residual, config.model.residual, out / "probe.png")
     for index, total in enumerate(totals, start=1):
@@ -53,8 +61,11 @@ def run(args):
     return 0
 
 
-RATIOS = (("phi_ratio", "||V - gamma MH|| / ||V||"), ("wdelta_ratio", "||Delta W^o|| / ||MH W^o||"),
-          ("delta_ratio", "||Delta|| / ||MH|| (<= 1)"))
+RATIOS = (
+    ("phi_ratio", "||V - gamma MH|| / ||V||"),
+    ("wdelta_ratio", "||Delta W^o|| / ||MH W^o||"),
+    ("delta_ratio", "||Delta|| / ||MH|| (<= 1)"),
+)
 COSINES = (("cos_delta_wo", "cos(Delta W^o, X)"), ("cos_mh_wo", "cos(MH W^o, X)"), ("cos_update", "cos(update, X)"))
 
 

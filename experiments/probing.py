@@ -1,5 +1,6 @@
 """Probing a trained run: its checkpoint's per-layer statistics (bridge.probe) on its own training batches, for
 the probe command and the reproductions' probe claims."""
+
 from pathlib import Path
 
 import torch
@@ -31,10 +32,15 @@ def probe_layers(run_dir, batches=4):
     load_weights(model, run_dir / CHECKPOINT)
     model.eval()
     if getattr(model, "tied", False):
-        raise UsageError(f"{run_dir} is a tied GraphTransformer: one block serves every layer, so its probes "
-                         "cannot be told apart by layer")
+        raise UsageError(
+            f"{run_dir} is a tied GraphTransformer: one block serves every layer, so its probes "
+            "cannot be told apart by layer"
+        )
     gamma = config.model.gamma if config.model.residual == "attentionx" else 1.0
-    totals = probe_model(model, lambda b: task.loss(model, task.train_batch(step_generator(config.train.seed, b,
-                                                                                           PROBE_STREAM))),
-                         batches, gamma)
+    totals = probe_model(
+        model,
+        lambda b: task.loss(model, task.train_batch(step_generator(config.train.seed, b, PROBE_STREAM))),
+        batches,
+        gamma,
+    )
     return config, totals

@@ -35,6 +35,7 @@ of the per-seed quantity. The p-values of all tests of a section are Holm-correc
 "inconclusive (p = ..., n = ...)". With --results, the verdict rows also feed the summary section
 "What reproduces at laptop scale" at the head of the reproductions (refresh_summary).
 """
+
 import functools
 import json
 import re
@@ -60,27 +61,52 @@ from .runs import differing_keys, flat_config, label, relevant
 from .tasks import build_task
 from .train import CHECKPOINT, load_weights, lower_is_better
 
-KEYS = {"title", "source", "claim", "metrics", "baseline", "label_keys", "thresholds", "log_steps", "probe",
-        "lambdas", "against", "claims", "probe_claims", "notes"}
+KEYS = {
+    "title",
+    "source",
+    "claim",
+    "metrics",
+    "baseline",
+    "label_keys",
+    "thresholds",
+    "log_steps",
+    "probe",
+    "lambdas",
+    "against",
+    "claims",
+    "probe_claims",
+    "notes",
+}
 
 
 def checked_spec(table, source):
     """The [report] table, with unknown keys and malformed claims rejected."""
     unknown = set(table) - KEYS
     if unknown:
-        raise UsageError(f"{source}: unknown key(s) {', '.join(sorted(unknown))} in [report]; "
-                         f"it accepts {', '.join(sorted(KEYS))}")
+        raise UsageError(
+            f"{source}: unknown key(s) {', '.join(sorted(unknown))} in [report]; it accepts {', '.join(sorted(KEYS))}"
+        )
     if not isinstance(table.get("notes", ""), str):
         raise UsageError(f"{source}: [report] notes must be a string")
     for claim in table.get("claims", []):
-        if not (isinstance(claim, dict) and isinstance(claim.get("variant"), dict)
-                and isinstance(claim.get("than"), dict) and isinstance(claim.get("metric"), str)):
+        if not (
+            isinstance(claim, dict)
+            and isinstance(claim.get("variant"), dict)
+            and isinstance(claim.get("than"), dict)
+            and isinstance(claim.get("metric"), str)
+        ):
             raise UsageError(f"{source}: each [[report.claims]] needs variant = {{...}}, than = {{...}} and metric")
     for claim in table.get("probe_claims", []):
-        if not (isinstance(claim, dict) and isinstance(claim.get("variant"), dict)
-                and claim.get("statistic") in STATISTICS and claim.get("expect") in EXPECTATIONS):
-            raise UsageError(f"{source}: each [[report.probe_claims]] needs variant = {{...}}, statistic (one of "
-                             f"{', '.join(STATISTICS)}) and expect ({' or '.join(map(repr, EXPECTATIONS))})")
+        if not (
+            isinstance(claim, dict)
+            and isinstance(claim.get("variant"), dict)
+            and claim.get("statistic") in STATISTICS
+            and claim.get("expect") in EXPECTATIONS
+        ):
+            raise UsageError(
+                f"{source}: each [[report.probe_claims]] needs variant = {{...}}, statistic (one of "
+                f"{', '.join(STATISTICS)}) and expect ({' or '.join(map(repr, EXPECTATIONS))})"
+            )
     return table
 
 
@@ -103,7 +129,11 @@ def partner(run, runs, swap, keys):
 def metric_value(run, metric):
     """The metric at the run's last evaluation (summary["final"]; "seconds_per_step" from the summary), else its
     last logged value; None if never logged."""
-    value = run.summary.get("seconds_per_step") if metric == "seconds_per_step" else run.summary.get("final", {}).get(metric)
+    value = (
+        run.summary.get("seconds_per_step")
+        if metric == "seconds_per_step"
+        else run.summary.get("final", {}).get(metric)
+    )
     if value is None:
         values = run.series(metric)[2]
         value = float(values[-1]) if len(values) else None
@@ -130,8 +160,13 @@ def one_sample_test(values):
 
 def _test_summary(differences, test):
     n = len(differences)
-    summary = {"mean": float(differences.mean()) if n else float("nan"), "low": float("nan"),
-               "high": float("nan"), "p": float("nan"), "n": n}
+    summary = {
+        "mean": float(differences.mean()) if n else float("nan"),
+        "low": float("nan"),
+        "high": float("nan"),
+        "p": float("nan"),
+        "n": n,
+    }
     if n >= 2 and np.ptp(differences) > 0:
         result = test()
         low, high = result.confidence_interval(0.95)
@@ -154,7 +189,7 @@ def holm(pvalues):
 
 
 def verdict(test, adjusted_p, favours):
-    """"agrees" / "disagrees" (favours: the mean difference points the claim's way) when the Holm-adjusted p
+    """ "agrees" / "disagrees" (favours: the mean difference points the claim's way) when the Holm-adjusted p
     is below ALPHA over at least MIN_PAIRS pairs, else "inconclusive (p = ..., n = ...)"."""
     if test["n"] >= MIN_PAIRS and adjusted_p < ALPHA:
         return "agrees" if favours else "disagrees"
@@ -166,7 +201,7 @@ def format_p(p):
 
 
 def format_interval(test):
-    """"+0.012 [-0.003, +0.027]": mean difference and its 95 % t interval, in the metric's units."""
+    """ "+0.012 [-0.003, +0.027]": mean difference and its 95 % t interval, in the metric's units."""
     if test["n"] == 0:
         return "—"
     if not np.isfinite(test["low"]):
@@ -178,31 +213,37 @@ def baseline_table(groups, runs, baseline, metrics, keys):
     """Rows: non-baseline variant x metric, with the paired difference at the budget (variant - baseline, same
     seed), its 95 % t interval and p (no verdict: the claims table gives those, Holm-corrected)."""
     finished = [run for run in runs if run.finished]
-    lines = ["| variant | metric | variant − baseline at the budget [95 % CI] | p | pairs | better in |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| variant | metric | variant − baseline at the budget [95 % CI] | p | pairs | better in |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, members in groups.items():
         done = [run for run in members if run.finished]
         if not done or all(matches(run, baseline) for run in done):
             continue
         for metric in metrics:
-            values, base, _, _ = paired_values(done, finished, baseline,
-                                               lambda run, m=metric: (metric_value(run, m), False), keys)
+            values, base, _, _ = paired_values(
+                done, finished, baseline, lambda run, m=metric: (metric_value(run, m), False), keys
+            )
             test = paired_test(values, base)
             diffs = np.subtract(values, base)
             better = int(np.sum(diffs < 0 if lower_better(metric) else diffs > 0))
-            lines.append(f"| {name} | {metric} | {format_interval(test)} | {format_p(test['p'])} | {test['n']} | "
-                         f"{better}/{test['n']} |")
+            lines.append(
+                f"| {name} | {metric} | {format_interval(test)} | {format_p(test['p'])} | {test['n']} | "
+                f"{better}/{test['n']} |"
+            )
     return lines if len(lines) > 2 else []
 
 
 @dataclass
 class ClaimTest:
     """One hypothesis of a section: a claim under one condition, its t-test, and notes on what was left out."""
+
     claim: str
     condition: str
     quantity: str
     test: dict
-    favours: bool   # whether the mean points the claim's way
+    favours: bool  # whether the mean points the claim's way
     notes: list = field(default_factory=list)
     early: str = ""  # early_training's note
     outcome: str = ""  # replaces the verdict when no test can decide (no run reached the threshold)
@@ -281,17 +322,28 @@ def comparison_tests(claim, runs, keys):
     lower = "threshold" in claim or lower_better(claim["metric"])
     tests = []
     for condition, members in conditions(finished, claim, keys).items():
-        values, baseline, unequal, censored = paired_values(members, finished, claim["than"],
-                                                            lambda run: claim_value(run, claim), keys)
+        values, baseline, unequal, censored = paired_values(
+            members, finished, claim["than"], lambda run: claim_value(run, claim), keys
+        )
         test = paired_test(values, baseline)
         notes = ([f"{unequal} pair(s) left out: not the same full step budget"] if unequal else []) + (
-            [f"{censored} run(s) never reached the threshold, counted at the budget"] if censored else [])
+            [f"{censored} run(s) never reached the threshold, counted at the budget"] if censored else []
+        )
         quantity = f"{_quantity(claim)}, {label(claim['variant'])} − {label(claim['than'])}"
         never = bool(values) and censored == 2 * len(values)
         outcome = f"neither reached {claim['metric']} {claim['threshold']:g} within the budget" if never else ""
-        tests.append(ClaimTest(claim_text(claim), condition, quantity, test,
-                               bool(test["mean"] < 0 if lower else test["mean"] > 0), notes,
-                               early_training(claim, members), outcome))
+        tests.append(
+            ClaimTest(
+                claim_text(claim),
+                condition,
+                quantity,
+                test,
+                bool(test["mean"] < 0 if lower else test["mean"] > 0),
+                notes,
+                early_training(claim, members),
+                outcome,
+            )
+        )
     return tests
 
 
@@ -302,10 +354,18 @@ def probe_tests(claim, runs, keys):
     layer, against 0 across seeds."""
     tests = []
     for condition, members in conditions(runs, claim, keys).items():
-        curves = np.array([[layer[claim["statistic"]] for layer in totals]
-                           for totals in (run_probe(run) for run in members) if totals])  # (seeds, layers)
+        curves = np.array(
+            [
+                [layer[claim["statistic"]] for layer in totals]
+                for totals in (run_probe(run) for run in members)
+                if totals
+            ]
+        )  # (seeds, layers)
         if claim["expect"] == "below 1":
-            values, quantity = curves.mean(1) - 1 if len(curves) else [], f"mean over layers of {claim['statistic']} − 1"
+            values, quantity = (
+                curves.mean(1) - 1 if len(curves) else [],
+                f"mean over layers of {claim['statistic']} − 1",
+            )
         else:
             layers = np.arange(1, curves.shape[1] + 1) if len(curves) else []
             values = [np.polyfit(layers, curve, 1)[0] for curve in curves]
@@ -318,12 +378,13 @@ def probe_tests(claim, runs, keys):
 def section_tests(spec, runs):
     """Every hypothesis of a section: its claims and probe claims, each per condition."""
     keys = variant_keys(spec, runs)
-    return ([test for claim in spec.get("claims", []) for test in comparison_tests(claim, runs, keys)]
-            + [test for claim in spec.get("probe_claims", []) for test in probe_tests(claim, runs, keys)])
+    return [test for claim in spec.get("claims", []) for test in comparison_tests(claim, runs, keys)] + [
+        test for claim in spec.get("probe_claims", []) for test in probe_tests(claim, runs, keys)
+    ]
 
 
 def early_training(claim, runs):
-    """"early training (N of M steps)" when the runs trained fewer steps than the claim's full_steps, else ""."""
+    """ "early training (N of M steps)" when the runs trained fewer steps than the claim's full_steps, else ""."""
     steps = max((run.config.get("train", {}).get("max_iters", 0) for run in runs), default=0)
     full = claim.get("full_steps", 0)
     return f"early training: {steps:,} of the {full:,} steps of the source's regime" if steps < full else ""
@@ -336,23 +397,43 @@ def verdict_lines(spec, runs):
     if not tests:
         return []
     adjusted = holm([test.test["p"] for test in tests])
-    lines = ["", f"Verdicts: per claim and condition, a two-sided t-test across seeds (paired by seed for "
-             f"comparisons), Holm-corrected over the {len(tests)} test{'s' * (len(tests) > 1)} of this section; "
-             f"agrees or disagrees only at Holm p < {ALPHA:g} with at least {MIN_PAIRS} seeds.", "",
-             "| claim | condition | compared (metric units) | mean difference [95 % CI] | p | Holm p | n | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "",
+        f"Verdicts: per claim and condition, a two-sided t-test across seeds (paired by seed for "
+        f"comparisons), Holm-corrected over the {len(tests)} test{'s' * (len(tests) > 1)} of this section; "
+        f"agrees or disagrees only at Holm p < {ALPHA:g} with at least {MIN_PAIRS} seeds.",
+        "",
+        "| claim | condition | compared (metric units) | mean difference [95 % CI] | p | Holm p | n | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     rows, notes = [], []
-    for test, p in zip(tests, adjusted):
+    for test, p in zip(tests, adjusted, strict=False):
         text = test.outcome or (verdict(test.test, p, test.favours) if test.test["n"] else "no paired runs")
         if test.early:
             text += f" ({test.early})"
         difference = "—" if test.outcome else format_interval(test.test)
-        cells = [test.claim, test.condition or "—", test.quantity, difference,
-                 format_p(test.test["p"]), format_p(p), str(test.test["n"]), f"**{text}**"]
+        cells = [
+            test.claim,
+            test.condition or "—",
+            test.quantity,
+            difference,
+            format_p(test.test["p"]),
+            format_p(p),
+            str(test.test["n"]),
+            f"**{text}**",
+        ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         notes += [f"- {test.claim}{f' ({test.condition})' if test.condition else ''}: {note}." for note in test.notes]
-        rows.append({"claim": test.claim, "condition": test.condition, "result": f"{test.quantity}: "
-                     f"{difference}", "verdict": text, "p": format_p(p), "n": test.test["n"]})
+        rows.append(
+            {
+                "claim": test.claim,
+                "condition": test.condition,
+                "result": f"{test.quantity}: {difference}",
+                "verdict": text,
+                "p": format_p(p),
+                "n": test.test["n"],
+            }
+        )
     return lines + (["", *notes] if notes else []) + ["", f"<!-- claims {json.dumps(rows)} -->"]
 
 
@@ -364,10 +445,14 @@ def budget_line(runs):
     text = f"Step budget: {' / '.join(f'{b:,}' for b in budgets)} steps"
     text += " (variants differ; only pairs with the same budget are compared)" if len(budgets) > 1 else " for every run"
     if stopped:
-        return text + (f"; {stopped} run(s) stopped early, so their final values are not at the budget and "
-                       "they are left out of paired tests.")
-    return text + "; every run trained in full, so final values are at the budget (steps to a threshold, where "\
+        return text + (
+            f"; {stopped} run(s) stopped early, so their final values are not at the budget and "
+            "they are left out of paired tests."
+        )
+    return (
+        text + "; every run trained in full, so final values are at the budget (steps to a threshold, where "
         "shown, are read off the evaluations)."
+    )
 
 
 def wall_lines(runs):
@@ -378,19 +463,27 @@ def wall_lines(runs):
         return []
     total = sum(run.summary["wall_seconds"] for run in timed)
     longest = max(timed, key=lambda run: run.summary["wall_seconds"])
-    return ["", f"Wall time: {total / 60:.0f} min of training summed over {len(timed)} runs (one thread each; "
-            f"evaluation included); the longest run took {longest.summary['wall_seconds'] / 60:.1f} min "
-            f"({longest.path.name}).", f"<!-- wall {json.dumps({'minutes': round(total / 60, 1), 'runs': len(timed)})} -->"]
+    return [
+        "",
+        f"Wall time: {total / 60:.0f} min of training summed over {len(timed)} runs (one thread each; "
+        f"evaluation included); the longest run took {longest.summary['wall_seconds'] / 60:.1f} min "
+        f"({longest.path.name}).",
+        f"<!-- wall {json.dumps({'minutes': round(total / 60, 1), 'runs': len(timed)})} -->",
+    ]
 
 
 def summary_lines(results):
     """The "what reproduces at laptop scale" table from the claims comments of every repro section in `results`."""
     text = Path(results).read_text()
-    lines = ["## What reproduces at laptop scale", "",
-             "One row per claim and condition, from the sections below (Holm p within each section; seeds = "
-             "paired seeds, or seeds probed).", "",
-             "| section | claim | condition | our result | verdict | Holm p | seeds |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "## What reproduces at laptop scale",
+        "",
+        "One row per claim and condition, from the sections below (Holm p within each section; seeds = "
+        "paired seeds, or seeds probed).",
+        "",
+        "| section | claim | condition | our result | verdict | Holm p | seeds |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     pattern = re.compile(r"<!-- begin (repro-[\w.-]+)[^\n]*-->\n## ([^\n]*)\n(.*?)<!-- end \1 -->", re.S)
     walls = {}
     for name, title, body in pattern.findall(text):
@@ -398,16 +491,27 @@ def summary_lines(results):
             walls[title] = json.loads(found)
         for found in re.findall(r"<!-- claims (\[.*?\]) -->", body):
             for row in json.loads(found):
-                cells = [title, row["claim"], row["condition"] or "—", row["result"], row["verdict"], row["p"],
-                         str(row["n"])]
+                cells = [
+                    title,
+                    row["claim"],
+                    row["condition"] or "—",
+                    row["result"],
+                    row["verdict"],
+                    row["p"],
+                    str(row["n"]),
+                ]
                 lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     if walls:
         ranked = sorted(walls.items(), key=lambda item: -item[1]["minutes"])
         total = sum(wall["minutes"] for wall in walls.values())
-        lines += ["", f"Training time of the {len(walls)} reproductions: {total:.0f} min ({total / 60:.1f} h) summed over "
-                  f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, so about {total / 120:.1f} h end to "
-                  "end as two sweeps side by side on a 2-core machine (half the sum); longest: "
-                  + "; ".join(f"{title} {wall['minutes']:.0f} min" for title, wall in ranked[:3]) + "."]
+        lines += [
+            "",
+            f"Training time of the {len(walls)} reproductions: {total:.0f} min ({total / 60:.1f} h) summed over "
+            f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, so about {total / 120:.1f} h end to "
+            "end as two sweeps side by side on a 2-core machine (half the sum); longest: "
+            + "; ".join(f"{title} {wall['minutes']:.0f} min" for title, wall in ranked[:3])
+            + ".",
+        ]
     return lines
 
 
@@ -430,7 +534,7 @@ def run_probe(run, batches=4):
     return _probe_totals(str(checkpoint.parent.resolve()), checkpoint.stat().st_mtime_ns, batches)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe_totals(path, mtime, batches):
     return probe_layers(path, batches)[1]
 
@@ -446,11 +550,15 @@ def threshold_table(groups, thresholds):
     """Steps to each threshold per variant (mean ± std over the seeds that reached it), and the delay
     between the first two thresholds (e.g. train then validation accuracy) where both were reached."""
     keys = list(thresholds)
-    head = [f"steps to {key} ≥ {value:g}" if not lower_is_better(key) else f"steps to {key} ≤ {value:g}"
-            for key, value in thresholds.items()]
+    head = [
+        f"steps to {key} ≥ {value:g}" if not lower_is_better(key) else f"steps to {key} ≤ {value:g}"
+        for key, value in thresholds.items()
+    ]
     delay = len(keys) >= 2
-    lines = ["| variant | " + " | ".join(head + ([f"delay ({keys[1]} − {keys[0]})"] if delay else [])) + " |",
-             "| --- |" + " --- |" * (len(head) + delay)]
+    lines = [
+        "| variant | " + " | ".join(head + ([f"delay ({keys[1]} − {keys[0]})"] if delay else [])) + " |",
+        "| --- |" + " --- |" * (len(head) + delay),
+    ]
     for name, members in groups.items():
         done = [run for run in members if run.finished]
         if not done:
@@ -458,8 +566,11 @@ def threshold_table(groups, thresholds):
         steps = {key: [first_step(run, key, value) for run in done] for key, value in thresholds.items()}
         cells = [_steps_cell(values) for values in steps.values()]
         if delay:
-            cells.append(_steps_cell([b - a if a is not None and b is not None else None
-                                      for a, b in zip(steps[keys[0]], steps[keys[1]])]))
+            cells.append(
+                _steps_cell(
+                    [b - a if a is not None and b is not None else None for a, b in zip(steps[keys[0]], steps[keys[1]], strict=False)]
+                )
+            )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -480,17 +591,23 @@ def plot_log_steps(groups, metrics, path):
     fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
     colors = {metric: f"C{i}" for i, metric in enumerate(metrics)}
-    for ax, name in zip(axes, names):
+    for ax, name in zip(axes, names, strict=False):
         for run in (run for run in groups[name] if run.finished):
             for metric in metrics:
                 steps, _, values = run.series(metric)
-                ax.plot(steps, values, color=colors[metric], alpha=0.7, lw=1,
-                        label=metric if run is next(r for r in groups[name] if r.finished) else None)
+                ax.plot(
+                    steps,
+                    values,
+                    color=colors[metric],
+                    alpha=0.7,
+                    lw=1,
+                    label=metric if run is next(r for r in groups[name] if r.finished) else None,
+                )
         ax.set(xscale="log", xlabel="step", title=name.replace(", ", "\n", 2), ylim=(-0.02, 1.02))
         ax.title.set_fontsize(8)
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(True, alpha=0.4)
-    for ax in axes[len(names):]:
+    for ax in axes[len(names) :]:
         ax.set_visible(False)
     axes[0].legend(fontsize=8)
     save_figure(fig, path, dpi=110)
@@ -527,9 +644,12 @@ def lambda_table(groups):
     return lines
 
 
-PROBE_COLUMNS = (("wdelta_ratio", "\\|\\|Delta W^o\\|\\| / \\|\\|MH W^o\\|\\|"),
-                 ("phi_ratio", "\\|\\|Phi\\|\\| / \\|\\|V\\|\\| (the run's gamma)"),
-                 ("cos_delta_wo", "cos(Delta W^o, X)"), ("cos_mh_wo", "cos(MH W^o, X)"))
+PROBE_COLUMNS = (
+    ("wdelta_ratio", "\\|\\|Delta W^o\\|\\| / \\|\\|MH W^o\\|\\|"),
+    ("phi_ratio", "\\|\\|Phi\\|\\| / \\|\\|V\\|\\| (the run's gamma)"),
+    ("cos_delta_wo", "cos(Delta W^o, X)"),
+    ("cos_mh_wo", "cos(MH W^o, X)"),
+)
 
 
 def plot_probes(groups, path):
@@ -537,8 +657,10 @@ def plot_probes(groups, path):
     projection), ||Phi|| / ||V|| (AttentionX) and the angles of Delta W^o and MH W^o to the token X; figure + table."""
     fig = Figure(figsize=(15, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
-    table = ["| variant | " + " | ".join(f"{title} per layer" for _, title in PROBE_COLUMNS) + " |",
-             "| --- |" + " --- |" * len(PROBE_COLUMNS)]
+    table = [
+        "| variant | " + " | ".join(f"{title} per layer" for _, title in PROBE_COLUMNS) + " |",
+        "| --- |" + " --- |" * len(PROBE_COLUMNS),
+    ]
     for index, (name, members) in enumerate(groups.items()):
         totals = [t for t in (run_probe(run) for run in members if run.finished) if t]
         if not totals:
@@ -549,10 +671,17 @@ def plot_probes(groups, path):
         axes[1].plot(layers, means["phi_ratio"], "o-", color=f"C{index}", label=name)
         axes[2].plot(layers, means["cos_delta_wo"], "o-", color=f"C{index}", label=f"{name}: Delta W^o")
         axes[2].plot(layers, means["cos_mh_wo"], "s--", color=f"C{index}", label=f"{name}: MH W^o")
-        table.append(f"| {name} | " + " | ".join(", ".join(f"{v:.3f}" for v in means[key]) for key, _ in PROBE_COLUMNS)
-                     + " |")
-    for ax, (ylabel, title) in zip(axes, (("ratio", "||Delta W^o|| / ||MH W^o|| (belief Fig. 4)"),
-                                         ("ratio", "||Phi|| / ||V|| (AttentionX)"), ("cos", "angle to the token X"))):
+        table.append(
+            f"| {name} | " + " | ".join(", ".join(f"{v:.3f}" for v in means[key]) for key, _ in PROBE_COLUMNS) + " |"
+        )
+    for ax, (ylabel, title) in zip(
+        axes,
+        (
+            ("ratio", "||Delta W^o|| / ||MH W^o|| (belief Fig. 4)"),
+            ("ratio", "||Phi|| / ||V|| (AttentionX)"),
+            ("cos", "angle to the token X"),
+        ), strict=False,
+    ):
         ax.set(xlabel="layer", ylabel=ylabel, title=title)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(True, alpha=0.4)
@@ -590,9 +719,13 @@ def against_section(runs, key, metric, baseline, keys, path):
     save_figure(fig, path, dpi=120)
     base = next((name for name, members in others.items() if all(matches(r, baseline) for r in members)), None)
     names = list(others)
-    lines = [f"| {short} | " + " | ".join(f"s/step {n}" for n in names)
-             + "".join(f" | {base} ÷ {n} time" for n in names if base and n != base) + " |",
-             "| --- |" + " --- |" * (len(names) + sum(1 for n in names if base and n != base))]
+    lines = [
+        f"| {short} | "
+        + " | ".join(f"s/step {n}" for n in names)
+        + "".join(f" | {base} ÷ {n} time" for n in names if base and n != base)
+        + " |",
+        "| --- |" + " --- |" * (len(names) + sum(1 for n in names if base and n != base)),
+    ]
     for i, x in enumerate(xs):
         cells = [f"{seconds[n][i]:.3g}" for n in names]
         cells += [f"{seconds[base][i] / seconds[n][i]:.2f}" for n in names if base and n != base]
@@ -605,15 +738,20 @@ def setting(runs):
     config = load_config(runs[0].path / "config.toml")
     model, train = config.model, config.train
     seeds = sorted({run.seed for run in runs})
-    size = {"transformer": f"{model.n_layer} layer{'s' * (model.n_layer > 1)}, {model.d_model} dims, {model.n_head} heads",
-            "convex": f"convex attention, fixed {model.d_model}-dim embeddings, {model.gates} gates",
-            "convex_blocks": f"{model.n_layer} convex attention + FCN block{'s' * (model.n_layer > 1)}, trained "
-                             f"{model.d_model}-dim embeddings, {model.gates} gates"}[model.kind]
+    size = {
+        "transformer": f"{model.n_layer} layer{'s' * (model.n_layer > 1)}, {model.d_model} dims, {model.n_head} heads",
+        "convex": f"convex attention, fixed {model.d_model}-dim embeddings, {model.gates} gates",
+        "convex_blocks": f"{model.n_layer} convex attention + FCN block{'s' * (model.n_layer > 1)}, trained "
+        f"{model.d_model}-dim embeddings, {model.gates} gates",
+    }[model.kind]
     options = ", ".join(f"{k} {v}" for k, v in config.task.options.items())
-    return (f"Task {config.task.name}{f' ({options})' if options else ''}; {size}; up to {train.max_iters} steps of "
-            f"batch {train.batch_size or 'full'}" + (f", block {train.block_size}" if config.task.name == "char_lm" else "")
-            + f"; seeds {', '.join(map(str, seeds))}. That is the base config; the variants change the keys their "
-            "labels name and whatever else the config's [sweep] table lists.")
+    return (
+        f"Task {config.task.name}{f' ({options})' if options else ''}; {size}; up to {train.max_iters} steps of "
+        f"batch {train.batch_size or 'full'}"
+        + (f", block {train.block_size}" if config.task.name == "char_lm" else "")
+        + f"; seeds {', '.join(map(str, seeds))}. That is the base config; the variants change the keys their "
+        "labels name and whatever else the config's [sweep] table lists."
+    )
 
 
 def extra_sections(path, spec, groups, runs):
@@ -624,12 +762,20 @@ def extra_sections(path, spec, groups, runs):
     if baseline:
         table = baseline_table(groups, runs, baseline, metrics, keys)
         if table:
-            lines += ["", f"Paired differences against the baseline ({label(baseline)}), same seed, with the 95 % t "
-                      "interval and the paired t-test's p (no correction; the verdicts below are corrected):", "",
-                      *table]
+            lines += [
+                "",
+                f"Paired differences against the baseline ({label(baseline)}), same seed, with the 95 % t "
+                "interval and the paired t-test's p (no correction; the verdicts below are corrected):",
+                "",
+                *table,
+            ]
     if spec.get("thresholds"):
-        lines += ["", "Steps until each threshold is first reached at an evaluation (mean ± std over the seeds "
-                  "that reached it):", "", *threshold_table(groups, spec["thresholds"])]
+        lines += [
+            "",
+            "Steps until each threshold is first reached at an evaluation (mean ± std over the seeds that reached it):",
+            "",
+            *threshold_table(groups, spec["thresholds"]),
+        ]
     if spec.get("log_steps"):
         plot_log_steps(groups, list(spec.get("thresholds") or ("train_acc", "val_acc")), path / "plot_log_steps.png")
         figures.append("plot_log_steps.png")
@@ -639,9 +785,14 @@ def extra_sections(path, spec, groups, runs):
             lines += ["", "Differential attention's learned lambda per layer (mean ± std over seeds):", "", *table]
     if spec.get("probe"):
         table = plot_probes(groups, path / "plot_probe.png")
-        lines += ["", "Probe of the trained checkpoints on 4 training batches (mean over seeds; bridge.probe, "
-                  "docs/theory/residuals.md section 14): belief's Delta and MH after the output projection W^o, as in its Fig. 4, and "
-                  "AttentionX's Phi = V - gamma MH against V:", "", *table]
+        lines += [
+            "",
+            "Probe of the trained checkpoints on 4 training batches (mean over seeds; bridge.probe, "
+            "docs/theory/residuals.md section 14): belief's Delta and MH after the output projection W^o, as in its Fig. 4, and "
+            "AttentionX's Phi = V - gamma MH against V:",
+            "",
+            *table,
+        ]
         figures.append("plot_probe.png")
     if spec.get("against"):
         metric = metrics[0] if metrics else "val_loss"
@@ -653,8 +804,15 @@ def extra_sections(path, spec, groups, runs):
 
 def extra_figures(spec):
     """The figure files extra_sections writes for the [report] table `spec` (before it writes them)."""
-    return [name for key, name in (("log_steps", "plot_log_steps.png"), ("probe", "plot_probe.png"),
-                                   ("against", "plot_against.png")) if spec.get(key)]
+    return [
+        name
+        for key, name in (
+            ("log_steps", "plot_log_steps.png"),
+            ("probe", "plot_probe.png"),
+            ("against", "plot_against.png"),
+        )
+        if spec.get(key)
+    ]
 
 
 def variant_keys(spec, runs):

@@ -17,6 +17,7 @@ when it has another hard link, which could be a file elsewhere. Reads (`read_tex
 refuse a file whose real path leads outside the directory it is read from, and anything but a regular file
 (a named pipe would block the reader for ever).
 """
+
 import contextlib
 import csv
 import io
@@ -36,11 +37,15 @@ def check_length(path) -> None:
     would refuse it with an OSError wherever it is first used."""
     long = next((part for part in Path(path).parts if len(os.fsencode(part)) > NAME_MAX), None)
     if long is not None:
-        raise UsageError(f"{path}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, over the {NAME_MAX} a "
-                         "file or directory name may hold")
+        raise UsageError(
+            f"{path}: the name {long[:40]}... is {len(os.fsencode(long))} bytes, over the {NAME_MAX} a "
+            "file or directory name may hold"
+        )
     if len(os.fsencode(str(path))) >= PATH_MAX:
-        raise UsageError(f"{str(path)[:60]}... is a path of {len(os.fsencode(str(path)))} bytes, over the "
-                         f"{PATH_MAX - 1} a path may hold")
+        raise UsageError(
+            f"{str(path)[:60]}... is a path of {len(os.fsencode(str(path)))} bytes, over the "
+            f"{PATH_MAX - 1} a path may hold"
+        )
 
 
 def refuse_link(path: Path) -> None:
@@ -67,8 +72,9 @@ def inside(path, root=None) -> Path:
     base = os.path.realpath(path.parent if root is None else root)
     real = os.path.realpath(path)
     if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
-        raise UsageError(f"{path} is a symbolic link leading outside {path.parent if root is None else root}; "
-                         "refusing to read it")
+        raise UsageError(
+            f"{path} is a symbolic link leading outside {path.parent if root is None else root}; refusing to read it"
+        )
     return path
 
 
@@ -106,7 +112,7 @@ def _marked_root(directory: Path) -> Path | None:
     chain = (directory, *directory.parents)
     for depth, candidate in enumerate(chain):
         if (candidate / MARKER).is_file() or (candidate / MARKER).is_symlink():
-            for step in chain[:depth + 1]:
+            for step in chain[: depth + 1]:
                 refuse_link(step)
             return candidate
     return None
@@ -182,8 +188,10 @@ def _own(file) -> None:
     links = os.fstat(file.fileno()).st_nlink
     if links > 1:
         file.close()
-        raise UsageError(f"{file.name} has {links} hard links; pdmm-bridge writes in place only into a file of its "
-                         "own (copy the run directory without hard links)")
+        raise UsageError(
+            f"{file.name} has {links} hard links; pdmm-bridge writes in place only into a file of its "
+            "own (copy the run directory without hard links)"
+        )
 
 
 def open_append(path):
@@ -287,8 +295,9 @@ def claim(path, command: str, force: bool = False, reusable: bool = False) -> Pa
     owner, entries = manifest(path) if path.is_dir() else (None, [])
     if path.is_dir() and not all(is_leftover(p) for p in path.iterdir()) and not force:
         if not (reusable and owner == command):
-            raise UsageError(f"{path} already exists and is not empty; choose another --out or pass --force "
-                             "to write into it")
+            raise UsageError(
+                f"{path} already exists and is not empty; choose another --out or pass --force to write into it"
+            )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -339,8 +348,9 @@ def _foreign(directory: Path, root: Path, entries: set, ours: list) -> list[str]
                 found = _foreign(item, root, entries, ours)
             else:
                 found = [relative + "/"]
-            foreign += [f"{item.relative_to(root).as_posix()}/{name}" if (item / MARKER).is_file() else name
-                        for name in found]
+            foreign += [
+                f"{item.relative_to(root).as_posix()}/{name}" if (item / MARKER).is_file() else name for name in found
+            ]
             if not found:
                 ours.append(item)
         elif item.name.removesuffix(".tmp") == MARKER or relative.removesuffix(".tmp") in entries:
@@ -363,8 +373,10 @@ def clear(path, legacy: tuple = ()) -> None:
     foreign = _foreign(path, path, listed, ours)
     if foreign:
         shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
-        raise UsageError(f"--force removes only what pdmm-bridge wrote, and {path} also holds {shown}; "
-                         "move those away or choose another --out")
+        raise UsageError(
+            f"--force removes only what pdmm-bridge wrote, and {path} also holds {shown}; "
+            "move those away or choose another --out"
+        )
     try:
         for item in ours:
             if item.is_dir():

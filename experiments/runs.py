@@ -14,6 +14,7 @@ checked on read (config.toml, metrics rows, summary.json, meta.json, sweep.json,
 config.json and history.csv): a file that does not have the shape the project writes is one
 UsageError naming it and what is wrong (docs/guide/runs.md).
 """
+
 import csv
 import dataclasses
 import io
@@ -32,10 +33,24 @@ from .common import UsageError
 from .config import TABLES, checked
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
-ONLY_WHEN = {"model.gamma": ("model.residual", "attentionx"), "model.beta": ("model.residual", "accumulated"),
-             "model.gates": ("model.kind", "convex"), "model.group_lasso": ("model.kind", "convex")}
-TRANSFORMER_KEYS = ("model.n_layer", "model.n_head", "model.dropout", "model.bias", "model.residual", "model.gamma",
-                    "model.beta", "model.kernel", "model.symmetric", "model.send_width")  # unused by model.kind = "convex"
+ONLY_WHEN = {
+    "model.gamma": ("model.residual", "attentionx"),
+    "model.beta": ("model.residual", "accumulated"),
+    "model.gates": ("model.kind", "convex"),
+    "model.group_lasso": ("model.kind", "convex"),
+}
+TRANSFORMER_KEYS = (
+    "model.n_layer",
+    "model.n_head",
+    "model.dropout",
+    "model.bias",
+    "model.residual",
+    "model.gamma",
+    "model.beta",
+    "model.kernel",
+    "model.symmetric",
+    "model.send_width",
+)  # unused by model.kind = "convex"
 
 
 class TornLine(UserWarning):
@@ -48,6 +63,7 @@ class Run:
 
     entry is the run's item in its sweep's sweep.json ("status", "error", ...), None outside a sweep.
     """
+
     path: Path
     config: dict
     metrics: list
@@ -97,8 +113,13 @@ def load_run(path, root=None):
         raise UsageError(f"{path} is not a run directory (no metrics.jsonl)")
     config = read_toml(path / "config.toml", f"the config of run {path}")
     check_run_config(config, path / "config.toml")
-    return Run(path, config, read_metrics(path / "metrics.jsonl"), read_summary(path / "summary.json"),
-               read_meta(path / "meta.json"))
+    return Run(
+        path,
+        config,
+        read_metrics(path / "metrics.jsonl"),
+        read_summary(path / "summary.json"),
+        read_meta(path / "meta.json"),
+    )
 
 
 def read_toml(file, what=None) -> dict:
@@ -132,8 +153,11 @@ def read_metrics(file):
 
 def is_number(value) -> bool:
     """An int or float, not a bool, that a float can hold (a 400-digit integer is not a number here)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and (isinstance(value, float) or abs(value) <= sys.float_info.max))
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (isinstance(value, float) or abs(value) <= sys.float_info.max)
+    )
 
 
 MAX_STEP = 2**63 - 1  # steps are int64 in the arrays readers make of them
@@ -142,11 +166,16 @@ MAX_STEP = 2**63 - 1  # steps are int64 in the arrays readers make of them
 def row_problem(row) -> str | None:
     """What is wrong with one metrics row: an object with an integer 'step' from 0 to MAX_STEP and numbers (or
     null) for values; None when nothing is."""
-    if not (isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool)
-            and 0 <= row["step"] <= MAX_STEP):
+    if not (
+        isinstance(row, dict)
+        and isinstance(row.get("step"), int)
+        and not isinstance(row["step"], bool)
+        and 0 <= row["step"] <= MAX_STEP
+    ):
         return "expected an object with an integer 'step' from 0 to 2^63 - 1"
-    bad = next((key for key, value in row.items() if key != "step" and value is not None and not is_number(value)),
-               None)
+    bad = next(
+        (key for key, value in row.items() if key != "step" and value is not None and not is_number(value)), None
+    )
     return None if bad is None else f"{bad} is {repr(row[bad])[:40]}, not a number"
 
 
@@ -167,8 +196,11 @@ def parse_metrics(text: str, file, torn_last: bool = True) -> list:
             raise UsageError(f"{file}, line {number}: nested too deeply") from None
         except ValueError as err:
             if torn_last and number == len(lines) and not text.endswith("\n"):
-                warnings.warn(f"{file}, line {number} is cut short (a run killed while writing it); skipped",
-                              TornLine, stacklevel=3)
+                warnings.warn(
+                    f"{file}, line {number} is cut short (a run killed while writing it); skipped",
+                    TornLine,
+                    stacklevel=3,
+                )
                 break
             raise UsageError(f"{file}, line {number}: {err}") from None
         rows.append(row)
@@ -241,8 +273,10 @@ def is_directory_name(name: str) -> bool:
 
 def check_sweep(sweep, file) -> None:
     """UsageError naming `file` and what is wrong unless `sweep` has the shape the sweep command writes."""
+
     def wrong(what):
         raise UsageError(f"{file}: {what}; it is not a sweep record pdmm-bridge wrote")
+
     if not isinstance(sweep, dict):
         wrong("expected an object")
     if not isinstance(sweep.get("runs"), list):
@@ -260,8 +294,10 @@ def check_sweep(sweep, file) -> None:
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or "\\" in name:
             wrong(f"run {number} names a run {name!r} outside the sweep directory (a run name is one directory name)")
         if not is_directory_name(name):
-            wrong(f"run {number} has a name no directory can have (over {rundir.NAME_MAX} bytes, a NUL or a lone "
-                  "surrogate)")
+            wrong(
+                f"run {number} has a name no directory can have (over {rundir.NAME_MAX} bytes, a NUL or a lone "
+                "surrogate)"
+            )
         if name in names:
             wrong(f"run {name!r} is listed twice")
         names.add(name)
@@ -301,8 +337,11 @@ def sweep_runs(path):
 
 def is_sweep_dir(path):
     path = Path(path)
-    return path.is_dir() and not is_run_dir(path) and (
-        (path / "sweep.json").is_file() or any(is_run_dir(p) for p in path.iterdir() if p.is_dir()))
+    return (
+        path.is_dir()
+        and not is_run_dir(path)
+        and ((path / "sweep.json").is_file() or any(is_run_dir(p) for p in path.iterdir() if p.is_dir()))
+    )
 
 
 def expand(paths):
@@ -318,8 +357,10 @@ def expand(paths):
         elif is_sweep_dir(path):
             found = sweep_runs(path)
         else:
-            raise UsageError(f"{path} is not a run directory (no metrics.jsonl) nor a sweep directory "
-                             "(no sweep.json, no run directories inside)")
+            raise UsageError(
+                f"{path} is not a run directory (no metrics.jsonl) nor a sweep directory "
+                "(no sweep.json, no run directories inside)"
+            )
         for run in found:
             if run.path.resolve() not in seen:
                 seen.add(run.path.resolve())
@@ -329,26 +370,33 @@ def expand(paths):
 
 def flat_config(config):
     """{"model.residual": "belief", ...} from {table: {key: value}}."""
-    return {f"{table}.{key}": value for table, values in config.items() if isinstance(values, dict)
-            for key, value in values.items()}
+    return {
+        f"{table}.{key}": value
+        for table, values in config.items()
+        if isinstance(values, dict)
+        for key, value in values.items()
+    }
 
 
 def differing_keys(runs):
     """The dotted config keys whose values are not the same in all runs, seed, device and compile excepted."""
     flats = [flat_config(run.config) for run in runs]
     keys = dict.fromkeys(key for flat in flats for key in flat)
-    return [key for key in keys if key not in IGNORED_KEYS and
-            any(flat.get(key, None) != flats[0].get(key, None) for flat in flats)]
+    return [
+        key
+        for key in keys
+        if key not in IGNORED_KEYS and any(flat.get(key, None) != flats[0].get(key, None) for flat in flats)
+    ]
 
 
 def label(values):
-    """"kernel=diff, symmetric=True" from {"model.kernel": "diff", "model.symmetric": True}.
+    """ "kernel=diff, symmetric=True" from {"model.kernel": "diff", "model.symmetric": True}.
 
     Keys are shortened to their last component unless two of them would then read the same.
     """
     short = [key.rsplit(".", 1)[-1] for key in values]
     names = short if len(set(short)) == len(short) else list(values)
-    return ", ".join(f"{name}={value}" for name, value in zip(names, values.values()))
+    return ", ".join(f"{name}={value}" for name, value in zip(names, values.values(), strict=False))
 
 
 def relevant(key, flat):
@@ -376,8 +424,9 @@ def group_runs(runs, keys=None):
 @dataclass
 class Curve:
     """A variant's metric over the steps every seed logged: mean line and min..max band over seeds."""
+
     steps: np.ndarray
-    seconds: np.ndarray   # wall-clock seconds, mean over seeds
+    seconds: np.ndarray  # wall-clock seconds, mean over seeds
     mean: np.ndarray
     low: np.ndarray
     high: np.ndarray
@@ -395,13 +444,14 @@ def aligned(runs, metric):
     if not len(common):
         return None
     picked = [(seconds[np.isin(steps, common)], values[np.isin(steps, common)]) for steps, seconds, values in series]
-    seconds, values = (np.stack(part) for part in zip(*picked))  # (seeds, steps)
+    seconds, values = (np.stack(part) for part in zip(*picked, strict=False))  # (seeds, steps)
     return Curve(common, seconds.mean(0), values.mean(0), values.min(0), values.max(0), len(series))
 
 
 @dataclass
 class SolveRun:
     """One `pdmm-bridge solve` output directory: its config.json and {method label: {column: per-iteration array}}."""
+
     path: Path
     config: dict
     curves: dict
@@ -428,8 +478,14 @@ def load_solve(path):
         raise UsageError(f"cannot read {path / 'history.csv'}: {err}") from None
     config = read_json(path / "config.json")
     tables = ("args", "graph", "methods")
-    if not (isinstance(config, dict) and all(isinstance(config.get(key, {}), dict) for key in tables)
-            and all(isinstance(entry, dict) for entry in config.get("methods", {}).values())):
+    if not (
+        isinstance(config, dict)
+        and all(isinstance(config.get(key, {}), dict) for key in tables)
+        and all(isinstance(entry, dict) for entry in config.get("methods", {}).values())
+    ):
         raise UsageError(f"{path / 'config.json'}: expected an object whose args, graph and methods are objects")
-    return SolveRun(path, config,
-                    {label: {key: np.array(values) for key, values in curve.items()} for label, curve in curves.items()})
+    return SolveRun(
+        path,
+        config,
+        {label: {key: np.array(values) for key, values in curve.items()} for label, curve in curves.items()},
+    )

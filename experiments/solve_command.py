@@ -49,6 +49,7 @@ every process at the same iteration and process 0 writes what ran, as one proces
 prints one line for the job (exit 2 for bad input, 1 for a runtime failure); the processes die with
 the launcher (kill -9 of it ends them at once).
 """
+
 import argparse
 import inspect
 import io
@@ -90,8 +91,16 @@ def _value(key, text):
     """A method parameter from its text: rho a number > 0, theta a number, eta "L", "safe" or a number > 0,
     mixing a kind of pdmm.mixing_matrix, low and high numbers (their range is the method's to check), alpha
     "auto" or a number > 0, step "constant" or "diminishing"."""
-    parse = {"rho": positive(float), "theta": float, "eta": _eta, "mixing": _mixing, "low": float, "high": float,
-             "alpha": _alpha, "step": _step}[key]
+    parse = {
+        "rho": positive(float),
+        "theta": float,
+        "eta": _eta,
+        "mixing": _mixing,
+        "low": float,
+        "high": float,
+        "alpha": _alpha,
+        "step": _step,
+    }[key]
     try:
         return parse(text)
     except (ValueError, argparse.ArgumentTypeError) as err:
@@ -99,7 +108,7 @@ def _value(key, text):
 
 
 def _spec(text):
-    """"pdmm:theta=0.5:rho=2" -> ("pdmm:theta=0.5:rho=2", "pdmm", {"theta": 0.5, "rho": 2.0}).
+    """ "pdmm:theta=0.5:rho=2" -> ("pdmm:theta=0.5:rho=2", "pdmm", {"theta": 0.5, "rho": 2.0}).
 
     The label is the spec as written (a plain method name labels itself); the keys are rho where the
     method has one and the parameters of the method's constructor (theta, eta, mixing, alpha, step), with
@@ -107,15 +116,18 @@ def _spec(text):
     """
     method, *assignments = [part.strip() for part in text.strip().split(":")]
     if method not in pdmm.METHODS:
-        raise argparse.ArgumentTypeError(f"unknown method {method!r} in {text!r}; choose from "
-                                         f"{', '.join(pdmm.METHODS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown method {method!r} in {text!r}; choose from {', '.join(pdmm.METHODS)}"
+        )
     accepted = _accepted(method)
     params = {}
     for assignment in assignments:
         key, sep, value = (part.strip() for part in assignment.partition("="))
         if not (sep and key in accepted and value) or key in params:
-            raise argparse.ArgumentTypeError(f"bad parameter {assignment!r} in {text!r}: {method} takes "
-                                             f"{', '.join(f'{name}=VALUE' for name in accepted)}, each once")
+            raise argparse.ArgumentTypeError(
+                f"bad parameter {assignment!r} in {text!r}: {method} takes "
+                f"{', '.join(f'{name}=VALUE' for name in accepted)}, each once"
+            )
         params[key] = _value(key, value)
     label = ":".join([method, *(f"{key}={_text(value)}" for key, value in params.items())])
     if ("low" in params) != ("high" in params):
@@ -156,6 +168,7 @@ def _positive_or(*words):
             return positive(float)(text)
         except (ValueError, argparse.ArgumentTypeError):
             raise argparse.ArgumentTypeError(f"must be {named} or a number > 0, got {text!r}") from None
+
     return parse
 
 
@@ -214,89 +227,182 @@ def _pair(text):
     try:
         p_gb, p_bg = (float(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected P_GB,P_BG, two probabilities separated by a comma, got "
-                                         f"{text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected P_GB,P_BG, two probabilities separated by a comma, got {text!r}"
+        ) from None
     return p_gb, p_bg
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("solve", help="solve one problem with one or several methods",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "solve",
+        help="solve one problem with one or several methods",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     data = p.add_argument_group("problem and data")
     data.add_argument("--problem", default="averaging", choices=KINDS, help="the local functions f_i")
-    data.add_argument("--dim", type=positive(int), help=f"variable size d of synthetic data ({DEFAULT_DIM} when "
-                      "not given)")
-    data.add_argument("--samples", type=positive(int), help=f"rows of H or X per node of synthetic data "
-                      f"({DEFAULT_SAMPLES} when not given)")
-    data.add_argument("--batch", type=positive(int), help="solve this many independent instances at once "
-                      "(synthetic data)")
+    data.add_argument(
+        "--dim", type=positive(int), help=f"variable size d of synthetic data ({DEFAULT_DIM} when not given)"
+    )
+    data.add_argument(
+        "--samples",
+        type=positive(int),
+        help=f"rows of H or X per node of synthetic data ({DEFAULT_SAMPLES} when not given)",
+    )
+    data.add_argument(
+        "--batch", type=positive(int), help="solve this many independent instances at once (synthetic data)"
+    )
     data.add_argument("--ridge", type=float, default=0.0, help="least_squares ridge weight")
     data.add_argument("--lam", type=float, default=0.1, help="lasso l1 weight")
-    data.add_argument("--reg", type=float, help=f"logistic ridge weight of each f_i (default {DEFAULT_REG}); with "
-                      "--data builtin:NAME the l2 weight of the whole problem, split evenly over the nodes (default "
-                      f"{pdmm.datasets.BREAST_CANCER_L2:g} for breast_cancer)")
-    data.add_argument("--data", metavar="FILE.npz", help="read the data arrays from this file instead of sampling "
-                      f"(headers checked first: at most {pdmm.npz.NPZ_LIMIT // 2**20} MiB of arrays, compressed at most "
-                      f"{pdmm.npz.NPZ_RATIO}:1, no objects), or "
-                      f"builtin:NAME for a data set shipped with a library ({', '.join(pdmm.datasets.DATASETS)})")
+    data.add_argument(
+        "--reg",
+        type=float,
+        help=f"logistic ridge weight of each f_i (default {DEFAULT_REG}); with "
+        "--data builtin:NAME the l2 weight of the whole problem, split evenly over the nodes (default "
+        f"{pdmm.datasets.BREAST_CANCER_L2:g} for breast_cancer)",
+    )
+    data.add_argument(
+        "--data",
+        metavar="FILE.npz",
+        help="read the data arrays from this file instead of sampling "
+        f"(headers checked first: at most {pdmm.npz.NPZ_LIMIT // 2**20} MiB of arrays, compressed at most "
+        f"{pdmm.npz.NPZ_RATIO}:1, no objects), or "
+        f"builtin:NAME for a data set shipped with a library ({', '.join(pdmm.datasets.DATASETS)})",
+    )
     graph = p.add_argument_group("graph")
-    graph.add_argument("--graph", default="random_geometric",
-                       help=f"a topology ({', '.join(pdmm.TOPOLOGIES)}) or a .graphml / edge-list file")
+    graph.add_argument(
+        "--graph",
+        default="random_geometric",
+        help=f"a topology ({', '.join(pdmm.TOPOLOGIES)}) or a .graphml / edge-list file",
+    )
     graph.add_argument("--nodes", type=int, default=100, help="number of nodes of a named topology")
-    graph.add_argument("--graph-param", type=key_value, action="append", default=[], metavar="KEY=VALUE",
-                       help="topology parameter, e.g. radius=0.3 (repeatable)")
+    graph.add_argument(
+        "--graph-param",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="topology parameter, e.g. radius=0.3 (repeatable)",
+    )
     solver = p.add_argument_group("solver")
     which = solver.add_mutually_exclusive_group()
-    which.add_argument("--method", type=_spec, default="pdmm", metavar="SPEC",
-                       help=f"one method ({', '.join(pdmm.METHODS)}), optionally with parameters, e.g. "
-                            "pdmm:theta=0.5 or chebyshev:mixing=lazy_metropolis")
-    which.add_argument("--compare", type=_specs, metavar="SPEC,SPEC,...",
-                       help="several runs in one output, each METHOD[:KEY=VALUE...] with KEY rho, theta, eta, mixing, "
-                            "low, high, alpha, step, e.g. pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe,gossip,"
-                            "chebyshev:low=-0.5:high=0.95,extra:alpha=0.05,dgd:step=diminishing")
-    solver.add_argument("--rho", type=positive(float), help="penalty parameter of the pdmm, qa-pdmm and admm runs "
-                        "without their own rho (default 1)")
-    solver.add_argument("--theta", type=float, help="averaging of the pdmm / qa-pdmm runs without their own "
-                        "theta (1 = PDMM, 0.5 = averaged)")
-    solver.add_argument("--eta", type=_eta, help="qa-pdmm proximal weight (L, safe or a number) of the runs "
-                        "without their own eta")
-    solver.add_argument("--iters", type=positive(int), default=1000, help="maximum iterations (of each tuning run "
-                        "too)")
-    solver.add_argument("--tune", type=positive(float), nargs="?", const=pdmm.tuning.TARGET, metavar="TARGET",
-                        help="choose each run's rho or alpha, unless its spec sets it, on pdmm.tune's grid: the value "
-                        f"that reaches relative error TARGET (default {pdmm.tuning.TARGET:g}) in the fewest iterations")
-    solver.add_argument("--tol", type=_tolerance, default=1e-10, help="stop when the residual and the change of x "
-                        "fall below tol * max(s, RMS of x), s = min(1, the data's scale), and the multipliers have "
-                        "settled (docs/guide/solve.md, \"The stopping test\"); a number in [0, 1), 0 runs all --iters")
-    solver.add_argument("--reference", choices=("cvxpy", "none"), default="cvxpy",
-                        help="centralised solution for the relative error")
+    which.add_argument(
+        "--method",
+        type=_spec,
+        default="pdmm",
+        metavar="SPEC",
+        help=f"one method ({', '.join(pdmm.METHODS)}), optionally with parameters, e.g. "
+        "pdmm:theta=0.5 or chebyshev:mixing=lazy_metropolis",
+    )
+    which.add_argument(
+        "--compare",
+        type=_specs,
+        metavar="SPEC,SPEC,...",
+        help="several runs in one output, each METHOD[:KEY=VALUE...] with KEY rho, theta, eta, mixing, "
+        "low, high, alpha, step, e.g. pdmm:theta=1,pdmm:theta=0.5,admm,qa-pdmm:eta=safe,gossip,"
+        "chebyshev:low=-0.5:high=0.95,extra:alpha=0.05,dgd:step=diminishing",
+    )
+    solver.add_argument(
+        "--rho",
+        type=positive(float),
+        help="penalty parameter of the pdmm, qa-pdmm and admm runs without their own rho (default 1)",
+    )
+    solver.add_argument(
+        "--theta",
+        type=float,
+        help="averaging of the pdmm / qa-pdmm runs without their own theta (1 = PDMM, 0.5 = averaged)",
+    )
+    solver.add_argument(
+        "--eta", type=_eta, help="qa-pdmm proximal weight (L, safe or a number) of the runs without their own eta"
+    )
+    solver.add_argument("--iters", type=positive(int), default=1000, help="maximum iterations (of each tuning run too)")
+    solver.add_argument(
+        "--tune",
+        type=positive(float),
+        nargs="?",
+        const=pdmm.tuning.TARGET,
+        metavar="TARGET",
+        help="choose each run's rho or alpha, unless its spec sets it, on pdmm.tune's grid: the value "
+        f"that reaches relative error TARGET (default {pdmm.tuning.TARGET:g}) in the fewest iterations",
+    )
+    solver.add_argument(
+        "--tol",
+        type=_tolerance,
+        default=1e-10,
+        help="stop when the residual and the change of x "
+        "fall below tol * max(s, RMS of x), s = min(1, the data's scale), and the multipliers have "
+        'settled (docs/guide/solve.md, "The stopping test"); a number in [0, 1), 0 runs all --iters',
+    )
+    solver.add_argument(
+        "--reference", choices=("cvxpy", "none"), default="cvxpy", help="centralised solution for the relative error"
+    )
     solver.add_argument("--device", type=_solve_device, default="cpu", help="torch device, e.g. cpu or cuda")
-    solver.add_argument("--dtype", choices=list(DTYPES), default="float64", help="floating-point type of the "
-                        "iterates")
+    solver.add_argument("--dtype", choices=list(DTYPES), default="float64", help="floating-point type of the iterates")
     solver.add_argument("--seed", type=_seed, default=0, help="seed for the graph, the synthetic data and the network")
-    solver.add_argument("--nproc", type=positive(int), default=1, help="processes: more than 1 runs the partitioned "
-                        "engine under torchrun (pdmm only, consensus problems, ideal network)")
+    solver.add_argument(
+        "--nproc",
+        type=positive(int),
+        default=1,
+        help="processes: more than 1 runs the partitioned "
+        "engine under torchrun (pdmm only, consensus problems, ideal network)",
+    )
     network = p.add_argument_group("simulated network (pdmm.Network; every run sees the same draws)")
-    network.add_argument("--drop", type=float, default=0.0, metavar="P", help="probability that a message is lost "
-                         "(in the good state with --burst; per-edge probabilities: Python only)")
-    network.add_argument("--burst", type=_pair, metavar="P_GB,P_BG", help="bursty loss: each directed link is a "
-                         "Gilbert-Elliott chain, good -> bad with probability P_GB and bad -> good with P_BG per "
-                         "iteration, losing every message while bad (mean burst 1/P_BG iterations)")
-    network.add_argument("--wake", type=_wake, default=1.0, metavar="Q", help="probability that a node is awake "
-                         "in an iteration (a sleeping node neither updates nor sends), or 'one': exactly one "
-                         "node, chosen uniformly, per iteration (per-node probabilities: Python only)")
-    network.add_argument("--edge-up", type=float, default=1.0, metavar="R", help="probability that an edge is up "
-                         "in an iteration (both directions)")
+    network.add_argument(
+        "--drop",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="probability that a message is lost (in the good state with --burst; per-edge probabilities: Python only)",
+    )
+    network.add_argument(
+        "--burst",
+        type=_pair,
+        metavar="P_GB,P_BG",
+        help="bursty loss: each directed link is a "
+        "Gilbert-Elliott chain, good -> bad with probability P_GB and bad -> good with P_BG per "
+        "iteration, losing every message while bad (mean burst 1/P_BG iterations)",
+    )
+    network.add_argument(
+        "--wake",
+        type=_wake,
+        default=1.0,
+        metavar="Q",
+        help="probability that a node is awake "
+        "in an iteration (a sleeping node neither updates nor sends), or 'one': exactly one "
+        "node, chosen uniformly, per iteration (per-node probabilities: Python only)",
+    )
+    network.add_argument(
+        "--edge-up",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="probability that an edge is up in an iteration (both directions)",
+    )
     network.add_argument("--bits", type=int, metavar="B", help="quantise every number sent to B bits")
-    network.add_argument("--dither", nargs="?", const="subtractive", choices=("subtractive", "stochastic"),
-                         help="with --bits: subtractive dither (the default when given) or stochastic rounding")
-    network.add_argument("--limit", type=float, help="with --bits: the quantiser's range [-LIMIT, LIMIT] (default: "
-                         "adapted to each sender's messages)")
-    network.add_argument("--privacy", type=float, metavar="SCALE", help="subspace perturbation: initial z with "
-                         "standard deviation SCALE (pdmm, qa-pdmm), and the privacy measures in history.csv")
+    network.add_argument(
+        "--dither",
+        nargs="?",
+        const="subtractive",
+        choices=("subtractive", "stochastic"),
+        help="with --bits: subtractive dither (the default when given) or stochastic rounding",
+    )
+    network.add_argument(
+        "--limit",
+        type=float,
+        help="with --bits: the quantiser's range [-LIMIT, LIMIT] (default: adapted to each sender's messages)",
+    )
+    network.add_argument(
+        "--privacy",
+        type=float,
+        metavar="SCALE",
+        help="subspace perturbation: initial z with "
+        "standard deviation SCALE (pdmm, qa-pdmm), and the privacy measures in history.csv",
+    )
     output = p.add_argument_group("output")
-    output.add_argument("--out", default="runs/solve", help="output directory (refused when it exists and is not "
-                        "empty, unless --force)")
+    output.add_argument(
+        "--out", default="runs/solve", help="output directory (refused when it exists and is not empty, unless --force)"
+    )
     output.add_argument("--force", action="store_true", help="write into an existing non-empty --out")
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -351,8 +457,11 @@ def _run(args):
     x_star = _reference(problem, args)
     out = _claim(args, rank)
     try:
-        tunings = {label: _tune(problem, label, method, params[label], x_star, args, network)
-                   for label, method, _ in specs if label in to_tune}
+        tunings = {
+            label: _tune(problem, label, method, params[label], x_star, args, network)
+            for label, method, _ in specs
+            if label in to_tune
+        }
     except KeyboardInterrupt:
         print("pdmm-bridge solve: interrupted (Ctrl-C) while tuning; no results written", file=sys.stderr)
         return 130
@@ -385,8 +494,12 @@ def _run(args):
         print(f"pdmm-bridge solve: {message}", file=sys.stderr)
     if interrupted:
         skipped = [label for label, _, _ in specs if label not in results and label != interrupted]
-        print(f"pdmm-bridge solve: interrupted (Ctrl-C) in {interrupted}"
-              + (f", {', '.join(skipped)} not run" if skipped else "") + f"; what ran is in {out}", file=sys.stderr)
+        print(
+            f"pdmm-bridge solve: interrupted (Ctrl-C) in {interrupted}"
+            + (f", {', '.join(skipped)} not run" if skipped else "")
+            + f"; what ran is in {out}",
+            file=sys.stderr,
+        )
         return 130
     return 1 if failures else 0
 
@@ -424,10 +537,20 @@ def _solve_all(problem, specs, params, x_star, args, network):
             with warnings.catch_warnings():  # the summary line says "not converged" or "stalled" itself
                 warnings.simplefilter("ignore", pdmm.ConvergenceWarning)
                 results[label] = pdmm.solve(
-                    problem, method=method, max_iter=args.iters, tol=args.tol, reference=x_star, device=args.device,
-                    dtype=DTYPES[args.dtype], progress=not args.no_progress and not _rank(args), network=network,
-                    history=history, record_every=1, backend="distributed" if args.nproc > 1 else "local",
-                    **params[label])
+                    problem,
+                    method=method,
+                    max_iter=args.iters,
+                    tol=args.tol,
+                    reference=x_star,
+                    device=args.device,
+                    dtype=DTYPES[args.dtype],
+                    progress=not args.no_progress and not _rank(args),
+                    network=network,
+                    history=history,
+                    record_every=1,
+                    backend="distributed" if args.nproc > 1 else "local",
+                    **params[label],
+                )
         except pdmm.DivergenceError as err:
             results[label], failures[label] = err.result, str(err)
         except ValueError as err:  # what _check_methods did not foresee: still one line, bad input
@@ -445,8 +568,10 @@ def _method_params(args, specs):
     an error."""
     given = {name: getattr(args, name) for name in ("rho", "theta", "eta") if getattr(args, name) is not None}
     defaults = {"rho": 1.0, **given}
-    params = {label: {**{name: value for name, value in defaults.items() if name in _accepted(method)}, **own}
-              for label, method, own in specs}
+    params = {
+        label: {**{name: value for name, value in defaults.items() if name in _accepted(method)}, **own}
+        for label, method, own in specs
+    }
     unused = [name for name in given if not any(name in p for p in params.values())]
     if unused:
         raise UsageError(f"--{unused[0]} does not apply to {', '.join(label for label, _, _ in specs)}")
@@ -464,11 +589,13 @@ def _to_tune(args, specs):
         raise UsageError("--tune runs in this process; drop --nproc")
     if args.rho is not None:
         raise UsageError("--tune chooses rho; to fix a run's rho, give it in its spec (pdmm:rho=2)")
-    labels = [label for label, method, own in specs
-              if method in pdmm.tuning.TUNED and pdmm.tuning.TUNED[method] not in own]
+    labels = [
+        label for label, method, own in specs if method in pdmm.tuning.TUNED and pdmm.tuning.TUNED[method] not in own
+    ]
     if not labels:
-        raise UsageError("--tune has nothing to tune: every run sets its own rho or alpha, or has neither "
-                         "(gossip, chebyshev)")
+        raise UsageError(
+            "--tune has nothing to tune: every run sets its own rho or alpha, or has neither (gossip, chebyshev)"
+        )
     return labels
 
 
@@ -477,9 +604,18 @@ def _tune(problem, label, method, params, x_star, args, network):
     every value diverges is a UsageError naming the run."""
     fixed = {key: value for key, value in params.items() if key != "rho"}
     try:
-        return pdmm.tune(problem, method, reference=x_star, target=args.tune, max_iter=args.iters,
-                         device=args.device, dtype=DTYPES[args.dtype], network=network,
-                         progress=not args.no_progress, **fixed)
+        return pdmm.tune(
+            problem,
+            method,
+            reference=x_star,
+            target=args.tune,
+            max_iter=args.iters,
+            device=args.device,
+            dtype=DTYPES[args.dtype],
+            network=network,
+            progress=not args.no_progress,
+            **fixed,
+        )
     except ValueError as err:
         raise UsageError(f"--tune, {label}: {err}") from None
 
@@ -499,8 +635,16 @@ def _with_tuned_values(specs, params, tunings):
 
 def _network(args):
     """The pdmm.Network of the network flags, or None when every one is at its default (the ideal network)."""
-    given = dict(drop=args.drop, wake=args.wake, edge_up=args.edge_up, bits=args.bits, privacy=args.privacy,
-                 dither=args.dither or False, limit=args.limit, burst=args.burst)
+    given = dict(
+        drop=args.drop,
+        wake=args.wake,
+        edge_up=args.edge_up,
+        bits=args.bits,
+        privacy=args.privacy,
+        dither=args.dither or False,
+        limit=args.limit,
+        burst=args.burst,
+    )
     if given == dict(drop=0.0, wake=1.0, edge_up=1.0, bits=None, privacy=None, dither=False, limit=None, burst=None):
         return None
     try:
@@ -580,8 +724,11 @@ def _launch(args):
 def _defaults(method):
     """The method's own parameter defaults (theta, eta), so config.json records every value used; the
     keyword-only channel is the network's (--drop ...), not a method parameter."""
-    return {name: p.default for name, p in inspect.signature(pdmm.METHODS[method]).parameters.items()
-            if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY}
+    return {
+        name: p.default
+        for name, p in inspect.signature(pdmm.METHODS[method]).parameters.items()
+        if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY
+    }
 
 
 def _graph(args):
@@ -599,8 +746,10 @@ def _graph(args):
     for warning in caught if launch.speaks() else ():
         print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
     if G.components > 1:
-        raise UsageError(f"the graph in {args.graph} is disconnected: it has {G.components} connected components; "
-                         "PDMM needs a connected graph")
+        raise UsageError(
+            f"the graph in {args.graph} is disconnected: it has {G.components} connected components; "
+            "PDMM needs a connected graph"
+        )
     return G
 
 
@@ -647,10 +796,12 @@ def _refuse_sizes(args):
 def _builtin_problem(args, G):
     """The problem of --data builtin:NAME (pdmm.datasets.DATASETS) on G, its rows split by --seed and --reg its
     whole weight (the data set's default when not given)."""
-    name = args.data[len(BUILTIN):]
+    name = args.data[len(BUILTIN) :]
     if name not in pdmm.datasets.DATASETS:
-        raise UsageError(f"unknown data set {args.data!r}; choose from "
-                         f"{', '.join(BUILTIN + known for known in pdmm.datasets.DATASETS)}")
+        raise UsageError(
+            f"unknown data set {args.data!r}; choose from "
+            f"{', '.join(BUILTIN + known for known in pdmm.datasets.DATASETS)}"
+        )
     kind, build = pdmm.datasets.DATASETS[name]
     if args.problem != kind:
         raise UsageError(f"{args.data} is a {kind} data set; pass --problem {kind}")
@@ -677,18 +828,32 @@ def _final(result, key):
 def _write_config(path, args, specs, params, G, results, failures, tunings, interrupted=None):
     resolved = {key: value for key, value in vars(args).items() if key not in ("run", "argv", "method", "compare")}
     resolved.update(graph_param=dict(args.graph_param), methods=[label for label, _, _ in specs])
-    summary = {label: {
-        "method": result.method, "iterations": result.iterations, "converged": result.converged,
-        "status": "diverged" if label in failures else result.status,
-        "diverged": label in failures, "interrupted": result.interrupted, "seconds": result.seconds,
-        "residual": _final(result, "residual"), "error": _final(result, "error"),
-        "messages": _final(result, "messages"), "bits": _final(result, "bits"),
-        "params": {**_defaults(result.method), **params[label]},
-        **({"tuning": _tuning_entry(tunings[label])} if label in tunings else {}),
-    } for label, result in results.items()}
+    summary = {
+        label: {
+            "method": result.method,
+            "iterations": result.iterations,
+            "converged": result.converged,
+            "status": "diverged" if label in failures else result.status,
+            "diverged": label in failures,
+            "interrupted": result.interrupted,
+            "seconds": result.seconds,
+            "residual": _final(result, "residual"),
+            "error": _final(result, "error"),
+            "messages": _final(result, "messages"),
+            "bits": _final(result, "bits"),
+            "params": {**_defaults(result.method), **params[label]},
+            **({"tuning": _tuning_entry(tunings[label])} if label in tunings else {}),
+        }
+        for label, result in results.items()
+    }
     interrupted = interrupted is not None or any(r.interrupted for r in results.values())  # also before an iteration
-    config = {"version": package_version(), "args": resolved, "interrupted": interrupted,
-              "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()}, "methods": summary}
+    config = {
+        "version": package_version(),
+        "args": resolved,
+        "interrupted": interrupted,
+        "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()},
+        "methods": summary,
+    }
     rundir.write_file(path, json.dumps(config, indent=2) + "\n")
 
 
@@ -696,35 +861,73 @@ def _tuning_entry(tuning):
     """config.json's record of a run's tuning: the parameter, the value chosen, the rule's target and budget,
     the grid, the chosen run's iterations and error, and the seconds the grid took (tuning.csv: every run)."""
     best = tuning.best
-    return {"parameter": tuning.parameter, "value": tuning.value, "target": tuning.target,
-            "max_iter": tuning.max_iter, "reached": best.reached, "iterations": best.iterations, "error": best.error,
-            "grid": [trial.value for trial in tuning.trials], "at_edge": tuning.at_edge, "seconds": tuning.seconds}
+    return {
+        "parameter": tuning.parameter,
+        "value": tuning.value,
+        "target": tuning.target,
+        "max_iter": tuning.max_iter,
+        "reached": best.reached,
+        "iterations": best.iterations,
+        "error": best.error,
+        "grid": [trial.value for trial in tuning.trials],
+        "at_edge": tuning.at_edge,
+        "seconds": tuning.seconds,
+    }
 
 
 def _write_tuning(path, tunings):
     """tuning.csv: one row per run label and grid value (TUNING_COLUMNS); iterations is where the run stopped
     (at the target, at the best iterations so far, or at --iters), error the worst instance's there (inf:
     diverged)."""
-    rundir.write_csv(path, [TUNING_COLUMNS, *(
-        (label, tuning.parameter, f"{trial.value:.6g}", trial.iterations, int(trial.reached), f"{trial.error:.6g}",
-         int(trial.diverged), int(trial.value == tuning.value)) for label, tuning in tunings.items()
-        for trial in tuning.trials)])
+    rundir.write_csv(
+        path,
+        [
+            TUNING_COLUMNS,
+            *(
+                (
+                    label,
+                    tuning.parameter,
+                    f"{trial.value:.6g}",
+                    trial.iterations,
+                    int(trial.reached),
+                    f"{trial.error:.6g}",
+                    int(trial.diverged),
+                    int(trial.value == tuning.value),
+                )
+                for label, tuning in tunings.items()
+                for trial in tuning.trials
+            ),
+        ],
+    )
 
 
 def _tuning_summary(label, tuning):
     """extra:alpha=0.0397: tuned alpha, 15 values 0.00124..0.159: error 1e-06 in 522 iterations (6.8 s)"""
     best, grid = tuning.best, tuning.trials
-    found = (f"error {tuning.target:g} in {best.iterations} iterations" if best.reached else
-             f"none reached {tuning.target:g} in {tuning.max_iter} iterations; smallest error {best.error:.2g}")
+    found = (
+        f"error {tuning.target:g} in {best.iterations} iterations"
+        if best.reached
+        else f"none reached {tuning.target:g} in {tuning.max_iter} iterations; smallest error {best.error:.2g}"
+    )
     edge = "; at the end of the grid" if tuning.at_edge else ""
-    return (f"{label}: tuned {tuning.parameter}, {len(grid)} values {grid[0].value:.3g}..{grid[-1].value:.3g}: "
-            f"{found}{edge} ({tuning.seconds:.1f} s)")
+    return (
+        f"{label}: tuned {tuning.parameter}, {len(grid)} values {grid[0].value:.3g}..{grid[-1].value:.3g}: "
+        f"{found}{edge} ({tuning.seconds:.1f} s)"
+    )
 
 
 def _write_history(path, curves, columns):
-    rundir.write_csv(path, [("method", "iteration", *columns), *(
-        (label, k + 1, *(curve[c][k] if c in curve else "" for c in columns))
-        for label, curve in curves.items() for k in range(len(curve.get("residual", ()))))])
+    rundir.write_csv(
+        path,
+        [
+            ("method", "iteration", *columns),
+            *(
+                (label, k + 1, *(curve[c][k] if c in curve else "" for c in columns))
+                for label, curve in curves.items()
+                for k in range(len(curve.get("residual", ())))
+            ),
+        ],
+    )
 
 
 def _summary(label, result, diverged, out, advice=None):

@@ -33,6 +33,7 @@ that fail only together (3 heads on 16 dimensions) fail their runs. Ctrl-C stops
 after its step with a checkpoint, prints the command that resumes the sweep (the same one) and
 exits with status 130.
 """
+
 import dataclasses
 import itertools
 import json
@@ -40,7 +41,6 @@ import shlex
 import sys
 import traceback
 from pathlib import Path
-
 
 from . import rundir
 from .common import RunFailure, UsageError
@@ -54,7 +54,7 @@ from .world import World
 
 
 def grid_axis(text):
-    """"model.residual=standard,belief" -> ("model.residual", ["standard", "belief"]), values as TOML reads them."""
+    """ "model.residual=standard,belief" -> ("model.residual", ["standard", "belief"]), values as TOML reads them."""
     key, sep, values = text.partition("=")
     key, values = key.strip(), [v.strip() for v in values.split(",") if v.strip()]
     if not (sep and "." in key and values):
@@ -74,13 +74,27 @@ def parsed_value(key, text):
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("sweep", help="train a grid of variants x seeds", description=__doc__.split("\n")[0])
-    parser.add_argument("config", help="a built-in config name (`pdmm-bridge configs` lists them) or a TOML file "
-                                       "with [task], [model] and [train] tables")
-    parser.add_argument("--grid", action="append", default=[], metavar="TABLE.KEY=V1,V2,...",
-                        help="values to sweep (repeatable: the grid is their product)")
+    parser.add_argument(
+        "config",
+        help="a built-in config name (`pdmm-bridge configs` lists them) or a TOML file "
+        "with [task], [model] and [train] tables",
+    )
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=V1,V2,...",
+        help="values to sweep (repeatable: the grid is their product)",
+    )
     parser.add_argument("--seeds", help="comma-separated seeds; the config's [sweep] seeds when not given, else 0")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
-                        help="override one config value for every run (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=VALUE",
+        help="override one config value for every run (repeatable)",
+    )
     parser.add_argument("--data", help="the text file for char_lm (same as --set task.data=FILE)")
     parser.add_argument("--out", help="sweep directory; runs/<config name>-sweep when not given")
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out that holds no sweep")
@@ -93,8 +107,10 @@ def sweep_spec(args):
     table = load_plan(args.config)["sweep"]
     unknown = set(table) - {"grid", "variants", "seeds"}
     if unknown:
-        raise UsageError(f"{args.config}: unknown key(s) {', '.join(sorted(unknown))} in [sweep]; "
-                         "it accepts grid, variants and seeds")
+        raise UsageError(
+            f"{args.config}: unknown key(s) {', '.join(sorted(unknown))} in [sweep]; "
+            "it accepts grid, variants and seeds"
+        )
     if args.grid:
         grid, variants = dict(grid_axis(text) for text in args.grid), [{}]
     else:
@@ -124,13 +140,17 @@ def check_values(args, spec):
     grid, variants, _ = spec
     where = "--grid" if args.grid else f"{args.config} [sweep] grid"
     checks = [(f"{where} {key}={toml_value(value)}", {key: value}) for key, values in grid.items() for value in values]
-    checks += [(f"{args.config} [[sweep.variants]] entry {i}", variant) for i, variant in enumerate(variants, 1)
-               if variant]
+    checks += [
+        (f"{args.config} [[sweep.variants]] entry {i}", variant) for i, variant in enumerate(variants, 1) if variant
+    ]
     for origin, values in checks:
         try:
             for key in values:
                 known_key(key)
-            config = load_config(args.config, [*overrides_with_data(args.overrides, args.data), *(f"{k}={toml_value(v)}" for k, v in values.items())])
+            config = load_config(
+                args.config,
+                [*overrides_with_data(args.overrides, args.data), *(f"{k}={toml_value(v)}" for k, v in values.items())],
+            )
             check_names(config)
         except UsageError as err:
             raise UsageError(f"{origin}: {err}") from None
@@ -153,12 +173,16 @@ def plan(args, spec):
     grid, variants, run_seeds = spec
     runs = []
     for variant, values in itertools.product(variants, itertools.product(*grid.values())):
-        point = dict(zip(grid, values))
+        point = dict(zip(grid, values, strict=False))
         assignment = {**variant, **point}
         for seed in run_seeds:
             name = run_name(assignment, seed)
-            overrides = [*(f"{k}={toml_value(v)}" for k, v in variant.items()), *overrides_with_data(args.overrides, args.data),
-                         *(f"{k}={toml_value(v)}" for k, v in point.items()), f"train.seed={seed}"]
+            overrides = [
+                *(f"{k}={toml_value(v)}" for k, v in variant.items()),
+                *overrides_with_data(args.overrides, args.data),
+                *(f"{k}={toml_value(v)}" for k, v in point.items()),
+                f"train.seed={seed}",
+            ]
             try:
                 check_memory(load_config(args.config, overrides))  # a bad or absurd value fails here, before any run
             except UsageError as err:
@@ -179,14 +203,24 @@ def run(args):
     runs = plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
     report = checked_spec(load_plan(args.config)["report"], args.config)  # a bad [report] fails now, not after the runs
-    record = {"config": str(args.config), "set": overrides_with_data(args.overrides, args.data), "grid": grid, "variants": variants,
-              "seeds": run_seeds, "report": report,
-              "runs": [{"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending",
-                        "error": None} for r in runs]}
+    record = {
+        "config": str(args.config),
+        "set": overrides_with_data(args.overrides, args.data),
+        "grid": grid,
+        "variants": variants,
+        "seeds": run_seeds,
+        "report": report,
+        "runs": [
+            {"name": r["name"], "overrides": r["overrides"], "seed": r["seed"], "status": "pending", "error": None}
+            for r in runs
+        ],
+    }
     rundir.refuse_link(out)
     previous = read_sweep(out)
     if previous is not None:
-        same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get("set") == overrides_with_data(args.overrides, args.data)
+        same = [r["name"] for r in previous["runs"]] == [r["name"] for r in runs] and previous.get(
+            "set"
+        ) == overrides_with_data(args.overrides, args.data)
         if not same:
             raise UsageError(f"{out} holds a different sweep; choose another --out")
         record["runs"] = previous["runs"]  # keep earlier failures on record until their run is retried
@@ -200,8 +234,10 @@ def run(args):
     except KeyboardInterrupt as err:  # Interrupted too
         write_sweep(record, out)
         where = f" in {err.out.name} at step {err.step}, checkpoint saved" if isinstance(err, Interrupted) else ""
-        print(f"pdmm-bridge sweep: interrupted (Ctrl-C){where}; resume with the same command: {resume_command(args)}",
-              file=sys.stderr)
+        print(
+            f"pdmm-bridge sweep: interrupted (Ctrl-C){where}; resume with the same command: {resume_command(args)}",
+            file=sys.stderr,
+        )
         return 130
     print(f"{out}: {len(runs) - failed} of {len(runs)} runs finished" + (f", {failed} failed" if failed else ""))
     return 1 if failed else 0
@@ -210,12 +246,13 @@ def run(args):
 def run_all(args, runs, record, out):
     """Train every planned run in turn, recording each in sweep.json (skipped ones too); returns how many failed."""
     failed = 0
-    for plan_entry, entry in zip(runs, record["runs"]):
+    for plan_entry, entry in zip(runs, record["runs"], strict=False):
         run_dir = out / plan_entry["name"]
         config = load_config(args.config, plan_entry["set"])
         if (run_dir / "config.toml").is_file() and load_config(rundir.inside(run_dir / "config.toml", out)) != config:
-            raise UsageError(f"{run_dir} was run with a different config than {args.config} now gives; "
-                             "choose another --out")
+            raise UsageError(
+                f"{run_dir} was run with a different config than {args.config} now gives; choose another --out"
+            )
         if (run_dir / "summary.json").is_file():
             entry["status"], entry["error"] = "finished", None
             print(f"{run_dir}: finished earlier, skipped")

@@ -23,6 +23,7 @@ differ). Rank 0 reads and writes every file; the others receive what it read (th
 over the process group. A checkpoint holds the unwrapped model, the optimiser and rank 0's RNG
 state, none of which depends on P, so a run resumes on any number of processes.
 """
+
 import hashlib
 import io
 import json
@@ -38,7 +39,7 @@ import uuid
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -120,10 +121,13 @@ def step_generator(seed, step, stream):
 def optimizer_for(model, train, device):
     """AdamW with weight decay on matrices and embeddings only (dim >= 2), as nanoGPT does."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train.lr, betas=(train.beta1, train.beta2),
-                             fused=torch.device(device).type == "cuda")
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups, lr=train.lr, betas=(train.beta1, train.beta2), fused=torch.device(device).type == "cuda"
+    )
 
 
 def prepare_directory(out, resume, force):
@@ -139,9 +143,10 @@ def prepare_directory(out, resume, force):
         rundir.refuse_links(out, WRITES)  # a link anywhere the run writes: refused before anything is read
         if not has_checkpoint(out):
             started = (out / "metrics.jsonl").is_file()
-            raise UsageError(f"cannot resume: {out} has no {CHECKPOINT}"
-                             + (" (the run stopped before its first checkpoint; start it again with --force)"
-                                if started else ""))
+            raise UsageError(
+                f"cannot resume: {out} has no {CHECKPOINT}"
+                + (" (the run stopped before its first checkpoint; start it again with --force)" if started else "")
+            )
         return out
     if out.exists() and not all(rundir.is_leftover(p) for p in out.iterdir()):
         if not force:
@@ -159,8 +164,9 @@ def git_commit():
     """The commit of the checkout the package runs from, or None."""
     try:
         root = Path(__file__).resolve().parent.parent
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -182,9 +188,11 @@ def load_checkpoint(path, keys=("model",)):
             warnings.filterwarnings("ignore", message="Detected pickle protocol")  # noise before the refusal
             checkpoint = torch.load(io.BytesIO(rundir.read_bytes(path)), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise UnsafeCheckpoint(f"refusing to load {path}: it holds objects only pickle can rebuild, and unpickling can run "
-                         "code; pdmm-bridge checkpoints hold only tensors, numbers, strings, lists and dicts, so this "
-                         "file is corrupt, from another program or crafted") from None
+        raise UnsafeCheckpoint(
+            f"refusing to load {path}: it holds objects only pickle can rebuild, and unpickling can run "
+            "code; pdmm-bridge checkpoints hold only tensors, numbers, strings, lists and dicts, so this "
+            "file is corrupt, from another program or crafted"
+        ) from None
     except UsageError:
         raise
     except Exception:  # torch raises many types for malformed files
@@ -199,19 +207,30 @@ def load_checkpoint(path, keys=("model",)):
 
 
 NUMBER = (int, float)
-STATE_TYPES = {"step": int, "metrics_bytes": int, "elapsed": NUMBER, "train_seconds": NUMBER, "timed_steps": int,
-               "first_seconds": NUMBER, "stopped": bool, "best_value": NUMBER, "best_step": int,
-               "since_best": int}  # a checkpoint's "state": what a resume reads (step and metrics_bytes required)
+STATE_TYPES = {
+    "step": int,
+    "metrics_bytes": int,
+    "elapsed": NUMBER,
+    "train_seconds": NUMBER,
+    "timed_steps": int,
+    "first_seconds": NUMBER,
+    "stopped": bool,
+    "best_value": NUMBER,
+    "best_step": int,
+    "since_best": int,
+}  # a checkpoint's "state": what a resume reads (step and metrics_bytes required)
 
 
 def entry_problem(key: str, value) -> str | None:
     """What is wrong with entry `key` of a checkpoint (model, optimizer, rng, state), None when it has the
     shape train() writes."""
-    if key == "model" and not (isinstance(value, dict) and all(isinstance(k, str) and torch.is_tensor(v)
-                                                                for k, v in value.items())):
+    if key == "model" and not (
+        isinstance(value, dict) and all(isinstance(k, str) and torch.is_tensor(v) for k, v in value.items())
+    ):
         return "expected a dict of parameter names to tensors"
-    if key == "optimizer" and not (isinstance(value, dict) and isinstance(value.get("state"), dict)
-                                   and isinstance(value.get("param_groups"), list)):
+    if key == "optimizer" and not (
+        isinstance(value, dict) and isinstance(value.get("state"), dict) and isinstance(value.get("param_groups"), list)
+    ):
         return "expected an optimizer state dict with state and param_groups"
     if key == "rng" and not (torch.is_tensor(value) and value.dtype == torch.uint8):
         return "expected a byte tensor"
@@ -238,7 +257,7 @@ def check_optimizer(optimizer, settings) -> None:
     parameter's state tensors have the parameter's shape or are scalars (AdamW's step), and every group's
     settings but the learning rate (set at each step) are `settings`, the config's (a crafted checkpoint
     would otherwise fail at the first step, after the resume began, or train with other settings)."""
-    for group, expected in zip(optimizer.param_groups, settings):
+    for group, expected in zip(optimizer.param_groups, settings, strict=False):
         for key, value in expected.items():
             if key not in ("params", "lr", "initial_lr") and group.get(key) != value:
                 raise ValueError(f"optimizer setting {key} is {group.get(key)!r}, the config gives {value!r}")
@@ -246,8 +265,10 @@ def check_optimizer(optimizer, settings) -> None:
             for name, value in optimizer.state.get(parameter, {}).items():
                 scalar = is_number(value) or torch.is_tensor(value) and value.dim() == 0
                 if not (scalar or torch.is_tensor(value) and value.shape == parameter.shape):
-                    raise ValueError(f"optimizer state {name} of a {tuple(parameter.shape)} parameter is not a tensor "
-                                     "of that shape or a scalar")
+                    raise ValueError(
+                        f"optimizer state {name} of a {tuple(parameter.shape)} parameter is not a tensor "
+                        "of that shape or a scalar"
+                    )
 
 
 def best_weights(run_dir) -> Path:
@@ -310,14 +331,18 @@ def usable_checkpoint(out, identity):
             problems.append(str(err))
             continue
         if problems:
-            print(f"pdmm-bridge train: warning: {problems[-1]}; resuming from {out / name} "
-                  f"(step {checkpoint['state']['step']}), which replaces it", file=sys.stderr)
+            print(
+                f"pdmm-bridge train: warning: {problems[-1]}; resuming from {out / name} "
+                f"(step {checkpoint['state']['step']}), which replaces it",
+                file=sys.stderr,
+            )
         check_rows(out / "metrics.jsonl", checkpoint["state"]["metrics_bytes"])
         if name == PREVIOUS:  # so the next checkpoint keeps this good one as ckpt.prev.pt, not a bad ckpt.pt
             rundir.rename(out / PREVIOUS, out / CHECKPOINT)
         return checkpoint
-    raise UsageError(f"cannot resume {out}: no checkpoint can be used ({'; '.join(problems)}); "
-                     "start it again with --force")
+    raise UsageError(
+        f"cannot resume {out}: no checkpoint can be used ({'; '.join(problems)}); start it again with --force"
+    )
 
 
 def check_rows(file, size):
@@ -335,8 +360,10 @@ def check_rows(file, size):
 
 def config_hash(tables: dict) -> str:
     """sha256 of a run's config tables less the keys --extend may change (EXTENDABLE): what the run is."""
-    kept = {table: {key: value for key, value in values.items() if not (table == "train" and key in EXTENDABLE)}
-            for table, values in tables.items()}
+    kept = {
+        table: {key: value for key, value in values.items() if not (table == "train" and key in EXTENDABLE)}
+        for table, values in tables.items()
+    }
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -350,42 +377,58 @@ def run_identity(out, stored) -> tuple:
 def check_identity(checkpoint, identity, path):
     """ForeignCheckpoint unless the checkpoint's run id and config hash are the run's (`identity`)."""
     run_id, expected = identity
-    stored = checkpoint.get("config_hash") or (config_hash(checkpoint["config"])
-                                               if isinstance(checkpoint.get("config"), dict) else None)
+    stored = checkpoint.get("config_hash") or (
+        config_hash(checkpoint["config"]) if isinstance(checkpoint.get("config"), dict) else None
+    )
     if checkpoint.get("run_id") != run_id or stored != expected:
         what = "run id" if checkpoint.get("run_id") != run_id else "config"
-        raise ForeignCheckpoint(f"{path} belongs to another run (its {what} differs from {path.parent}'s "
-                                "meta.json and config.toml); refusing to resume from it")
+        raise ForeignCheckpoint(
+            f"{path} belongs to another run (its {what} differs from {path.parent}'s "
+            "meta.json and config.toml); refusing to resume from it"
+        )
 
 
 def extension(stored, config, out):
     """{key: (old, new)} of the [train] schedule keys `config` changes; UsageError if anything else differs."""
     old, new = to_tables(stored), to_tables(config)
-    changed = {key: (old["train"][key], new["train"][key]) for key in EXTENDABLE
-               if old["train"][key] != new["train"][key]}
+    changed = {
+        key: (old["train"][key], new["train"][key]) for key in EXTENDABLE if old["train"][key] != new["train"][key]
+    }
     for key in changed:
         old["train"][key] = new["train"][key]
     if old != new:
-        raise UsageError(f"--extend changes only train.{', train.'.join(EXTENDABLE)}; the config differs from "
-                         f"{out / 'config.toml'} in more")
+        raise UsageError(
+            f"--extend changes only train.{', train.'.join(EXTENDABLE)}; the config differs from "
+            f"{out / 'config.toml'} in more"
+        )
     if changed and config.train.max_iters <= stored.train.max_iters:
-        raise UsageError(f"--extend needs a train.max_iters above the run's {stored.train.max_iters}, "
-                         f"got {config.train.max_iters}")
+        raise UsageError(
+            f"--extend needs a train.max_iters above the run's {stored.train.max_iters}, got {config.train.max_iters}"
+        )
     return changed
 
 
 def record_extension(out, changed, state, config):
     """Reopen a run for --extend: drop summary.json, note the change in meta.json, then store the new config."""
     if state.get("stopped"):
-        how = ("by the plateau rule (train.patience evaluations without improvement)"
-               if stop_reason(state, config.train) == "plateau" else "when train.stop_metric was reached")
-        raise UsageError(f"cannot extend {out}: it stopped early at step {state['step']} {how}, "
-                         "and would stop there again")
+        how = (
+            "by the plateau rule (train.patience evaluations without improvement)"
+            if stop_reason(state, config.train) == "plateau"
+            else "when train.stop_metric was reached"
+        )
+        raise UsageError(
+            f"cannot extend {out}: it stopped early at step {state['step']} {how}, and would stop there again"
+        )
     rundir.remove(out / "summary.json")
     meta = read_meta(out / "meta.json") or {}
-    meta.setdefault("extended", []).append({
-        "at_step": state["step"], "argv": sys.argv, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        **{f"train.{key}": {"from": old, "to": new} for key, (old, new) in changed.items()}})
+    meta.setdefault("extended", []).append(
+        {
+            "at_step": state["step"],
+            "argv": sys.argv,
+            "time": datetime.now(UTC).isoformat(timespec="seconds"),
+            **{f"train.{key}": {"from": old, "to": new} for key, (old, new) in changed.items()},
+        }
+    )
     write_json(meta, out / "meta.json")
     rundir.write_file(out / "config.toml", to_toml(config))
 
@@ -412,8 +455,11 @@ def train(config, out, resume=False, force=False, progress=True, extend=False):
         if world.rank == 0 and not resume:
             rundir.unclaim(out, made)  # refused before config.toml (memory, device, metric names): no directory left
         if isinstance(err, WriteError):
-            kept = ("the last good checkpoint is intact; resume with --resume once the problem is fixed"
-                    if has_checkpoint(out) else "no checkpoint was written yet")
+            kept = (
+                "the last good checkpoint is intact; resume with --resume once the problem is fixed"
+                if has_checkpoint(out)
+                else "no checkpoint was written yet"
+            )
             raise WriteError(f"{err} ({kept})") from None
         raise
 
@@ -429,8 +475,10 @@ def resume_changes(config, out, extend):
     if extend:
         return extension(stored, config, out), identity
     if to_tables(stored) != to_tables(config):
-        raise UsageError(f"the config differs from the one {out} was started with ({out / 'config.toml'}); "
-                         "resume with that file, or pass --extend to raise train.max_iters")
+        raise UsageError(
+            f"the config differs from the one {out} was started with ({out / 'config.toml'}); "
+            "resume with that file, or pass --extend to raise train.max_iters"
+        )
     return {}, identity
 
 
@@ -445,10 +493,20 @@ def start_run(out, config, device, world):
     """config.toml and meta.json of a new run (meta.json's run_id: the identity its checkpoints carry)."""
     rundir.write_file(out / "config.toml", to_toml(config))
     processes = {"processes": world.size, "backend": dist.get_backend()} if world.size > 1 else {}
-    write_json({"run_id": uuid.uuid4().hex, "version": package_version(), "git_commit": git_commit(),
-                "torch": torch.__version__,
-                "device": str(device), **processes, "argv": sys.argv, "python": sys.version.split()[0],
-                "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, out / "meta.json")
+    write_json(
+        {
+            "run_id": uuid.uuid4().hex,
+            "version": package_version(),
+            "git_commit": git_commit(),
+            "torch": torch.__version__,
+            "device": str(device),
+            **processes,
+            "argv": sys.argv,
+            "python": sys.version.split()[0],
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+        out / "meta.json",
+    )
 
 
 def run_steps(config, out, resume, progress, extend, world):
@@ -463,11 +521,15 @@ def run_steps(config, out, resume, progress, extend, world):
     torch.manual_seed(train_cfg.seed)
     task = build_task(config)
     if train_cfg.stop_metric and train_cfg.stop_metric not in task.metrics:
-        raise UsageError(f"train.stop_metric must be one of the metrics task {config.task.name} logs "
-                         f"({', '.join(task.metrics)}), got {train_cfg.stop_metric!r}")
+        raise UsageError(
+            f"train.stop_metric must be one of the metrics task {config.task.name} logs "
+            f"({', '.join(task.metrics)}), got {train_cfg.stop_metric!r}"
+        )
     if train_cfg.plateau_metric and train_cfg.plateau_metric not in task.metrics:
-        raise UsageError(f"train.plateau_metric must be one of the metrics task {config.task.name} logs "
-                         f"({', '.join(task.metrics)}), got {train_cfg.plateau_metric!r}")
+        raise UsageError(
+            f"train.plateau_metric must be one of the metrics task {config.task.name} logs "
+            f"({', '.join(task.metrics)}), got {train_cfg.plateau_metric!r}"
+        )
     watched = train_cfg.plateau_metric or task.metrics[0]  # the plateau rule's metric
     lower = lower_is_better(watched)
     if world.size > 1:
@@ -475,8 +537,18 @@ def run_steps(config, out, resume, progress, extend, world):
     model = task.build_model().to(device)
     optimizer = optimizer_for(model, train_cfg, device)
     params = sum(p.numel() for p in model.parameters())
-    state = {"step": 0, "elapsed": 0.0, "train_seconds": 0.0, "timed_steps": 0, "first_seconds": 0.0, "metrics_bytes": 0,
-             "stopped": False, "best_value": None, "best_step": None, "since_best": 0}  # the last 3: the plateau rule
+    state = {
+        "step": 0,
+        "elapsed": 0.0,
+        "train_seconds": 0.0,
+        "timed_steps": 0,
+        "first_seconds": 0.0,
+        "metrics_bytes": 0,
+        "stopped": False,
+        "best_value": None,
+        "best_step": None,
+        "since_best": 0,
+    }  # the last 3: the plateau rule
     if resume:
         checkpoint = world.first(usable_checkpoint, out, identity)  # RNG states stay on CPU; rank 0 reads, all receive
         settings = optimizer.state_dict()["param_groups"]  # the config's, before the checkpoint's replace them
@@ -488,8 +560,10 @@ def run_steps(config, out, resume, progress, extend, world):
             if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
                 torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
         except (RuntimeError, TypeError, ValueError, KeyError, AttributeError) as err:
-            raise UsageError(f"cannot resume from the checkpoint in {out}: its model, optimizer or RNG state does not "
-                             f"fit this config ({first_line(err)})") from None
+            raise UsageError(
+                f"cannot resume from the checkpoint in {out}: its model, optimizer or RNG state does not "
+                f"fit this config ({first_line(err)})"
+            ) from None
         state = {**state, **checkpoint["state"]}  # checkpoints from before the plateau rule lack its keys
         world.first(reopen, out, state, changed, config)
     else:
@@ -504,16 +578,31 @@ def run_steps(config, out, resume, progress, extend, world):
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     def checkpoint(step):
-        save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                     "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                     "state": {**state, "step": step}, "config": to_tables(config), "run_id": identity[0],
-                     "config_hash": identity[1]}, out / CHECKPOINT, out / PREVIOUS)
+        save_atomic(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                "state": {**state, "step": step},
+                "config": to_tables(config),
+                "run_id": identity[0],
+                "config_hash": identity[1],
+            },
+            out / CHECKPOINT,
+            out / PREVIOUS,
+        )
 
     start_time = time.perf_counter() - state["elapsed"]
     first_step = state["step"] + 1
     metrics_file = rundir.open_append(out / "metrics.jsonl") if world.rank == 0 else None  # rank 0 writes every file
-    bar = tqdm(total=train_cfg.max_iters, initial=state["step"], disable=not progress or world.rank != 0,
-               desc=out.name, dynamic_ncols=True)
+    bar = tqdm(
+        total=train_cfg.max_iters,
+        initial=state["step"],
+        disable=not progress or world.rank != 0,
+        desc=out.name,
+        dynamic_ncols=True,
+    )
     with sigint_flag() as interrupt:
         try:
             last = state["step"] if state.get("stopped") else train_cfg.max_iters
@@ -523,8 +612,10 @@ def run_steps(config, out, resume, progress, extend, world):
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 tick = time.perf_counter()
-                batch = tuple(t.to(device) if torch.is_tensor(t) else t  # e.g. a TokenGraph stays as it is
-                              for t in world.shard(task.train_batch(step_generator(train_cfg.seed, step, 0))))
+                batch = tuple(
+                    t.to(device) if torch.is_tensor(t) else t  # e.g. a TokenGraph stays as it is
+                    for t in world.shard(task.train_batch(step_generator(train_cfg.seed, step, 0)))
+                )
                 with autocast:
                     loss, _ = task.loss(forward, batch)
                 optimizer.zero_grad(set_to_none=True)
@@ -534,8 +625,10 @@ def run_steps(config, out, resume, progress, extend, world):
                 optimizer.step()
                 train_loss, interrupted = world.loss_and_flag(loss, interrupt["set"])  # the global batch's loss
                 if not math.isfinite(train_loss):
-                    raise TrainingDiverged(f"the training loss became {train_loss} at step {step}; "
-                                           "lower train.lr or raise train.warmup_iters")
+                    raise TrainingDiverged(
+                        f"the training loss became {train_loss} at step {step}; "
+                        "lower train.lr or raise train.warmup_iters"
+                    )
                 if step > first_step:  # the first step of a process pays for warm-up (and compilation)
                     state["train_seconds"] += time.perf_counter() - tick
                     state["timed_steps"] += 1
@@ -549,7 +642,8 @@ def run_steps(config, out, resume, progress, extend, world):
                     row.update(world.share(metrics))  # rank 0's numbers, so every rank stops alike
                     if train_cfg.patience:
                         state["best_value"], state["since_best"] = plateau_step(
-                            state["best_value"], state["since_best"], row[watched], train_cfg.min_delta, lower)
+                            state["best_value"], state["since_best"], row[watched], train_cfg.min_delta, lower
+                        )
                         if state["since_best"] == 0:  # a new best: keep its weights
                             state["best_step"] = step
                             if world.rank == 0:
@@ -561,8 +655,12 @@ def run_steps(config, out, resume, progress, extend, world):
                 bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
                 bar.update()
                 state["stopped"] = reached(row, train_cfg) or plateaued(state["since_best"], train_cfg.patience)
-                if metrics_file is not None and (step % train_cfg.checkpoint_interval == 0
-                                                 or step == train_cfg.max_iters or state["stopped"] or interrupted):
+                if metrics_file is not None and (
+                    step % train_cfg.checkpoint_interval == 0
+                    or step == train_cfg.max_iters
+                    or state["stopped"]
+                    or interrupted
+                ):
                     state["elapsed"], state["metrics_bytes"] = row["time"], metrics_file.tell()
                     sync_rows(metrics_file)
                     checkpoint(step)
@@ -588,8 +686,7 @@ def reached(row, train):
     return value <= train.stop_value if lower_is_better(train.stop_metric) else value >= train.stop_value
 
 
-def plateau_step(best: float | None, since: int, value: float, min_delta: float,
-                 lower: bool) -> tuple[float, int]:
+def plateau_step(best: float | None, since: int, value: float, min_delta: float, lower: bool) -> tuple[float, int]:
     """(best, evaluations since it) after one more evaluation `value` under the plateau rule.
 
     `value` improves on `best` when it is below best - |best| min_delta (best (1 - min_delta) for the
@@ -605,8 +702,9 @@ def plateaued(since: int, patience: int) -> bool:
     return 0 < patience <= since
 
 
-def plateau(values: Sequence[float], patience: int, min_delta: float = 0.0,
-            lower: bool = True) -> tuple[bool, int | None]:
+def plateau(
+    values: Sequence[float], patience: int, min_delta: float = 0.0, lower: bool = True
+) -> tuple[bool, int | None]:
     """The plateau rule over evaluations `values`, oldest first: (whether it stops the run, index of the best).
 
     The run stops at the first evaluation that completes `patience` evaluations in a row without
@@ -636,18 +734,30 @@ def finish(task, model, config, out, state, params, world):
     rows = read_metrics(out / "metrics.jsonl")
     evals = [row for row in rows if "val_loss" in row]
     steps = rows[-1]["step"] if rows else 0  # max_iters, or fewer when early stopping ended the run
-    seconds_per_step = (state["train_seconds"] / state["timed_steps"] if state["timed_steps"]
-                        else state["first_seconds"])
+    seconds_per_step = state["train_seconds"] / state["timed_steps"] if state["timed_steps"] else state["first_seconds"]
     best = {m: (min if lower_is_better(m) else max)(row[m] for row in evals) for m in task.metrics}
-    summary = {"status": "finished", "steps": steps, "params": params, "seconds_per_step": seconds_per_step,
-               "tokens_per_second": (config.train.batch_size * task.tokens_per_example / seconds_per_step
-                                     if task.tokens_per_example else None),
-               "final": {m: evals[-1][m] for m in task.metrics}, "best": best,
-               "wall_seconds": state["elapsed"], "stopped_early": steps < config.train.max_iters,
-               "stopped_by": stop_reason(state, config.train), "best_step": state["best_step"],
-               **({"processes": world.size} if world.size > 1 else {})}
-    plot_training(rows, out / "curves.png", best_step=state["best_step"],
-                  title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}")
+    summary = {
+        "status": "finished",
+        "steps": steps,
+        "params": params,
+        "seconds_per_step": seconds_per_step,
+        "tokens_per_second": (
+            config.train.batch_size * task.tokens_per_example / seconds_per_step if task.tokens_per_example else None
+        ),
+        "final": {m: evals[-1][m] for m in task.metrics},
+        "best": best,
+        "wall_seconds": state["elapsed"],
+        "stopped_early": steps < config.train.max_iters,
+        "stopped_by": stop_reason(state, config.train),
+        "best_step": state["best_step"],
+        **({"processes": world.size} if world.size > 1 else {}),
+    }
+    plot_training(
+        rows,
+        out / "curves.png",
+        best_step=state["best_step"],
+        title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}",
+    )
     if hasattr(task, "sample") and task.options.sample_length > 0:
         model.eval()
         device = next(model.parameters()).device

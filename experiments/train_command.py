@@ -17,6 +17,7 @@ Under torchrun the processes train one model together with DistributedDataParall
 
     torchrun --standalone --nproc-per-node 2 -m experiments train modular97 --out runs/mod97
 """
+
 import shlex
 import sys
 from pathlib import Path
@@ -28,24 +29,44 @@ from .world import DIST_TIMEOUT, World, process_group
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("train", help="train one attention model on one task",
-                                   description=__doc__.split("\n")[0])
-    parser.add_argument("config", help="a built-in config name (`pdmm-bridge configs` lists them) or a TOML file "
-                                       "with [task], [model] and [train] tables")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
-                        help="override one config value (repeatable), e.g. --set model.residual=belief")
+    parser = subparsers.add_parser(
+        "train", help="train one attention model on one task", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "config",
+        help="a built-in config name (`pdmm-bridge configs` lists them) or a TOML file "
+        "with [task], [model] and [train] tables",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=VALUE",
+        help="override one config value (repeatable), e.g. --set model.residual=belief",
+    )
     parser.add_argument("--data", help="the text file for char_lm (same as --set task.data=FILE)")
     parser.add_argument("--out", help="run directory; runs/<config name> when not given")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    parser.add_argument("--extend", action="store_true",
-                        help="resume with a larger train.max_iters (and train.warmup_iters, lr, min_lr), finished or not")
+    parser.add_argument(
+        "--extend",
+        action="store_true",
+        help="resume with a larger train.max_iters (and train.warmup_iters, lr, min_lr), finished or not",
+    )
     parser.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--dist-backend", choices=("gloo", "nccl"),
-                        help="under torchrun: the torch.distributed backend (default: gloo on CPU, nccl on CUDA)")
-    parser.add_argument("--dist-timeout", type=positive(float), default=DIST_TIMEOUT, metavar="SECONDS",
-                        help="under torchrun: how long a process waits for the others in a collective before the "
-                             "run fails")
+    parser.add_argument(
+        "--dist-backend",
+        choices=("gloo", "nccl"),
+        help="under torchrun: the torch.distributed backend (default: gloo on CPU, nccl on CUDA)",
+    )
+    parser.add_argument(
+        "--dist-timeout",
+        type=positive(float),
+        default=DIST_TIMEOUT,
+        metavar="SECONDS",
+        help="under torchrun: how long a process waits for the others in a collective before the run fails",
+    )
     return parser
 
 
@@ -55,8 +76,14 @@ def run(args):
     with process_group(config.train.device, args.dist_backend, args.dist_timeout):
         world = World.current()
         try:
-            summary = train(config, out, resume=args.resume or args.extend, force=args.force,
-                            progress=not args.no_progress, extend=args.extend)
+            summary = train(
+                config,
+                out,
+                resume=args.resume or args.extend,
+                force=args.force,
+                progress=not args.no_progress,
+                extend=args.extend,
+            )
         except TrainingDiverged as err:
             if world.rank == 0:
                 print(f"pdmm-bridge train: diverged: {err} (metrics so far in {out})", file=sys.stderr)
@@ -68,8 +95,10 @@ def run(args):
     if summary is None:  # a process other than rank 0: rank 0 reports
         return 0
     final = ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items())
-    print(f"{out}: {summary['steps']} steps, {final}, {1e3 * summary['seconds_per_step']:.1f} ms/step, "
-          f"{summary['params']:,} parameters")
+    print(
+        f"{out}: {summary['steps']} steps, {final}, {1e3 * summary['seconds_per_step']:.1f} ms/step, "
+        f"{summary['params']:,} parameters"
+    )
     return 0
 
 
@@ -77,8 +106,10 @@ def interrupted_line(err, args, out, world=World()):
     """What Ctrl-C left and the command that carries on: --resume from a checkpoint, else --force."""
     how = " (under torchrun, with any number of processes)" if world.size > 1 else ""
     if isinstance(err, Interrupted):
-        return (f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: "
-                f"{command(args, out, '--resume')}{how}")
+        return (
+            f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: "
+            f"{command(args, out, '--resume')}{how}"
+        )
     if (out / "summary.json").is_file():  # Ctrl-C during the last step's evaluation or checkpoint
         return f"interrupted (Ctrl-C) after the last step; the run finished, results in {out}"
     if has_checkpoint(out):  # a second Ctrl-C, or one outside the steps

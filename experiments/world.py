@@ -7,6 +7,7 @@ and ends it; World says which process this is and holds the few collectives the 
 rank 0 runs a function and shares its result or error (World.first), every rank takes its share of
 the global batch (World.shard), and the loss and the Ctrl-C flag are all-reduced once a step.
 """
+
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,9 +29,11 @@ def torchrun_ranks():
     try:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))
     except ValueError:
-        raise UsageError(f"RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them), got "
-                         f"{os.environ['RANK']!r}, {os.environ['WORLD_SIZE']!r}, "
-                         f"{os.environ.get('LOCAL_RANK')!r}") from None
+        raise UsageError(
+            f"RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them), got "
+            f"{os.environ['RANK']!r}, {os.environ['WORLD_SIZE']!r}, "
+            f"{os.environ.get('LOCAL_RANK')!r}"
+        ) from None
 
 
 @contextmanager
@@ -66,6 +69,7 @@ def process_group(device, backend=None, timeout=DIST_TIMEOUT):
 @dataclass(frozen=True)
 class World:
     """The processes that train together: this one's rank and their number (rank 0 of 1 without torchrun)."""
+
     rank: int = 0
     size: int = 1
 
@@ -76,9 +80,11 @@ class World:
             return cls(dist.get_rank(), dist.get_world_size())
         ranks = torchrun_ranks()
         if ranks is not None and ranks[1] > 1:
-            raise UsageError(f"launched by torchrun as rank {ranks[0]} of {ranks[1]}, but no torch.distributed process "
-                             "group is initialised: only `pdmm-bridge train` trains with several processes (a sweep "
-                             "runs as one process; start it without torchrun)")
+            raise UsageError(
+                f"launched by torchrun as rank {ranks[0]} of {ranks[1]}, but no torch.distributed process "
+                "group is initialised: only `pdmm-bridge train` trains with several processes (a sweep "
+                "runs as one process; start it without torchrun)"
+            )
         return cls()
 
     def first(self, fn, *args):
@@ -113,16 +119,20 @@ class World:
             return batch
         sizes = {len(t) for t in batch if torch.is_tensor(t)}
         if len(sizes) != 1:
-            raise UsageError(f"cannot split a batch over {self.size} processes: its tensors have leading sizes "
-                             f"{sorted(sizes)}, not one batch size")
+            raise UsageError(
+                f"cannot split a batch over {self.size} processes: its tensors have leading sizes "
+                f"{sorted(sizes)}, not one batch size"
+            )
         total = sizes.pop()
         if total % self.size:
-            raise UsageError(f"the global batch of {total} examples does not split evenly over {self.size} processes "
-                             "(each trains on an equal share, so that their mean gradient is the batch's); choose a "
-                             f"train.batch_size that is a multiple of {self.size}, or a number of processes that "
-                             f"divides {total}")
+            raise UsageError(
+                f"the global batch of {total} examples does not split evenly over {self.size} processes "
+                "(each trains on an equal share, so that their mean gradient is the batch's); choose a "
+                f"train.batch_size that is a multiple of {self.size}, or a number of processes that "
+                f"divides {total}"
+            )
         share = total // self.size
-        return tuple(t[self.rank * share:(self.rank + 1) * share] if torch.is_tensor(t) else t for t in batch)
+        return tuple(t[self.rank * share : (self.rank + 1) * share] if torch.is_tensor(t) else t for t in batch)
 
     def loss_and_flag(self, loss, flag):
         """(the global batch's mean loss, whether `flag` is set on any rank), one all-reduce when size > 1."""

@@ -10,6 +10,7 @@ tunes rho or the step size on a grid (pdmm.tune); real data as problems (pdmm.da
     baseline = pdmm.solve(pdmm.averaging(G, a), method="extra", alpha="auto")
     tuned = pdmm.tune(pdmm.datasets.breast_cancer(G), "nids", max_iter=3000)   # tuned.value: the alpha chosen
 """
+
 from . import datasets
 from .compiled import CompiledGraph
 from .graph import Graph
@@ -24,8 +25,33 @@ from .solve import ConvergenceWarning, DivergenceError, Result, solve, tune_allo
 from .tuning import Tuning, tune
 
 __all__ = [
-    "CompiledGraph", "TOPOLOGIES", "load_graph", "topology", "LocalFunction", "Quadratic", "Lasso", "Logistic",
-    "METHODS", "Network", "Problem", "averaging", "lasso", "least_squares", "logistic", "quadratic", "reference",
-    "ConvergenceWarning", "DivergenceError", "Result", "solve", "tune_allocator",
-    "Graph", "mixing_matrix", "check_mixing", "spectral_interval", "datasets", "Tuning", "tune",
+    "CompiledGraph",
+    "TOPOLOGIES",
+    "load_graph",
+    "topology",
+    "LocalFunction",
+    "Quadratic",
+    "Lasso",
+    "Logistic",
+    "METHODS",
+    "Network",
+    "Problem",
+    "averaging",
+    "lasso",
+    "least_squares",
+    "logistic",
+    "quadratic",
+    "reference",
+    "ConvergenceWarning",
+    "DivergenceError",
+    "Result",
+    "solve",
+    "tune_allocator",
+    "Graph",
+    "mixing_matrix",
+    "check_mixing",
+    "spectral_interval",
+    "datasets",
+    "Tuning",
+    "tune",
 ]

@@ -14,6 +14,7 @@ and `exchange(v)` = v[rev] hands edge i->j what edge j->i sent; `from_graph` com
 `attention` runs on the same `EdgeList` (src = the attending token, dst = the attended one).
 All primitives are differentiable.
 """
+
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,10 +29,10 @@ LOCALITY_GAIN = 1.25  # locality_order renumbers when reverse Cuthill-McKee shor
 
 @dataclass(frozen=True)
 class EdgeList:
-    n: int                 # number of nodes
-    src: torch.Tensor      # (E,) int64, sorted
-    dst: torch.Tensor      # (E,) int64
-    degree: torch.Tensor   # (n,) int64, edges per src node
+    n: int  # number of nodes
+    src: torch.Tensor  # (E,) int64, sorted
+    dst: torch.Tensor  # (E,) int64
+    degree: torch.Tensor  # (n,) int64, edges per src node
     incidence: torch.Tensor | None  # (n, E) sparse CSR of ones; None when every degree is equal
 
     @staticmethod
@@ -46,8 +47,9 @@ class EdgeList:
             col = torch.arange(len(src), device=device)
             with warnings.catch_warnings():  # "sparse CSR support is in beta"
                 warnings.simplefilter("ignore", UserWarning)
-                incidence = torch.sparse_csr_tensor(crow, col, torch.ones(len(src), dtype=dtype, device=device),
-                                                    (n, len(src)), check_invariants=False)
+                incidence = torch.sparse_csr_tensor(
+                    crow, col, torch.ones(len(src), dtype=dtype, device=device), (n, len(src)), check_invariants=False
+                )
         return dict(n=n, src=src, dst=dst, degree=degree, incidence=incidence)
 
     @classmethod
@@ -92,9 +94,9 @@ class EdgeList:
 
 @dataclass(frozen=True)
 class CompiledGraph(EdgeList):
-    nodes: Sequence        # node labels; node index k is nodes[k] (range(n) for graphs built from arrays)
-    rev: torch.Tensor      # (E,) int64, edge index of dst->src
-    sign: torch.Tensor     # (E,) +1 where src < dst (in node order), else -1
+    nodes: Sequence  # node labels; node index k is nodes[k] (range(n) for graphs built from arrays)
+    rev: torch.Tensor  # (E,) int64, edge index of dst->src
+    sign: torch.Tensor  # (E,) +1 where src < dst (in node order), else -1
     forward: torch.Tensor  # (E/2,) the edges with src < dst: one per undirected edge
 
     @classmethod
@@ -108,8 +110,9 @@ class CompiledGraph(EdgeList):
         it is not connected."""
         graph = as_graph(graph)
         if graph.components > 1:
-            raise ValueError(f"the graph is disconnected: it has {graph.components} connected components; "
-                             "consensus needs one")
+            raise ValueError(
+                f"the graph is disconnected: it has {graph.components} connected components; consensus needs one"
+            )
         return cls.build(graph.nodes, *directed_edges(graph))  # directed_edges' temporaries are freed by now
 
     @classmethod
@@ -146,8 +149,9 @@ class CompiledGraph(EdgeList):
         n, E = self.n, self.num_edges
         position = np.empty(n, dtype=np.int64)
         position[order] = np.arange(n)
-        ends = sp.csr_array((np.arange(1, E + 1), (position[self.src.cpu().numpy()], position[self.dst.cpu().numpy()])),
-                            shape=(n, n))
+        ends = sp.csr_array(
+            (np.arange(1, E + 1), (position[self.src.cpu().numpy()], position[self.dst.cpu().numpy()])), shape=(n, n)
+        )
         ends.sort_indices()
         edge_of = ends.data - 1  # 1-based above: an edge stored as 0 could be mistaken for no edge
         new_edge = np.empty(E, dtype=np.int64)

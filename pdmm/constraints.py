@@ -10,6 +10,7 @@ z-form (docs/theory/pdmm.md section 4) keeps one dual vector z_{i|j} per directe
     reflect:   z_{i|j} <- y_{j|i}                   on an equality edge
                z_{i|j} <- max(y_{j|i}, -y_{i|j})    on an inequality edge, per row (docs/pdmm_inequality.md)
 """
+
 import torch
 
 from .compiled import select
@@ -99,6 +100,9 @@ class EdgeMatrices:
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij (its positive part on inequalities), one row per undirected edge: (E/2, B, m)."""
         A_ij, A_ji, b = self.forward_terms
-        r = (torch.einsum("emd,ebd->ebm", A_ij, select(x, self.ends[0]))
-             + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1])) - b)
+        r = (
+            torch.einsum("emd,ebd->ebm", A_ij, select(x, self.ends[0]))
+            + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1]))
+            - b
+        )
         return r if self.forward_inequality is None else torch.where(self.forward_inequality, r.clamp(min=0), r)

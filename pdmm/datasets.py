@@ -6,6 +6,7 @@
 `breast_cancer` reads scikit-learn's bundled copy of the Wisconsin diagnostic breast-cancer data
 (`sklearn.datasets.load_breast_cancer`: a file inside the package, nothing is downloaded).
 """
+
 import numbers
 
 import numpy as np
@@ -53,7 +54,7 @@ def node_arrays(X: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> tuple[
     k = max(len(part) for part in parts)
     X_nodes, y_nodes = np.zeros((len(parts), k, X.shape[1])), np.ones((len(parts), k))
     for i, part in enumerate(parts):
-        X_nodes[i, :len(part)], y_nodes[i, :len(part)] = X[part], y[part]
+        X_nodes[i, : len(part)], y_nodes[i, : len(part)] = X[part], y[part]
     return X_nodes, y_nodes
 
 
@@ -70,8 +71,9 @@ def breast_cancer(graph, l2: float = BREAST_CANCER_L2, seed: int = 0) -> Problem
     the choice). ValueError, in one line, for l2 <= 0 or a graph with more nodes than rows.
     """
     if _weight("l2", l2) == 0:
-        raise ValueError("l2 must be > 0: without it the problem is not strongly convex (the data are nearly "
-                         "separable)")
+        raise ValueError(
+            "l2 must be > 0: without it the problem is not strongly convex (the data are nearly separable)"
+        )
     X, y = breast_cancer_rows()
     n = node_count(graph)
     X_nodes, y_nodes = node_arrays(X, y, split_rows(len(X), n, seed))

@@ -19,6 +19,7 @@ what the neighbours use, and a sleeping node sends nothing and keeps its whole s
 `vectors_sent`: vectors of d numbers per directed edge and round; `silent_rounds`: the first
 rounds, which send nothing (NIDS's first step is local); pdmm.solve counts messages and bits by them.
 """
+
 import math
 import numbers
 from typing import TYPE_CHECKING
@@ -53,21 +54,33 @@ class Decentralised:
     silent_rounds = 0
     proximal = False  # whether non-smooth f_i = s_i + r_i run with prox_r (PG-EXTRA, NIDS)
 
-    def __init__(self, graph: CompiledGraph, local: LocalFunction, edges: Consensus, rho: None,
-                 mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis", alpha: "float | str" = "auto", *,
-                 channel: Channel | None = None):
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        local: LocalFunction,
+        edges: Consensus,
+        rho: None,
+        mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis",
+        alpha: "float | str" = "auto",
+        *,
+        channel: Channel | None = None,
+    ):
         if rho is not None:
             raise ValueError(f"{self.name} has no penalty parameter rho (docs/decentralised.md section 7)")
         if channel is not None:
             check_network(self.name, channel.network)
             if channel.vectors != self.vectors_sent:
-                raise ValueError(f"{self.name} sends {self.vectors_sent} stacked vector(s) per message; its channel "
-                                 f"has vectors={channel.vectors}")
+                raise ValueError(
+                    f"{self.name} sends {self.vectors_sent} stacked vector(s) per message; its channel "
+                    f"has vectors={channel.vectors}"
+                )
         self.channel = channel
         self.biased = channel is not None and network_biases(channel.network)
         if not isinstance(edges, Consensus):
-            raise ValueError(f"{self.name} solves consensus problems only (constraints='consensus'); this problem "
-                             "has edge-matrix constraints")
+            raise ValueError(
+                f"{self.name} solves consensus problems only (constraints='consensus'); this problem "
+                "has edge-matrix constraints"
+            )
         self.smooth_part, self.prox_r = _split(local, self.name, self.proximal)
         self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
         self.lowest = _lowest_eigenvalue(self.W, self.name)
@@ -87,8 +100,9 @@ class Decentralised:
         round counter of a diminishing step is the network's, not a node's."""
         if self.channel is None:
             return new
-        return {key: value if key == "round" else self.channel.keep_asleep(value, state[key])
-                for key, value in new.items()}
+        return {
+            key: value if key == "round" else self.channel.keep_asleep(value, state[key]) for key, value in new.items()
+        }
 
 
 class NetworkMixing:
@@ -132,9 +146,18 @@ class DGD(Decentralised):
 
     name = "dgd"
 
-    def __init__(self, graph: CompiledGraph, local: LocalFunction, edges: Consensus, rho: None,
-                 mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis", alpha: "float | str" = "auto",
-                 step: str = "constant", *, channel: Channel | None = None):
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        local: LocalFunction,
+        edges: Consensus,
+        rho: None,
+        mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis",
+        alpha: "float | str" = "auto",
+        step: str = "constant",
+        *,
+        channel: Channel | None = None,
+    ):
         if step not in STEPS:
             raise ValueError(f"step must be 'constant' or 'diminishing', got {step!r}")
         super().__init__(graph, local, edges, rho, mixing, alpha, channel=channel)
@@ -262,11 +285,15 @@ def check_network(name: str, network: Network) -> None:
     decentralised.md section 9): privacy, the subspace perturbation of PDMM's dual variables z, which they do not
     have; and wake="one", under which the awake node's neighbours all sleep, so that no message is ever mixed."""
     if network.privacy is not None:
-        raise ValueError(f"network privacy perturbs the dual variables z of pdmm and qa-pdmm; {name} has none "
-                         "(leave privacy out; its other network effects apply)")
+        raise ValueError(
+            f"network privacy perturbs the dual variables z of pdmm and qa-pdmm; {name} has none "
+            "(leave privacy out; its other network effects apply)"
+        )
     if network.wake == ONE:
-        raise ValueError(f"wake='one' is not defined for {name}: a sleeping node neither sends nor updates, so the "
-                         "one awake node would never mix a neighbour's value; give wake a probability")
+        raise ValueError(
+            f"wake='one' is not defined for {name}: a sleeping node neither sends nor updates, so the "
+            "one awake node would never mix a neighbour's value; give wake a probability"
+        )
 
 
 def network_biases(network: Network) -> bool:
@@ -295,8 +322,11 @@ def _split(local, name, proximal):
     else a one-line ValueError."""
     if local.smooth or proximal:
         return local.composite()
-    hint = " (its proximal form runs with method='extra' (PG-EXTRA) or 'nids')" \
-        if type(local).composite is not LocalFunction.composite else ""
+    hint = (
+        " (its proximal form runs with method='extra' (PG-EXTRA) or 'nids')"
+        if type(local).composite is not LocalFunction.composite
+        else ""
+    )
     raise ValueError(f"{name} needs smooth local functions; {type(local).__name__} is not smooth{hint}")
 
 
@@ -305,11 +335,15 @@ def _lowest_eigenvalue(W, name):
     lambda_min <= -1 or another eigenvalue >= 1 (up to SPECTRUM_MARGIN): none of the methods converges then."""
     low, high = spectral_interval(W)
     if low <= -1 + SPECTRUM_MARGIN:
-        raise ValueError(f"{name} needs the mixing matrix's smallest eigenvalue above -1, got {low:.6g} "
-                         "(lazy_metropolis, or more weight on W's diagonal, moves it up)")
+        raise ValueError(
+            f"{name} needs the mixing matrix's smallest eigenvalue above -1, got {low:.6g} "
+            "(lazy_metropolis, or more weight on W's diagonal, moves it up)"
+        )
     if high >= 1 - SPECTRUM_MARGIN:
-        raise ValueError(f"{name} needs every eigenvalue of the mixing matrix but that of the all-ones vector "
-                         f"below 1, got {high:.6g}")
+        raise ValueError(
+            f"{name} needs every eigenvalue of the mixing matrix but that of the all-ones vector "
+            f"below 1, got {high:.6g}"
+        )
     return low
 
 

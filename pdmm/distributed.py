@@ -44,6 +44,7 @@ starts a rank's SIGINT only sets a flag, all-reduced with the stopping test's su
 one that comes before the iterations stops them at the first test), and every rank then returns the
 Result so far with result.interrupted = True (status "interrupted"); one after the last test is dropped.
 """
+
 import hashlib
 import signal
 import threading
@@ -79,8 +80,10 @@ def _collective(op, *args, **kwargs):
         text = " ".join(str(err).split())
         reason = text.split("] ", 1)[1] if text.startswith("[") and "] " in text else text
         reason = reason.split(". This is typically caused", 1)[0].rstrip(".")
-        raise CollectiveError(f"a collective with the other processes failed ({reason}): one of them ended, or did "
-                              "not answer within the process group's timeout") from err
+        raise CollectiveError(
+            f"a collective with the other processes failed ({reason}): one of them ended, or did "
+            "not answer within the process group's timeout"
+        ) from err
 
 
 def init_process_group(backend="gloo", timeout=DEFAULT_TIMEOUT, **kwargs):
@@ -121,6 +124,7 @@ class PartGraph(CompiledGraph):
     """A rank's part of a CompiledGraph: its own nodes (local indices 0..n-1, global labels in `nodes`) and the
     directed edges out of them. dst holds GLOBAL node indices and sign the global one; rev is unused (-1);
     exchange(v) is the partitioned v[rev], served by `swap`."""
+
     swap: "Swap" = None
 
     def exchange(self, v):
@@ -138,8 +142,14 @@ class Swap:
     def __call__(self, v):
         received = v.new_empty((self.total, *v.shape[1:]))
         if dist.get_world_size(self.group) > 1:
-            _collective(dist.all_to_all_single, received, v.index_select(0, self.send).contiguous(), self.counts,
-                        self.counts, group=self.group)
+            _collective(
+                dist.all_to_all_single,
+                received,
+                v.index_select(0, self.send).contiguous(),
+                self.counts,
+                self.counts,
+                group=self.group,
+            )
         return torch.cat([v, received]).index_select(0, self.source)
 
 
@@ -169,9 +179,14 @@ def local_part(graph, owner, rank, dtype, group=None):
     lsrc, gdst = local_id[src[edges]], dst[edges]
     fields = EdgeList.arrays(len(own), lsrc, gdst, "cpu", dtype)
     ahead = src[edges] < gdst
-    part = PartGraph(**fields, nodes=own.tolist(), rev=torch.full((len(edges),), -1, dtype=torch.int64),
-                     sign=torch.where(torch.from_numpy(ahead), 1.0, -1.0).to(dtype),
-                     forward=torch.from_numpy(np.flatnonzero(ahead)), swap=swap)
+    part = PartGraph(
+        **fields,
+        nodes=own.tolist(),
+        rev=torch.full((len(edges),), -1, dtype=torch.int64),
+        sign=torch.where(torch.from_numpy(ahead), 1.0, -1.0).to(dtype),
+        forward=torch.from_numpy(np.flatnonzero(ahead)),
+        swap=swap,
+    )
     return part, own
 
 
@@ -210,9 +225,11 @@ def fingerprint(problem, arguments):
 def check_group(group=None):
     """The (rank, world size) of an initialised process group, or a RuntimeError saying how to get one."""
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("backend='distributed' needs an initialised torch.distributed process group: run the "
-                           "script under torchrun and call pdmm.distributed.init_process_group() (or "
-                           "torch.distributed.init_process_group('gloo')) before pdmm.solve")
+        raise RuntimeError(
+            "backend='distributed' needs an initialised torch.distributed process group: run the "
+            "script under torchrun and call pdmm.distributed.init_process_group() (or "
+            "torch.distributed.init_process_group('gloo')) before pdmm.solve"
+        )
     return dist.get_rank(group), dist.get_world_size(group)
 
 
@@ -227,8 +244,10 @@ def check_supported(problem, method, device, network, compile, method_params):
     if not problem.is_consensus:
         unsupported.append("edge-matrix constraints (only constraints='consensus')")
     if not isinstance(problem.local, Quadratic):
-        unsupported.append(f"{type(problem.local).__name__} local functions (only Quadratic and Lasso: averaging, "
-                           "least_squares, lasso, quadratic)")
+        unsupported.append(
+            f"{type(problem.local).__name__} local functions (only Quadratic and Lasso: averaging, "
+            "least_squares, lasso, quadratic)"
+        )
     if network is not None:
         unsupported.append("network= (only the ideal network)")
     if compile:
@@ -239,9 +258,29 @@ def check_supported(problem, method, device, network, compile, method_params):
         raise ValueError("backend='distributed' does not implement " + "; ".join(unsupported))
 
 
-def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0, network, target, names,
-          record_every, check_every, compile, method_params, owners=None, group=None, progress=False,
-          scale=None):
+def solve(
+    problem,
+    method,
+    rho,
+    max_iter,
+    tol,
+    reference,
+    device,
+    dtype,
+    seed,
+    x0,
+    network,
+    target,
+    names,
+    record_every,
+    check_every,
+    compile,
+    method_params,
+    owners=None,
+    group=None,
+    progress=False,
+    scale=None,
+):
     """pdmm.solve's loop on this rank's part of the graph (called by pdmm.solve with arguments already checked);
     progress: a tqdm bar on this rank; scale: the problem's scale (pdmm.solve's problem_scale), the stopping
     test's floor as one process has it."""
@@ -249,20 +288,37 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
     # a Ctrl-C from here to the end is only flagged, and agreed on at the next stopping test: no rank leaves the
     # others in a collective, and one that comes after the last test is dropped (the run has ended)
     with _DeferredInterrupts() as asked:
-        arguments = dict(method=method, rho=rho, max_iter=max_iter, tol=tol, reference=reference, dtype=str(dtype),
-                         seed=seed, x0=x0, target=target, names=names, record_every=record_every,
-                         check_every=check_every, method_params=method_params, partition=owners, world=world)
+        arguments = dict(
+            method=method,
+            rho=rho,
+            max_iter=max_iter,
+            tol=tol,
+            reference=reference,
+            dtype=str(dtype),
+            seed=seed,
+            x0=x0,
+            target=target,
+            names=names,
+            record_every=record_every,
+            check_every=check_every,
+            method_params=method_params,
+            partition=owners,
+            world=world,
+        )
         mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
         every = [torch.zeros_like(mine) for _ in range(world)]
         _collective(dist.all_gather, every, mine, group=group)
         differ = [r for r, f in enumerate(every) if int(f) != int(every[0])]
         if differ:
-            raise ValueError(f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
-                             "(every rank must call pdmm.solve with the same data)")
+            raise ValueError(
+                f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
+                "(every rank must call pdmm.solve with the same data)"
+            )
         check_supported(problem, method, device, network, compile, method_params)
         if world > problem.n:
-            raise ValueError(f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} "
-                             "processes")
+            raise ValueError(
+                f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes"
+            )
         owner = _owners(problem, owners, world, group)
 
         graph, own = local_part(problem.compiled, owner, rank, dtype, group)
@@ -272,9 +328,19 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
         x_star = _reference(problem, reference, device, dtype)
         state = algorithm.init(_initial_x(problem, x0, seed, device, dtype)[torch.from_numpy(own)])
         per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
-        book = _PartBookkeeping(names, _Summed(local, problem.n, group), edges, None, x_star, None, rho, per_iteration,
-                                record_every, min(max_iter // record_every + 1, 4096),
-                                scale=None if scale is None else scale.to(device, dtype))
+        book = _PartBookkeeping(
+            names,
+            _Summed(local, problem.n, group),
+            edges,
+            None,
+            x_star,
+            None,
+            rho,
+            per_iteration,
+            record_every,
+            min(max_iter // record_every + 1, 4096),
+            scale=None if scale is None else scale.to(device, dtype),
+        )
         book.part(own, problem.compiled.num_edges // 2, group)
         run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=None)
 
@@ -287,8 +353,20 @@ def solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x
 
         book.asked = asked
         with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
-            status = _iterate(algorithm.step, so_far, book, max_iter, record_every, check_every, tol, target, method,
-                              rho, finish, bar=bar if progress else None)
+            status = _iterate(
+                algorithm.step,
+                so_far,
+                book,
+                max_iter,
+                record_every,
+                check_every,
+                tol,
+                target,
+                method,
+                rho,
+                finish,
+                bar=bar if progress else None,
+            )
         return finish(status)
 
 
@@ -299,8 +377,10 @@ class _DeferredInterrupts:
 
     def __enter__(self):
         self.came, self.previous = False, None
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
             self.previous = signal.signal(signal.SIGINT, self._flag)
         return lambda: self.came
 
@@ -318,15 +398,19 @@ def _owners(problem, given, world, group):
     if given is not None:
         owner = np.asarray(given)
         if owner.shape != (n,) or not np.issubdtype(owner.dtype, np.integer):
-            raise ValueError(f"partition must be {n} integer ranks, one per node, got shape {owner.shape}, "
-                             f"dtype {owner.dtype}")
+            raise ValueError(
+                f"partition must be {n} integer ranks, one per node, got shape {owner.shape}, dtype {owner.dtype}"
+            )
         missing = sorted(set(range(world)) - set(owner.tolist()))
         if owner.min() < 0 or owner.max() >= world or missing:
-            raise ValueError(f"partition must give every rank 0..{world - 1} at least one node and use no other "
-                             f"value; got values {sorted(set(owner.tolist()))[:10]}")
+            raise ValueError(
+                f"partition must give every rank 0..{world - 1} at least one node and use no other "
+                f"value; got values {sorted(set(owner.tolist()))[:10]}"
+            )
         return owner.astype(np.int64)
-    owner = torch.from_numpy(partition(problem.compiled, world) if dist.get_rank(group) == 0 else
-                             np.zeros(n, dtype=np.int64))
+    owner = torch.from_numpy(
+        partition(problem.compiled, world) if dist.get_rank(group) == 0 else np.zeros(n, dtype=np.int64)
+    )
     _collective(dist.broadcast, owner, 0, group=group)
     return owner.numpy()
 
@@ -337,12 +421,12 @@ def _gathered(state, owner, group):
     world = dist.get_world_size(group)
     sizes = np.bincount(owner, minlength=world)
     padded = x.new_zeros((int(sizes.max()), *x.shape[1:]))
-    padded[:len(x)] = x
+    padded[: len(x)] = x
     parts = [torch.empty_like(padded) for _ in range(world)]
     _collective(dist.all_gather, parts, padded, group=group)
     full = x.new_empty((len(owner), *x.shape[1:]))
     for r, part in enumerate(parts):
-        full[torch.from_numpy(np.flatnonzero(owner == r))] = part[:sizes[r]]
+        full[torch.from_numpy(np.flatnonzero(owner == r))] = part[: sizes[r]]
     return {**state, "x": full}
 
 
@@ -391,20 +475,29 @@ class _PartBookkeeping(_Bookkeeping):
         """As _Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one
         all-reduce, which also sums the ranks' Ctrl-C flags into `interrupted`."""
         change = x - x_old
-        sums = _all_sum(torch.cat([(x * x).sum((0, 2)), (change * change).sum((0, 2)),
-                                   (~torch.isfinite(x)).sum().reshape(1).to(x.dtype),
-                                   x.new_tensor([float(self.asked())])]), self.group)
+        sums = _all_sum(
+            torch.cat(
+                [
+                    (x * x).sum((0, 2)),
+                    (change * change).sum((0, 2)),
+                    (~torch.isfinite(x)).sum().reshape(1).to(x.dtype),
+                    x.new_tensor([float(self.asked())]),
+                ]
+            ),
+            self.group,
+        )
         B, n = x.shape[1], self.local.shape[0]
         self.interrupted = bool(sums[-1] > 0)
-        return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B:2 * B] / n), sums[-2] == 0
+        return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B : 2 * B] / n), sums[-2] == 0
 
     def state_sizes(self, t, t_old):
         """As _Bookkeeping.state_sizes over all ranks' rows of t (each rank's edges or nodes), one all-reduce."""
         change = t - t_old
-        sums = _all_sum(torch.cat([(t * t).sum((0, 2)), (change * change).sum((0, 2)),
-                                   t.new_tensor([len(t)])]), self.group)
+        sums = _all_sum(
+            torch.cat([(t * t).sum((0, 2)), (change * change).sum((0, 2)), t.new_tensor([len(t)])]), self.group
+        )
         B, rows = t.shape[1], sums[-1].clamp(min=1)
-        return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B:2 * B] / rows)
+        return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B : 2 * B] / rows)
 
 
 __all__ = ["DEFAULT_TIMEOUT", "CollectiveError", "init_process_group", "partition", "blocks", "solve"]

@@ -11,6 +11,7 @@ vectorised pass with no sequential generator state, the CPU kernels (numba, comp
 cached) and the torch expression (any device; the reference the kernels are tested against) give
 the same bits, and nothing is read back from the device.
 """
+
 import numpy as np
 import torch
 
@@ -50,7 +51,7 @@ def index(key, t, n):
 
 def bound(p):
     """The threshold of a 32-bit draw: u < bound(p) with probability p (to 2^-32); 2^32 at p = 1."""
-    return round(float(p) * 2 ** 32)
+    return round(float(p) * 2**32)
 
 
 def below(key, count, bounds, device, kernel=True):
@@ -98,6 +99,7 @@ def _uniform_tensor(key, t):
 
 
 if numba is not None:
+
     @numba.njit(inline="always")
     def _uniform_numba(key, t):
         u64 = numba.uint64

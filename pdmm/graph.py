@@ -9,6 +9,7 @@ generator) until the graph is connected, at most MAX_RESAMPLES times. `pdmm.Comp
 compiles a Graph for the solver without a per-edge Python loop; pdmm.Problem and every
 constructor in pdmm.problem accept a Graph, a networkx graph or a scipy sparse matrix.
 """
+
 import functools
 import math
 import numbers
@@ -24,8 +25,8 @@ import torch
 
 from .graphs import MAX_RESAMPLES
 
-MAX_NODES = 2**31          # edge keys i * n + j must fit in int64
-MAX_SWITCH_ROUNDS = 1000   # random_regular: rounds of switches that remove loops and repeated edges
+MAX_NODES = 2**31  # edge keys i * n + j must fit in int64
+MAX_SWITCH_ROUNDS = 1000  # random_regular: rounds of switches that remove loops and repeated edges
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -35,9 +36,9 @@ class Graph:
     from_networkx or a generator), which checks and normalises the edges; the constructor itself
     checks nothing."""
 
-    n: int              # number of nodes, indexed 0..n-1
-    edges: np.ndarray   # (m, 2) int64: rows (i, j) with i < j, sorted, each undirected edge once
-    nodes: Sequence     # node labels: node index k is nodes[k]; range(n) for graphs built from arrays
+    n: int  # number of nodes, indexed 0..n-1
+    edges: np.ndarray  # (m, 2) int64: rows (i, j) with i < j, sorted, each undirected edge once
+    nodes: Sequence  # node labels: node index k is nodes[k]; range(n) for graphs built from arrays
 
     @classmethod
     def from_edges(cls, src, dst, n=None):
@@ -86,8 +87,9 @@ class Graph:
             raise ValueError("the graph must be undirected (pass G.to_undirected())")
         nodes = list(G.nodes)
         index = {v: k for k, v in enumerate(nodes)}
-        ends = np.fromiter((index[v] for edge in G.edges() for v in edge), dtype=np.int64,
-                           count=2 * G.number_of_edges())
+        ends = np.fromiter(
+            (index[v] for edge in G.edges() for v in edge), dtype=np.int64, count=2 * G.number_of_edges()
+        )
         return _from_pairs(len(nodes), ends[0::2], ends[1::2], nodes, warn=True)
 
     @classmethod
@@ -110,6 +112,7 @@ class Graph:
             points = points[np.lexsort((points[:, 0], np.floor(points[:, 1] / radius)))]  # numbered by position
             pairs = cKDTree(points).query_pairs(radius, output_type="ndarray")  # (m, 2), i < j
             return _from_pairs(n, pairs[:, 0], pairs[:, 1], range(n))
+
         return _connected(sample, seed, f"n={n}, radius={radius}")
 
     @classmethod
@@ -127,6 +130,7 @@ class Graph:
 
         def sample(rng):
             return _from_pairs(n, *_switched_pairing(rng, n, degree), range(n))
+
         return _connected(sample, seed, f"n={n}, degree={degree}")
 
     @classmethod
@@ -157,6 +161,7 @@ class Graph:
 
         def sample(rng):
             return _from_pairs(n, *_distinct_pairs(rng, n, int(rng.binomial(n * (n - 1) // 2, p))), range(n))
+
         return _connected(sample, seed, f"n={n}, p={p}")
 
     def number_of_nodes(self):
@@ -176,8 +181,9 @@ class Graph:
         """The number of connected components (scipy.sparse.csgraph; 1 for a connected graph)."""
         from scipy.sparse.csgraph import connected_components
 
-        return int(connected_components(self.adjacency(triangle=True), directed=True, connection="weak",
-                                        return_labels=False))
+        return int(
+            connected_components(self.adjacency(triangle=True), directed=True, connection="weak", return_labels=False)
+        )
 
     def adjacency(self, triangle=False):
         """The (n, n) scipy.sparse CSR adjacency matrix of ones; triangle=True keeps only entries (i, j) with i < j."""
@@ -208,8 +214,10 @@ def as_graph(graph):
         return Graph.from_networkx(graph)
     if _is_sparse(graph):
         return Graph.from_scipy(graph)
-    raise TypeError("the graph must be a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix, "
-                    f"got {type(graph).__name__}")
+    raise TypeError(
+        "the graph must be a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix, "
+        f"got {type(graph).__name__}"
+    )
 
 
 def node_count(graph):
@@ -250,8 +258,10 @@ def _from_pairs(n, src, dst, nodes, warn=False):
     loops = src == dst
     if loops.any():
         if warn:
-            _warn_caller(f"the graph has {int(loops.sum())} self-loop(s) (i, i); they are ignored, as a constraint "
-                         "couples two distinct nodes")
+            _warn_caller(
+                f"the graph has {int(loops.sum())} self-loop(s) (i, i); they are ignored, as a constraint "
+                "couples two distinct nodes"
+            )
         src, dst = src[~loops], dst[~loops]
     if warn and len(src) == 0:
         raise ValueError(f"the graph has {n} nodes and no edges; PDMM needs a connected graph")
@@ -312,8 +322,10 @@ def _switched_pairing(rng, n, degree):
         ok = ~np.isin(partner, bad) & (a != c) & (b != d) & ~_member(new, present).reshape(2, -1).any(0)
         bad, partner, a, b, c, d = bad[ok], partner[ok], a[ok], b[ok], c[ok], d[ok]
         ends[bad], ends[partner] = np.stack([a, c], 1), np.stack([b, d], 1)
-    raise ValueError(f"random_regular: loops or repeated edges left after {MAX_SWITCH_ROUNDS} rounds of switches "
-                     f"(n={n}, degree={degree}); try another seed")
+    raise ValueError(
+        f"random_regular: loops or repeated edges left after {MAX_SWITCH_ROUNDS} rounds of switches "
+        f"(n={n}, degree={degree}); try another seed"
+    )
 
 
 def _member(values, present):

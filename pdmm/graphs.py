@@ -1,4 +1,5 @@
 """Communication graphs: named topologies (networkx generators) and graph files."""
+
 import functools
 import inspect
 import math
@@ -37,6 +38,7 @@ def _torus(n, rows=None):
 
 def _sampled(make):
     """Wrap a random generator so it is resampled (new seeds from `seed`) until connected."""
+
     @functools.wraps(make)  # keeps make's signature: the accepted parameters
     def sample(n, seed, **params):
         rng = np.random.default_rng(seed)
@@ -45,6 +47,7 @@ def _sampled(make):
             if nx.is_connected(G):
                 return G
         raise ValueError(f"no connected sample in {MAX_RESAMPLES} tries with {params}; make the graph denser")
+
     return sample
 
 
@@ -137,7 +140,7 @@ def load_graph(path, arrays=False):
         return _from_pairs(len(labels), src, dst, labels, warn=True)
     G = nx.Graph()
     G.add_nodes_from(labels)
-    G.add_edges_from(zip(map(labels.__getitem__, src.tolist()), map(labels.__getitem__, dst.tolist())))
+    G.add_edges_from(zip(map(labels.__getitem__, src.tolist()), map(labels.__getitem__, dst.tolist()), strict=False))
     return G
 
 
@@ -186,8 +189,7 @@ def _chunk_ends(data: bytes) -> np.ndarray:
         tokens = data.split()
         long = bool(tokens) and max(map(len, tokens)) > LONG_LABEL
         return np.array(tokens, dtype=object if long else bytes).reshape(-1, 2)
-    pairs = [fields[:2] for fields in (line.split() for line in data.decode("utf-8").splitlines())
-             if len(fields) >= 2]
+    pairs = [fields[:2] for fields in (line.split() for line in data.decode("utf-8").splitlines()) if len(fields) >= 2]
     long = any(len(a) > LONG_LABEL or len(b) > LONG_LABEL for a, b in pairs)
     return np.array(pairs, dtype=object if long else str).reshape(-1, 2)
 
@@ -203,8 +205,9 @@ def _numbered_objects(chunks: list) -> tuple[list, np.ndarray]:
             yield label.decode() if isinstance(label, bytes) else label
 
     total = sum(chunk.size for chunk in chunks)
-    codes = np.fromiter((index.setdefault(label, len(index)) for chunk in chunks for label in texts(chunk)),
-                        dtype=np.int64, count=total)
+    codes = np.fromiter(
+        (index.setdefault(label, len(index)) for chunk in chunks for label in texts(chunk)), dtype=np.int64, count=total
+    )
     return list(index), codes
 
 
@@ -233,8 +236,10 @@ def _check_memory(path: Path, factor: int) -> None:
     `factor` times its size) than this process can have (available_memory)."""
     size, available = path.stat().st_size, available_memory()
     if available is not None and size * factor > available:
-        raise ValueError(f"could not read graph file {path}: reading its {_bytes(size)} would take about "
-                         f"{_bytes(size * factor)} of memory, more than the {_bytes(available)} available")
+        raise ValueError(
+            f"could not read graph file {path}: reading its {_bytes(size)} would take about "
+            f"{_bytes(size * factor)} of memory, more than the {_bytes(available)} available"
+        )
 
 
 def available_memory() -> int | None:
@@ -281,6 +286,7 @@ def _refuse_doctype(path):
 
     GraphML needs none, and a DTD's entities can pull in local files or expand exponentially
     (billion laughs); refusing the declaration keeps parsing linear in the file's size."""
+
     def refuse(*_):
         raise ValueError("it declares a DOCTYPE (a DTD, entities), which GraphML never needs; remove the declaration")
 

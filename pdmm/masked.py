@@ -14,6 +14,7 @@ read about once, as in the bare exchange. With one instance and one number per r
 can draw the mask itself (exchanged_drawn), so no mask is written and read back. Elsewhere, and
 where autograd must see the selection (bridge.UnrolledPDMM), torch.where runs. All give the same bits.
 """
+
 import math
 
 import numpy as np
@@ -103,14 +104,26 @@ def exchanged_drawn(y, rev, held, sender, link, kept, dropped):
     delivered: (1,) int64 counts of the sending and delivered rows."""
     none = torch.empty(0, dtype=rev.dtype).numpy()
     (key_s, index_s, bound_s), (key_l, index_l, bound_l) = (
-        (0, none, 0) if draw is None else (np.uint64(draw[0]), draw[1].numpy(), draw[2]) for draw in (sender, link))
+        (0, none, 0) if draw is None else (np.uint64(draw[0]), draw[1].numpy(), draw[2]) for draw in (sender, link)
+    )
     key_d, bound_d = (0, 0) if dropped is None else dropped
     out = torch.empty_like(held, memory_format=torch.contiguous_format)
     kernel = _exchanged_drawn_kernel(sender is not None, link is not None, kept is not None, dropped is not None)
     sent, delivered = kernel(
-        _bits(out), _bits(y), rev.numpy(), _bits(held), np.uint64(key_s), index_s, bound_s, np.uint64(key_l), index_l,
-        bound_l, torch.empty(0, dtype=torch.bool).numpy() if kept is None else kept.reshape(-1).numpy(),
-        np.uint64(key_d), bound_d)
+        _bits(out),
+        _bits(y),
+        rev.numpy(),
+        _bits(held),
+        np.uint64(key_s),
+        index_s,
+        bound_s,
+        np.uint64(key_l),
+        index_l,
+        bound_l,
+        torch.empty(0, dtype=torch.bool).numpy() if kept is None else kept.reshape(-1).numpy(),
+        np.uint64(key_d),
+        bound_d,
+    )
     return out, torch.tensor([sent]), torch.tensor([delivered])
 
 
@@ -123,6 +136,7 @@ def _exchanged_drawn_kernel(has_s, has_l, has_k, has_d):
     vectorised (one kernel testing four flags per row ran 1.5x slower)."""
     flags = has_s, has_l, has_k, has_d
     if flags not in _DRAWN_KERNELS:
+
         @numba.njit(nogil=True)
         def kernel(out, y, rev, held, key_s, index_s, bound_s, key_l, index_l, bound_l, kept, key_d, bound_d):
             for e in range(len(rev)):
@@ -160,6 +174,7 @@ def gathered(mask, index):
 
 
 if numba is not None:
+
     @numba.njit(nogil=True, cache=True)
     def _gathered_numba(out, mask, index, batch):
         """`gathered` over flattened rows."""

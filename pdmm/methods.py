@@ -20,6 +20,7 @@ parameter rho (pdmm.solve's default rho=None means 1.0 for those that do). `vect
 messages (of the edge state's width) each directed edge carries per round on the ideal network;
 `silent_rounds`: the first rounds, which send none (pdmm.solve's counts).
 """
+
 import warnings
 
 import torch
@@ -44,8 +45,8 @@ def _check_theta(theta):
 class PDMM:
     """z-form PDMM with averaging theta on z (docs/theory/pdmm.md sections 4, 6):
 
-        x_i^{k+1}     = argmin_x f_i(x) + u_i^T x + 1/2 x^T C_i x,  u_i = sum_j A_ij^T (z_{i|j} - c b_ij / 2)
-        z_{j|i}^{k+1} = (1 - theta) z_{j|i}^k + theta (z_{i|j}^k + 2c (A_ij x_i^{k+1} - b_ij / 2))
+    x_i^{k+1}     = argmin_x f_i(x) + u_i^T x + 1/2 x^T C_i x,  u_i = sum_j A_ij^T (z_{i|j} - c b_ij / 2)
+    z_{j|i}^{k+1} = (1 - theta) z_{j|i}^k + theta (z_{i|j}^k + 2c (A_ij x_i^{k+1} - b_ij / 2))
     """
 
     uses_rho = True
@@ -105,8 +106,9 @@ class QAPDMM(PDMM):
 
     def __init__(self, graph, local, edges, rho, theta=1.0, eta="L", *, channel=None):
         if not local.smooth:
-            raise ValueError(f"qa-pdmm needs smooth local functions; {type(local).__name__} is not smooth "
-                             "(use method='pdmm')")
+            raise ValueError(
+                f"qa-pdmm needs smooth local functions; {type(local).__name__} is not smooth (use method='pdmm')"
+            )
         self.graph, self.local, self.edges, self.rho, self.channel = graph, local, edges, rho, channel
         self.theta = _check_theta(theta)
         self.eta = self._eta(eta)
@@ -173,8 +175,9 @@ class NodeForm:
         crow = torch.cat([graph.degree.new_zeros(1), torch.cumsum(graph.degree, 0)])
         with warnings.catch_warnings():  # "sparse CSR support is in beta"
             warnings.simplefilter("ignore", UserWarning)
-            self.adjacency = torch.sparse_csr_tensor(crow, graph.dst, torch.ones_like(graph.sign), (graph.n, graph.n),
-                                                     check_invariants=False)
+            self.adjacency = torch.sparse_csr_tensor(
+                crow, graph.dst, torch.ones_like(graph.sign), (graph.n, graph.n), check_invariants=False
+            )
 
     def init(self, x0):
         state = self.algorithm.init(x0)
@@ -209,8 +212,10 @@ class ADMM:
 
     def __init__(self, graph, local, edges, rho, *, channel=None):
         if edges.inequality is not None:
-            raise ValueError("admm does not take inequality constraints (A_ij x_i + A_ji x_j <= b_ij); "
-                             "use method='pdmm' or 'qa-pdmm'")
+            raise ValueError(
+                "admm does not take inequality constraints (A_ij x_i + A_ji x_j <= b_ij); "
+                "use method='pdmm' or 'qa-pdmm'"
+            )
         if not isinstance(edges, Consensus):
             raise ValueError("admm is the edge-based consensus baseline; it supports constraints='consensus' only")
         self.graph, self.rho, self.channel = graph, rho, channel
@@ -230,12 +235,17 @@ class ADMM:
         if self.channel is None:
             return {"x": x, "w": s - u, "u": u, "r": r}
         keep = self.channel.keep_asleep_edges
-        return {"x": self.channel.keep_asleep(x, state["x"]), "w": keep(s - u, state["w"]), "u": keep(u, state["u"]),
-                "r": r}
+        return {
+            "x": self.channel.keep_asleep(x, state["x"]),
+            "w": keep(s - u, state["w"]),
+            "u": keep(u, state["u"]),
+            "r": r,
+        }
 
 
-def check_mixing_options(method: str, rho=None, network=None, x0=None, backend: str = "local",
-                         compile: bool = False) -> None:
+def check_mixing_options(
+    method: str, rho=None, network=None, x0=None, backend: str = "local", compile: bool = False
+) -> None:
     """ValueError for an option that a method on a mixing matrix does not take. None of them has a penalty
     parameter or runs in several processes. dgd, extra, nids and gradient-tracking run on a simulated network,
     each round with its own W^k, but refuse its privacy and wake="one" (docs/decentralised.md section 9);
@@ -248,10 +258,12 @@ def check_mixing_options(method: str, rho=None, network=None, x0=None, backend: 
     if rho is not None:
         raise ValueError(f"{method} has no penalty parameter: leave rho out (it applies to pdmm, qa-pdmm and admm)")
     if network is not None and not METHODS[method].takes_network:
-        raise ValueError(f"network effects are not implemented for {family}: they compute mean(a) as a fixed "
-                         "polynomial in W, and a random W^k per round (lost messages, sleeping nodes) keeps "
-                         "neither gossip's mean nor Chebyshev's recursion; dgd, extra, nids and gradient-tracking "
-                         "take a network")
+        raise ValueError(
+            f"network effects are not implemented for {family}: they compute mean(a) as a fixed "
+            "polynomial in W, and a random W^k per round (lost messages, sleeping nodes) keeps "
+            "neither gossip's mean nor Chebyshev's recursion; dgd, extra, nids and gradient-tracking "
+            "take a network"
+        )
     if network is not None:
         check_network(method, network)
     if x0 is not None and not METHODS[method].takes_x0:
@@ -259,8 +271,10 @@ def check_mixing_options(method: str, rho=None, network=None, x0=None, backend: 
     if backend != "local":
         raise ValueError(f"backend={backend!r} is not implemented for {family}; use backend='local'")
     if compile and method == "chebyshev":
-        raise ValueError("compile=True is not implemented for chebyshev (each round's omega would recompile the "
-                         "step); run it eagerly: one sparse product per round")
+        raise ValueError(
+            "compile=True is not implemented for chebyshev (each round's omega would recompile the "
+            "step); run it eagerly: one sparse product per round"
+        )
 
 
 class Gossip:
@@ -318,7 +332,7 @@ class Chebyshev(Gossip):
         super().__init__(graph, local, edges, rho, mixing, channel=channel)
         self.low, self.high = _interval(interval, self.W)
         self.t1 = (2 - self.low - self.high) / (self.high - self.low)
-        self.omegas = [1.0, 2 * self.t1 ** 2 / (2 * self.t1 ** 2 - 1)]  # omega_1 (no x^{-1}), omega_2
+        self.omegas = [1.0, 2 * self.t1**2 / (2 * self.t1**2 - 1)]  # omega_1 (no x^{-1}), omega_2
 
     def init(self, x0):
         return {"x": self.a, "previous": self.a, "round": 0}
@@ -326,7 +340,7 @@ class Chebyshev(Gossip):
     def omega(self, r):
         """omega_r (r >= 1), by the recursion, kept for the later calls."""
         while len(self.omegas) < r:
-            self.omegas.append(1 / (1 - self.omegas[-1] / (4 * self.t1 ** 2)))
+            self.omegas.append(1 / (1 - self.omegas[-1] / (4 * self.t1**2)))
         return self.omegas[r - 1]
 
     def step(self, state):
@@ -346,8 +360,10 @@ def _node_values(local, edges):
         what = "edge-matrix constraints"
     else:
         return private_point(local, local.q)
-    raise ValueError("gossip/chebyshev solve averaging problems only (consensus constraints and "
-                     f"f_i(x) = 1/2 ||x - a_i||^2, pdmm.averaging); this problem has {what}")
+    raise ValueError(
+        "gossip/chebyshev solve averaging problems only (consensus constraints and "
+        f"f_i(x) = 1/2 ||x - a_i||^2, pdmm.averaging); this problem has {what}"
+    )
 
 
 def _is_identity(P):
@@ -375,5 +391,14 @@ def _interval(interval, W):
     return low, high
 
 
-METHODS = {"pdmm": PDMM, "qa-pdmm": QAPDMM, "admm": ADMM, "gossip": Gossip, "chebyshev": Chebyshev, "dgd": DGD,
-           "extra": EXTRA, "nids": NIDS, "gradient-tracking": GradientTracking}
+METHODS = {
+    "pdmm": PDMM,
+    "qa-pdmm": QAPDMM,
+    "admm": ADMM,
+    "gossip": Gossip,
+    "chebyshev": Chebyshev,
+    "dgd": DGD,
+    "extra": EXTRA,
+    "nids": NIDS,
+    "gradient-tracking": GradientTracking,
+}

@@ -10,6 +10,7 @@ the one sparse product per round with which the methods apply W. Matrices are
 scipy.sparse CSR arrays, float64, rows and columns in the graph's node order. scipy is imported
 on the first call: a plain `import pdmm` stays fast.
 """
+
 import warnings
 from typing import TYPE_CHECKING
 
@@ -23,9 +24,9 @@ if TYPE_CHECKING:
     import scipy.sparse
 
 KINDS = ("metropolis", "lazy_metropolis", "max_degree")
-TOLERANCE = 1e-12   # check_mixing: symmetry and row sums, absolute
+TOLERANCE = 1e-12  # check_mixing: symmetry and row sums, absolute
 DENSE_LIMIT = 2048  # spectral_interval: dense eigvalsh up to this many nodes, sparse eigsh above
-EIGSH_TOL = 1e-8    # spectral_interval: relative accuracy asked of eigsh, by which it widens the interval
+EIGSH_TOL = 1e-8  # spectral_interval: relative accuracy asked of eigsh, by which it widens the interval
 
 
 def mixing_matrix(graph, kind: str = "metropolis") -> "scipy.sparse.csr_array":
@@ -81,8 +82,10 @@ def check_mixing(W, graph) -> "scipy.sparse.csr_array":
     outside = np.flatnonzero(edges[at] != key)
     if len(outside):
         r, c = row[outside[0]], col[outside[0]]
-        raise ValueError(f"the mixing matrix is nonzero off the graph: W[{r}, {c}] = {W[r, c]:.3g} but nodes "
-                         f"{graph.nodes[r]!r} and {graph.nodes[c]!r} are not neighbours")
+        raise ValueError(
+            f"the mixing matrix is nonzero off the graph: W[{r}, {c}] = {W[r, c]:.3g} but nodes "
+            f"{graph.nodes[r]!r} and {graph.nodes[c]!r} are not neighbours"
+        )
     return W
 
 
@@ -113,8 +116,10 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
     n = W.shape[0]
     parts = connected_components(W != 0, directed=False, return_labels=False)
     if parts > 1:
-        raise ValueError(f"the mixing matrix connects its nodes in {parts} separate parts: averaging over a "
-                         "disconnected graph cannot converge")
+        raise ValueError(
+            f"the mixing matrix connects its nodes in {parts} separate parts: averaging over a "
+            "disconnected graph cannot converge"
+        )
     if n <= DENSE_LIMIT:
         from scipy.linalg import eigvalsh
 
@@ -124,8 +129,8 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
 
     deflated = LinearOperator((n, n), matvec=lambda v: W @ v - (2 / n) * v.sum(0), dtype=np.float64)
     start = np.random.default_rng(0).standard_normal(n)  # a fixed start: the same interval on every call
-    smallest, = eigsh(W, k=1, which="SA", tol=EIGSH_TOL, v0=start, return_eigenvectors=False)
-    second, = eigsh(deflated, k=1, which="LA", tol=EIGSH_TOL, v0=start, return_eigenvectors=False)
+    (smallest,) = eigsh(W, k=1, which="SA", tol=EIGSH_TOL, v0=start, return_eigenvectors=False)
+    (second,) = eigsh(deflated, k=1, which="LA", tol=EIGSH_TOL, v0=start, return_eigenvectors=False)
     return float(smallest - EIGSH_TOL * abs(smallest)), float(second + EIGSH_TOL * abs(second))
 
 
@@ -138,9 +143,13 @@ class MixingProduct:
         W = W.sorted_indices()
         with warnings.catch_warnings():  # "sparse CSR support is in beta"
             warnings.simplefilter("ignore", UserWarning)
-            self.W = torch.sparse_csr_tensor(torch.from_numpy(W.indptr).to(torch.int64), torch.from_numpy(W.indices)
-                                             .to(torch.int64), torch.from_numpy(W.data), W.shape,
-                                             check_invariants=False).to(like.device, like.dtype)
+            self.W = torch.sparse_csr_tensor(
+                torch.from_numpy(W.indptr).to(torch.int64),
+                torch.from_numpy(W.indices).to(torch.int64),
+                torch.from_numpy(W.data),
+                W.shape,
+                check_invariants=False,
+            ).to(like.device, like.dtype)
 
     def __call__(self, x, base=None, alpha=1.0):
         rows = x.reshape(len(x), -1)
@@ -167,11 +176,13 @@ def _csr(W):
     try:
         W = W.astype(np.float64) if sp.issparse(W) else np.asarray(W, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"the mixing matrix must be a kind ({', '.join(KINDS)}) or a numeric n x n matrix, "
-                         f"got {type(W).__name__}") from None
+        raise ValueError(
+            f"the mixing matrix must be a kind ({', '.join(KINDS)}) or a numeric n x n matrix, got {type(W).__name__}"
+        ) from None
     if W.ndim != 2:
-        raise ValueError(f"the mixing matrix must be a kind ({', '.join(KINDS)}) or an n x n matrix, got shape "
-                         f"{W.shape}")
+        raise ValueError(
+            f"the mixing matrix must be a kind ({', '.join(KINDS)}) or an n x n matrix, got shape {W.shape}"
+        )
     return sp.csr_array(W)
 
 

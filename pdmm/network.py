@@ -33,6 +33,7 @@ and the same on every device; each probability is exact to 2^-32. The dither, th
 rounding and the privacy perturbation draw from one torch.Generator on the state's device, seeded
 by `seed`. A schedule draws nothing.
 """
+
 import math
 import numbers
 from collections.abc import Iterable, Mapping
@@ -43,9 +44,13 @@ import torch
 
 from . import draws, masked
 
-
-ROUNDINGS = {False: "nearest", True: "subtractive", "nearest": "nearest", "subtractive": "subtractive",
-             "stochastic": "stochastic"}
+ROUNDINGS = {
+    False: "nearest",
+    True: "subtractive",
+    "nearest": "nearest",
+    "subtractive": "subtractive",
+    "stochastic": "stochastic",
+}
 HEADER_BITS = 64  # an adaptive range travels with the message as one float64
 ONE = "one"  # wake="one": one node, uniform, awake per iteration
 STREAMS = {"wake": 0, "up": 1, "drop": 2, "burst": 3, "one": 4}  # each kind of event draws its own numbers
@@ -63,8 +68,10 @@ def _probabilities(name, values, per):
         values = values.detach().cpu().numpy()
     array = np.asarray(values)
     if array.ndim != 1 or not len(array) or array.dtype.kind not in "iuf":
-        raise ValueError(f"{name} per {per} must be a non-empty 1-D sequence of probabilities, got "
-                         f"{'shape ' + str(array.shape) if array.dtype.kind in 'iuf' else repr(values)}")
+        raise ValueError(
+            f"{name} per {per} must be a non-empty 1-D sequence of probabilities, got "
+            f"{'shape ' + str(array.shape) if array.dtype.kind in 'iuf' else repr(values)}"
+        )
     bad = np.flatnonzero(~((array >= 0) & (array <= 1)))  # NaN is bad too
     if len(bad):
         raise ValueError(f"{name}[{bad[0]}] must be a probability in [0, 1], got {array[bad[0]].item()!r}")
@@ -102,6 +109,7 @@ class Network:
     Per-edge and per-node sequences are stored as tuples of floats, dicts as copies; their length
     and labels are checked against the graph when a run starts (a ValueError names the culprit).
     """
+
     drop: float | tuple | dict = 0.0
     wake: float | str | tuple | dict = 1.0
     bits: int | None = None
@@ -123,8 +131,9 @@ class Network:
             object.__setattr__(self, "wake", _named("wake", self.wake, edges=False))
         elif isinstance(self.wake, str):
             if self.wake != ONE:
-                raise ValueError(f"wake must be a probability in [0, 1], per-node probabilities or {ONE!r}, "
-                                 f"got {self.wake!r}")
+                raise ValueError(
+                    f"wake must be a probability in [0, 1], per-node probabilities or {ONE!r}, got {self.wake!r}"
+                )
         elif isinstance(self.wake, Iterable):
             object.__setattr__(self, "wake", _probabilities("wake", self.wake, "node"))
         else:
@@ -132,24 +141,29 @@ class Network:
         if self.burst is not None:
             burst = tuple(self.burst) if isinstance(self.burst, Iterable) and not isinstance(self.burst, str) else ()
             if len(burst) != 2:
-                raise ValueError(f"burst must be None or a pair (p_gb, p_bg) of probabilities in (0, 1], got "
-                                 f"{self.burst!r}")
-            burst = tuple(_probability(f"burst {name}", p) for name, p in zip(("p_gb", "p_bg"), burst))
+                raise ValueError(
+                    f"burst must be None or a pair (p_gb, p_bg) of probabilities in (0, 1], got {self.burst!r}"
+                )
+            burst = tuple(_probability(f"burst {name}", p) for name, p in zip(("p_gb", "p_bg"), burst, strict=False))
             if burst[0] == 0:
-                raise ValueError("burst p_gb must be > 0: with p_gb = 0 no link ever enters the bad state "
-                                 "(leave burst=None for no bursts)")
+                raise ValueError(
+                    "burst p_gb must be > 0: with p_gb = 0 no link ever enters the bad state "
+                    "(leave burst=None for no bursts)"
+                )
             if burst[1] == 0:
                 raise ValueError("burst p_bg must be > 0: with p_bg = 0 a link in the bad state never recovers")
             object.__setattr__(self, "burst", burst)
-        if self.bits is not None and not (isinstance(self.bits, numbers.Integral) and not isinstance(self.bits, bool)
-                                          and 1 <= self.bits <= 52):
+        if self.bits is not None and not (
+            isinstance(self.bits, numbers.Integral) and not isinstance(self.bits, bool) and 1 <= self.bits <= 52
+        ):
             raise ValueError(f"bits must be None or an integer from 1 to 52, got {self.bits!r}")
         if not (isinstance(self.dither, (bool, str)) and self.dither in ROUNDINGS):
             raise ValueError(f"dither must be False, True, 'subtractive' or 'stochastic', got {self.dither!r}")
         if self.bits is None and (self.rounding != "nearest" or self.limit is not None):
             raise ValueError("dither and limit shape the quantiser; they need bits")
-        if self.limit is not None and not (isinstance(self.limit, numbers.Real) and math.isfinite(self.limit)
-                                           and self.limit > 0):
+        if self.limit is not None and not (
+            isinstance(self.limit, numbers.Real) and math.isfinite(self.limit) and self.limit > 0
+        ):
             raise ValueError(f"limit must be None or a finite number > 0, got {self.limit!r}")
         if isinstance(self.edge_up, numbers.Real):
             _probability("edge_up", self.edge_up)
@@ -160,15 +174,16 @@ class Network:
             object.__setattr__(self, "edge_up", schedule)
         else:
             raise ValueError(f"edge_up must be a probability or a schedule of edge collections, got {self.edge_up!r}")
-        if self.privacy is not None and not (isinstance(self.privacy, numbers.Real) and math.isfinite(self.privacy)
-                                             and self.privacy >= 0):
+        if self.privacy is not None and not (
+            isinstance(self.privacy, numbers.Real) and math.isfinite(self.privacy) and self.privacy >= 0
+        ):
             raise ValueError(f"privacy must be None or a finite standard deviation >= 0, got {self.privacy!r}")
         if not (isinstance(self.seed, numbers.Integral) and not isinstance(self.seed, bool)):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 
     @property
     def rounding(self):
-        """"nearest", "subtractive" or "stochastic"."""
+        """ "nearest", "subtractive" or "stochastic"."""
         return ROUNDINGS[self.dither]
 
     @property
@@ -184,8 +199,15 @@ class Network:
         into parts which never hear from each other.
         pdmm.solve refuses such a network: its state would never change and the residual test could pass at
         x^0, or each part would settle on its own answer (docs/guide/solve.md, "The stopping test")."""
-        wake = self.wake.values() if isinstance(self.wake, Mapping) else \
-            self.wake if isinstance(self.wake, tuple) else () if self.wake == ONE else (self.wake,)
+        wake = (
+            self.wake.values()
+            if isinstance(self.wake, Mapping)
+            else self.wake
+            if isinstance(self.wake, tuple)
+            else ()
+            if self.wake == ONE
+            else (self.wake,)
+        )
         if not isinstance(self.wake, Mapping) and wake and all(q == 0 for q in wake):
             return "wake=0 for every node: none ever wakes, so none updates"
         if isinstance(self.edge_up, numbers.Real) and self.edge_up == 0:
@@ -217,13 +239,16 @@ class Network:
         from scipy.sparse.csgraph import connected_components
 
         src, dst = graph.src.cpu().numpy()[live], graph.dst.cpu().numpy()[live]
-        parts = connected_components(sp.coo_array((np.ones(len(src)), (src, dst)), shape=(graph.n, graph.n)),
-                                     directed=False, return_labels=False)
+        parts = connected_components(
+            sp.coo_array((np.ones(len(src)), (src, dst)), shape=(graph.n, graph.n)), directed=False, return_labels=False
+        )
         if parts == 1:
             return None
         dead = int((~live).sum()) // 2
-        return (f"{dead} edge(s) never carry a message ({' or '.join(why)}), which splits the graph into {parts} "
-                "parts that never hear from each other, so no run can reach the solution")
+        return (
+            f"{dead} edge(s) never carry a message ({' or '.join(why)}), which splits the graph into {parts} "
+            "parts that never hear from each other, so no run can reach the solution"
+        )
 
     def relabelled(self, order, edge_of):
         """The same network for a renumbered graph (pdmm.Problem.relabelled): per-node and per-edge sequences
@@ -269,7 +294,7 @@ class Channel:
         self.kept = _bounds(1 - np.asarray(drop, dtype=np.float64), batch, device)
         self.schedule = _schedule(network.edge_up, graph) if network.scheduled else None
         self.up = None if network.scheduled else _bounds(network.edge_up, batch, device)
-        index = torch.int32 if E < 2 ** 31 else torch.int64  # half the index traffic of the masks and exchange
+        index = torch.int32 if E < 2**31 else torch.int64  # half the index traffic of the masks and exchange
         self.dst, self.rev, self.undirected = graph.dst.to(index), graph.rev.to(index), None
         if self.up is not None:  # each directed edge's undirected one: its place among the forward edges
             places = torch.arange(len(graph.forward), dtype=index, device=device)
@@ -390,8 +415,9 @@ class Channel:
         drawn = self.schedule is None and (self.awake is None or self._edge_draws[0] is not None)  # no mask to read
         events = self._edge_draws != (None, None) or self._kept is not None or self._dropped is not None
         if reflect is None and self._masks is None and events and masked.drawn_in_kernel(message, held, drawn):
-            out, sending, delivered = masked.exchanged_drawn(message, self.rev, held, *self._edge_draws, self._kept,
-                                                             self._dropped)
+            out, sending, delivered = masked.exchanged_drawn(
+                message, self.rev, held, *self._edge_draws, self._kept, self._dropped
+            )
             self._count(sending, delivered)
             return out
         sending, delivered = self._edge_masks()
@@ -407,7 +433,7 @@ class Channel:
     def quantise(self, y):
         """b-bit uniform quantisation of the messages y (E, B, m), as the receiver reconstructs them; an adaptive
         range per sender and stacked vector."""
-        net, levels = self.network, 2.0 ** self.network.bits - 1
+        net, levels = self.network, 2.0**self.network.bits - 1
         y = y.unflatten(-1, (self.vectors, -1))  # (E, B, vectors, width)
         if net.limit is None:  # the sender's largest magnitude this iteration
             node = self.graph.aggregate_max(y.abs().amax(-1, keepdim=True))
@@ -428,8 +454,7 @@ class Channel:
         """z^0 + N(0, privacy^2) per entry (subspace perturbation); z unchanged without privacy."""
         if not self.network.privacy:
             return z
-        return z + self.network.privacy * torch.randn(z.shape, generator=self.generator, dtype=z.dtype,
-                                                      device=z.device)
+        return z + self.network.privacy * torch.randn(z.shape, generator=self.generator, dtype=z.dtype, device=z.device)
 
 
 def _bounds(p, batch, device):
@@ -442,7 +467,7 @@ def _bounds(p, batch, device):
         return None
     if not p.ndim:
         return draws.bound(p)
-    bounds = torch.from_numpy(np.round(p * 2.0 ** 32).astype(np.int64)).to(device)  # as draws.bound
+    bounds = torch.from_numpy(np.round(p * 2.0**32).astype(np.int64)).to(device)  # as draws.bound
     return bounds.repeat_interleave(batch) if batch > 1 else bounds
 
 
@@ -476,8 +501,10 @@ def _edge_probabilities(drop, graph):
         if drop:
             sent[_edge_positions(graph, list(drop), "drop")] = list(drop.values())
     elif len(drop) != E:
-        raise ValueError(f"drop has {len(drop)} per-edge probabilities, but the graph has {E} directed edges "
-                         "(one per direction, in compiled order: entry e for compiled.src[e] -> compiled.dst[e])")
+        raise ValueError(
+            f"drop has {len(drop)} per-edge probabilities, but the graph has {E} directed edges "
+            "(one per direction, in compiled order: entry e for compiled.src[e] -> compiled.dst[e])"
+        )
     else:
         sent = np.asarray(drop, dtype=np.float64)
     return sent[graph.rev.cpu().numpy()]
@@ -489,8 +516,9 @@ def _edge_positions(graph, pairs, name):
     index = {v: k for k, v in enumerate(graph.nodes)}
     for i, j in pairs:
         if i not in index or j not in index:
-            raise ValueError(f"{name} names ({i!r}, {j!r}), but {i if i not in index else j!r} is not a node "
-                             "of the graph")
+            raise ValueError(
+                f"{name} names ({i!r}, {j!r}), but {i if i not in index else j!r} is not a node of the graph"
+            )
     n, src, dst = graph.n, graph.src.cpu().numpy(), graph.dst.cpu().numpy()
     keys = src * n + dst
     order = np.argsort(keys, kind="stable")
@@ -506,12 +534,16 @@ def _edge_positions(graph, pairs, name):
 def _schedule(schedule, graph):
     """(S, E) bool: entry s marks both directions of its edges; an edge not in the graph is an error."""
     index = {v: k for k, v in enumerate(graph.nodes)}
-    position = {(s, d): e for e, (s, d) in enumerate(zip(graph.src.tolist(), graph.dst.tolist()))}
+    position = {(s, d): e for e, (s, d) in enumerate(zip(graph.src.tolist(), graph.dst.tolist(), strict=False))}
     masks = torch.zeros(len(schedule), graph.num_edges, dtype=torch.bool)
     for s, edges in enumerate(schedule):
         for edge in edges:
-            if len(edge) != 2 or edge[0] not in index or edge[1] not in index \
-                    or (index[edge[0]], index[edge[1]]) not in position:
+            if (
+                len(edge) != 2
+                or edge[0] not in index
+                or edge[1] not in index
+                or (index[edge[0]], index[edge[1]]) not in position
+            ):
                 raise ValueError(f"edge_up schedule entry {s} names {edge!r}, which is not an edge of the graph")
             e = position[(index[edge[0]], index[edge[1]])]
             masks[s, e] = masks[s, int(graph.rev[e])] = True

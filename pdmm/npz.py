@@ -8,6 +8,7 @@ members declare more data than they could hold: more than the zip entry's own si
 "zip bomb" of zeros by about 1000:1). Object dtypes (pickles, which could run code) are refused too.
 docs/guide/solve_cli.md states these limits.
 """
+
 import math
 import zipfile
 from pathlib import Path
@@ -65,15 +66,21 @@ def _member_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, ratio: float)
         except (ValueError, EOFError) as err:
             raise NpzError(f"member {info.filename!r} has no valid .npy header ({err})") from None
     if dtype.hasobject:
-        raise NpzError(f"Object arrays are refused: member {info.filename!r} holds Python objects (dtype {dtype}), "
-                       "which could run code")
+        raise NpzError(
+            f"Object arrays are refused: member {info.filename!r} holds Python objects (dtype {dtype}), "
+            "which could run code"
+        )
     declared = math.prod(shape) * dtype.itemsize
     if declared > info.file_size:
-        raise NpzError(f"member {info.filename!r} declares shape {shape} of {dtype} ({_size(declared)}) but holds "
-                       f"{_size(info.file_size)}")
+        raise NpzError(
+            f"member {info.filename!r} declares shape {shape} of {dtype} ({_size(declared)}) but holds "
+            f"{_size(info.file_size)}"
+        )
     if info.compress_type != zipfile.ZIP_STORED and declared > ratio * max(info.compress_size, 1):
-        raise NpzError(f"member {info.filename!r} declares {_size(declared)} from {_size(info.compress_size)} "
-                       f"compressed, more than {ratio:g}:1")
+        raise NpzError(
+            f"member {info.filename!r} declares {_size(declared)} from {_size(info.compress_size)} "
+            f"compressed, more than {ratio:g}:1"
+        )
     return declared
 
 

@@ -5,6 +5,7 @@ of every data array belongs to node i: the i-th node of `G.nodes` (a pdmm.Graph 
 node index i). Arrays may carry a leading batch axis B for B independent instances on the
 same graph, solved together.
 """
+
 import math
 
 import numpy as np
@@ -78,25 +79,29 @@ class Problem:
         kind = "consensus" if self.is_consensus else "edge matrices"
         if self.inequality is not None:
             kind += f", {int(self.inequality.sum()) // 2} inequality edges"
-        return (f"Problem({type(self.local).__name__}, n={self.n}, d={self.dim}, batch={self.batch}, "
-                f"edges={self.compiled.num_edges // 2}, constraints={kind})")
+        return (
+            f"Problem({type(self.local).__name__}, n={self.n}, d={self.dim}, batch={self.batch}, "
+            f"edges={self.compiled.num_edges // 2}, constraints={kind})"
+        )
 
 
 def _edge_matrices(graph, constraints, dim):
     """Stack {(i, j): (A_ij, A_ji, b_ij[, "<="])} into A (E, m, d), b (E, m) and the inequality mask (E,)
     (None when every edge is an equality) in directed-edge order."""
     nodes = graph.nodes
-    undirected = {frozenset((nodes[i], nodes[j])) for i, j in zip(graph.src.tolist(), graph.dst.tolist())}
+    undirected = {frozenset((nodes[i], nodes[j])) for i, j in zip(graph.src.tolist(), graph.dst.tolist(), strict=False)}
     extra = [key for key in constraints if frozenset(key) not in undirected]
     if extra:
         raise ValueError(f"constraints given for pairs that are not edges of the graph: {extra[:5]}")
     twice = [(i, j) for i, j in constraints if (j, i) in constraints and i != j]
     if twice:
         i, j = twice[0]
-        raise ValueError(f"constraints given for both ({i!r}, {j!r}) and ({j!r}, {i!r}); give one entry "
-                         "(A_ij, A_ji, b_ij) per undirected edge")
+        raise ValueError(
+            f"constraints given for both ({i!r}, {j!r}) and ({j!r}, {i!r}); give one entry "
+            "(A_ij, A_ji, b_ij) per undirected edge"
+        )
     A, b, inequality = [], [], []
-    for i, j in zip(graph.src.tolist(), graph.dst.tolist()):
+    for i, j in zip(graph.src.tolist(), graph.dst.tolist(), strict=False):
         u, v = nodes[i], nodes[j]
         if (u, v) in constraints:
             A_uv, _, b_uv, below = _entry((u, v), constraints[(u, v)])
@@ -126,8 +131,9 @@ def _entry(key, entry):
         return (*entry[:3], entry[3] == "<=")
     got = f"relation {entry[3]!r}" if size == 4 else f"{size}-tuple" if size else type(entry).__name__
     hint = " (write >= as (-A_ij, -A_ji, -b_ij, '<='))" if size == 4 and entry[3] == ">=" else ""
-    raise ValueError(f"the constraint of edge {key!r} must be (A_ij, A_ji, b_ij) or (A_ij, A_ji, b_ij, '<='), "
-                     f"got a {got}{hint}")
+    raise ValueError(
+        f"the constraint of edge {key!r} must be (A_ij, A_ji, b_ij) or (A_ij, A_ji, b_ij, '<='), got a {got}{hint}"
+    )
 
 
 def _finite(name, array):
@@ -144,7 +150,11 @@ def _node_data(name, value, n, tail):
     k, given = len(tail), array.shape
     if array.ndim == k + 1:
         array = array[None]
-    if array.ndim != k + 2 or array.shape[1] != n or any(t is not None and s != t for s, t in zip(array.shape[2:], tail)):
+    if (
+        array.ndim != k + 2
+        or array.shape[1] != n
+        or any(t is not None and s != t for s, t in zip(array.shape[2:], tail, strict=False))
+    ):
         want = ", ".join(["n"] + [str(t) if t is not None else "*" for t in tail])
         raise ValueError(f"{name} must have shape ({want}) or (B, {want}) with n={n} nodes, got {given}")
     if array.size == 0:
@@ -242,4 +252,3 @@ def quadratic(G, P, q, constraints="consensus"):
         raise ValueError("every P_i must be positive semidefinite (f_i convex)")
     P, q = _broadcast_batch(P, q)
     return Problem(G, Quadratic(P, q), constraints, batched)
-

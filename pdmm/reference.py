@@ -1,4 +1,5 @@
 """The centralised solution of a Problem with cvxpy: the independent reference for every method."""
+
 import numpy as np
 
 
@@ -24,8 +25,11 @@ def reference(problem, solver="CLARABEL", **solver_options):
             A, rhs = (t.numpy() for t in problem.edge_matrices)
             src, dst, rev = (t.tolist() for t in (graph.src, graph.dst, graph.rev))
             below = [False] * len(src) if problem.inequality is None else problem.inequality.tolist()
-            lhs = [(A[e] @ xs[src[e]] + A[rev[e]] @ xs[dst[e]], rhs[e], below[e])
-                   for e in range(len(src)) if src[e] < dst[e]]
+            lhs = [
+                (A[e] @ xs[src[e]] + A[rev[e]] @ xs[dst[e]], rhs[e], below[e])
+                for e in range(len(src))
+                if src[e] < dst[e]
+            ]
             constraints = [left <= right if inequality else left == right for left, right, inequality in lhs]
         task = cp.Problem(cp.Minimize(problem.local.cvxpy_value(xs, b)), constraints)
         try:

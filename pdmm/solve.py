@@ -1,4 +1,5 @@
 """pdmm.solve: run a method on a Problem, record its convergence, stop at tolerance or divergence."""
+
 import copy
 import ctypes
 import inspect
@@ -17,7 +18,7 @@ from .compiled import locality_order
 from .decentralised import Decentralised, NetworkMixing
 from .methods import METHODS, QAPDMM, NodeForm, check_mixing_options
 from .mixing import check_mixing
-from .network import Channel, Network, private_point, privacy_gaps
+from .network import Channel, Network, privacy_gaps, private_point
 from .problem import _node_data
 
 DIVERGENCE_GROWTH = 1e6
@@ -48,6 +49,7 @@ class Result:
     target passed; `converged` is True exactly then), "max_iter", "stalled" (the state stopped
     changing short of the tolerance: more iterations would not help), "diverged" (the Result of a
     DivergenceError) or "interrupted" (Ctrl-C); see solve's "Stopping test"."""
+
     x: np.ndarray
     iterations: int
     converged: bool
@@ -65,8 +67,10 @@ class Result:
         if self.status is None:
             self.status = "converged" if self.converged else "max_iter"
         if self.status not in STATUSES or (self.status == "converged") != bool(self.converged):
-            raise ValueError(f"status must be one of {STATUSES}, 'converged' exactly when converged is True; got "
-                             f"status={self.status!r}, converged={self.converged!r}")
+            raise ValueError(
+                f"status must be one of {STATUSES}, 'converged' exactly when converged is True; got "
+                f"status={self.status!r}, converged={self.converged!r}"
+            )
 
     @property
     def stalled(self) -> bool:
@@ -109,10 +113,30 @@ def tune_allocator():
     return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
-def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=None, device="cpu",
-          dtype=torch.float64, seed=0, x0=None, progress=False, compile=False, network=None, target=None,
-          history=None, record_every=None, check_every=None, backend="local", partition=None, reorder=None,
-          form=None, **method_params):
+def solve(
+    problem,
+    method="pdmm",
+    rho=None,
+    max_iter=1000,
+    tol=None,
+    reference=None,
+    device="cpu",
+    dtype=torch.float64,
+    seed=0,
+    x0=None,
+    progress=False,
+    compile=False,
+    network=None,
+    target=None,
+    history=None,
+    record_every=None,
+    check_every=None,
+    backend="local",
+    partition=None,
+    reorder=None,
+    form=None,
+    **method_params,
+):
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm", a consensus
     problem with "dgd" (mixing, alpha, step), "extra" (PG-EXTRA for lasso), "nids" or "gradient-tracking"
     (mixing, alpha; docs/decentralised.md), or an averaging problem (pdmm.averaging) with "gossip" or
@@ -221,8 +245,10 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     if not (_is_real(tol) and 0 <= tol < 1):
         raise ValueError(f"tol must be a number in [0, 1) (it is relative: 1 would pass at x = 0), got {tol!r}")
     if target is not None and not (_is_real(target) and 0 < target < math.inf and reference is not None):
-        raise ValueError(f"target must be a finite number > 0 and needs a reference, got target={target!r}, "
-                         f"reference={'None' if reference is None else 'given'}")
+        raise ValueError(
+            f"target must be a finite number > 0 and needs a reference, got target={target!r}, "
+            f"reference={'None' if reference is None else 'given'}"
+        )
     _check_count("record_every", record_every, optional=True)
     _check_count("check_every", check_every, optional=True)
     _check_seed(seed)
@@ -248,10 +274,35 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
         raise TypeError(f"bad parameter for method {method!r}: {err}") from None
     if backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
         from . import distributed
+
         _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
-        return _warned(distributed.solve(problem, method, rho, max_iter, tol, reference, device, dtype, seed, x0,
-                                         network, target, names, record_every, check_every, compile, method_params,
-                                         partition, progress=progress, scale=scale), tol, problem, rho)
+        return _warned(
+            distributed.solve(
+                problem,
+                method,
+                rho,
+                max_iter,
+                tol,
+                reference,
+                device,
+                dtype,
+                seed,
+                x0,
+                network,
+                target,
+                names,
+                record_every,
+                check_every,
+                compile,
+                method_params,
+                partition,
+                progress=progress,
+                scale=scale,
+            ),
+            tol,
+            problem,
+            rho,
+        )
     order = _node_order(problem, reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
     if order is not None:
@@ -261,10 +312,19 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     graph, local, edges = ran.compile(device, dtype)
     width = edges.state_shape(problem.batch, problem.dim)[2]
     _tune_for(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
-    channel = None if network is None else Channel(run_network, graph, problem.batch, width, dtype,
-                                                    vectors=METHODS[method].vectors_sent)
-    algorithm = METHODS[method](graph, local, edges, None if rho is None else float(rho), channel=channel,
-                                **_renumbered_params(method_params, order, problem))
+    channel = (
+        None
+        if network is None
+        else Channel(run_network, graph, problem.batch, width, dtype, vectors=METHODS[method].vectors_sent)
+    )
+    algorithm = METHODS[method](
+        graph,
+        local,
+        edges,
+        None if rho is None else float(rho),
+        channel=channel,
+        **_renumbered_params(method_params, order, problem),
+    )
     if getattr(algorithm, "biased", False):  # a limit off the solution: the residual test cannot certify it
         tol = -math.inf
     check_steps_resolved(algorithm, problem, dtype, curvature)
@@ -279,9 +339,22 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
     step = torch.compile(algorithm.step) if compile else algorithm.step
     sent = graph.num_edges * METHODS[method].vectors_sent  # messages per round on the ideal network
     per_round = sent, sent * width * torch.finfo(dtype).bits
-    book = _Bookkeeping(names, local, edges, channel, x_star, private, rho, per_round, record_every,
-                        min(max_iter // record_every + 1, 4096), METHODS[method].silent_rounds,
-                        scale=None if scale is None else scale.to(device, dtype), stiffness=stiffness, ideal=ideal)
+    book = _Bookkeeping(
+        names,
+        local,
+        edges,
+        channel,
+        x_star,
+        private,
+        rho,
+        per_round,
+        record_every,
+        min(max_iter // record_every + 1, 4096),
+        METHODS[method].silent_rounds,
+        scale=None if scale is None else scale.to(device, dtype),
+        stiffness=stiffness,
+        ideal=ideal,
+    )
     params = dict(method_params) if rho is None else {"rho": rho, **method_params}
     run = dict(problem=problem, method=method, params=params, x_star=x_star, network=network, order=order)
 
@@ -294,8 +367,21 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
 
     with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
         try:
-            status = _iterate(step, so_far, book, max_iter, record_every, check_every, tol, target, method, rho,
-                              finish, before=None if channel is None else channel.draw, bar=bar if progress else None)
+            status = _iterate(
+                step,
+                so_far,
+                book,
+                max_iter,
+                record_every,
+                check_every,
+                tol,
+                target,
+                method,
+                rho,
+                finish,
+                before=None if channel is None else channel.draw,
+                bar=bar if progress else None,
+            )
         except KeyboardInterrupt:
             status = "interrupted"
     return _warned(finish(status), tol, problem, rho)
@@ -305,11 +391,13 @@ def solve(problem, method="pdmm", rho=None, max_iter=1000, tol=None, reference=N
 class _Progress:
     """A run so far: `now` = (state after `done` iterations, done, history rows recorded), replaced in one
     assignment, so a Ctrl-C at any point leaves the three in step."""
+
     now: tuple
 
 
-def _iterate(step, progress, book, max_iter, record_every, check_every, tol, target, method, rho, finish,
-             before=None, bar=None):
+def _iterate(
+    step, progress, book, max_iter, record_every, check_every, tol, target, method, rho, finish, before=None, bar=None
+):
     """Up to max_iter steps from progress.now, recording every record_every-th iteration (book.record) and testing
     every check_every-th and the last (book.check, one read from the device). Returns "converged" once the stopping
     test passes, "stalled" once the state stops changing short of it (book.check), else "max_iter".
@@ -337,9 +425,15 @@ def _iterate(step, progress, book, max_iter, record_every, check_every, tol, tar
             recorded = True
         progress.now = new, k, rows + recorded
         if not finite or grown:
-            message = (f"{method} diverged at iteration {k}: " + (
-                "the iterates or the objective are no longer finite" if not finite else
-                f"the residual grew from {first.max():.3g} to {largest:.3g}") + (f" (rho={rho})" if rho else ""))
+            message = (
+                f"{method} diverged at iteration {k}: "
+                + (
+                    "the iterates or the objective are no longer finite"
+                    if not finite
+                    else f"the residual grew from {first.max():.3g} to {largest:.3g}"
+                )
+                + (f" (rho={rho})" if rho else "")
+            )
             raise DivergenceError(message, finish("diverged"))
         if bar is not None:
             bar.update(k - shown)
@@ -358,8 +452,24 @@ class _Bookkeeping:
     """What solve records and tests besides the step: history rows in tensors allocated ahead on
     the run's device (their capacity doubles when full), and the stopping and divergence tests."""
 
-    def __init__(self, names, local, edges, channel, x_star, private, rho, per_round, every, capacity, silent=0, *,
-                 scale=None, stiffness=None, ideal=None):
+    def __init__(
+        self,
+        names,
+        local,
+        edges,
+        channel,
+        x_star,
+        private,
+        rho,
+        per_round,
+        every,
+        capacity,
+        silent=0,
+        *,
+        scale=None,
+        stiffness=None,
+        ideal=None,
+    ):
         self.names, self.local, self.edges, self.channel, self.rho = names, local, edges, channel, rho
         # scale (B,): the problem's scale (problem_scale); the test's floor min(1, scale), 1 where it is 0 or unknown
         self.floor = None if scale is None else torch.where(scale > 0, torch.clamp(scale, max=1.0), 1.0)
@@ -373,9 +483,12 @@ class _Bookkeeping:
         self.stored = [name for name in names if not (name in COUNTS and channel is None)]  # ideal counts: arithmetic
         batch = local.shape[1]
         self.capacity = capacity
-        self.columns = {name: torch.empty((capacity, batch), device=like.device,
-                                          dtype=torch.float64 if name in COUNTS else like.dtype)
-                        for name in self.stored}
+        self.columns = {
+            name: torch.empty(
+                (capacity, batch), device=like.device, dtype=torch.float64 if name in COUNTS else like.dtype
+            )
+            for name in self.stored
+        }
         self.last = None  # (row, iteration) of a final row off the record_every grid: only the last row can be
         self.checked = 0  # rows already seen by the divergence test
         self.interrupted = False  # set by a check that learns of a Ctrl-C (distributed: every rank's, all-reduced)
@@ -407,8 +520,9 @@ class _Bookkeeping:
             elif name in COUNTS:
                 row[name] = getattr(self.channel, name)
             elif "privacy_x" not in row:
-                row["privacy_x"], row["privacy_messages"] = privacy_gaps(x, self.channel.sent, self.private,
-                                                                         self.edges, self.rho)
+                row["privacy_x"], row["privacy_messages"] = privacy_gaps(
+                    x, self.channel.sent, self.private, self.edges, self.rho
+                )
         if r == self.capacity:
             self.columns = {name: torch.cat([c, torch.empty_like(c)]) for name, c in self.columns.items()}
             self.capacity *= 2
@@ -441,8 +555,11 @@ class _Bookkeeping:
         largest = torch.zeros_like(scale)
         for key, t in new.items():
             before = old.get(key)
-            if key == "x" or not (torch.is_tensor(t) and t.dim() == 3 and t.is_floating_point()) or \
-                    not (torch.is_tensor(before) and before.shape == t.shape):
+            if (
+                key == "x"
+                or not (torch.is_tensor(t) and t.dim() == 3 and t.is_floating_point())
+                or not (torch.is_tensor(before) and before.shape == t.shape)
+            ):
                 continue
             size, moved = self.state_sizes(t, before)
             frozen = frozen & (moved <= eps * size).all()
@@ -494,7 +611,7 @@ class _Bookkeeping:
         stalled = ~stop & frozen & watched
         finite = finite & torch.isfinite(residual).all()
         if "objective" in self.columns:  # every objective recorded since the last test
-            finite &= torch.isfinite(self.columns["objective"][self.checked:rows]).all()
+            finite &= torch.isfinite(self.columns["objective"][self.checked : rows]).all()
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
         if self.baseline is not None:  # a first residual of 0 (nothing moved yet) is no baseline for growth
             floor = torch.maximum(floor, self.baseline)
@@ -514,8 +631,9 @@ class _Bookkeeping:
                 values = self.columns[name][:rows].cpu().numpy()
             else:  # the ideal network: every directed edge delivers the same messages in every sending round
                 rounds = np.maximum(iterations - self.silent, 0)
-                values = np.repeat((rounds * self.per_round[COUNTS.index(name)]).astype(np.float64)[:, None],
-                                   self.local.shape[1], 1)
+                values = np.repeat(
+                    (rounds * self.per_round[COUNTS.index(name)]).astype(np.float64)[:, None], self.local.shape[1], 1
+                )
             history[name] = values if batched else values[:, 0]
         return history
 
@@ -548,8 +666,13 @@ def _history_names(history, reference, network):
     """The history entries to record, in HISTORY order; ValueError for unknown or inapplicable names."""
     private = network is not None and network.privacy is not None
     if history is None:  # all that apply but the objective, an extra pass over the nodes per row
-        return [name for name in HISTORY if name != "objective"
-                and (name != "error" or reference is not None) and (not name.startswith("privacy") or private)]
+        return [
+            name
+            for name in HISTORY
+            if name != "objective"
+            and (name != "error" or reference is not None)
+            and (not name.startswith("privacy") or private)
+        ]
     names = [history] if isinstance(history, str) else history
     try:
         names = set(names)
@@ -595,15 +718,19 @@ def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype, curvature
     degree = problem.compiled.degree
     penalty = rho * int(degree.min()) * eps
     if penalty > largest:
-        raise ValueError(f"rho={rho:g} is beyond what {dtype_name} resolves for this problem: rho * eps * degree = "
-                         f"{penalty:.3g} exceeds the largest local curvature L = {largest:.3g}, so every node "
-                         f"update rounds f_i away; use rho <= {largest / (int(degree.min()) * eps):.3g}")
+        raise ValueError(
+            f"rho={rho:g} is beyond what {dtype_name} resolves for this problem: rho * eps * degree = "
+            f"{penalty:.3g} exceeds the largest local curvature L = {largest:.3g}, so every node "
+            f"update rounds f_i away; use rho <= {largest / (int(degree.min()) * eps):.3g}"
+        )
     coupling = rho * int(degree.max())
     if smallest > 0 and coupling < eps * smallest:
-        raise ValueError(f"rho={rho:g} is below what {dtype_name} resolves for this problem: rho * degree = "
-                         f"{coupling:.3g} is below eps * L = {eps * smallest:.3g} at every node, so the penalty "
-                         "rounds away in every node update and the multipliers would need more than 1/eps "
-                         f"iterations to move x; use rho near the local curvature L = {smallest:.3g}")
+        raise ValueError(
+            f"rho={rho:g} is below what {dtype_name} resolves for this problem: rho * degree = "
+            f"{coupling:.3g} is below eps * L = {eps * smallest:.3g} at every node, so the penalty "
+            "rounds away in every node update and the multipliers would need more than 1/eps "
+            f"iterations to move x; use rho near the local curvature L = {smallest:.3g}"
+        )
 
 
 def local_curvature(problem) -> torch.Tensor | None:
@@ -650,9 +777,11 @@ def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor |
     bad = (scale > 0) & ~((scale >= low) & (scale <= high))
     if bool(bad.any()):
         value = float(scale[bad][0])
-        raise ValueError(f"the problem's scale (about {value:.3g}, the size of grad f_i(0) / L_i) is beyond what "
-                         f"{str(dtype).removeprefix('torch.')} resolves in the stopping test's norms ({low:.2g} to "
-                         f"{high:.2g}): rescale the data")
+        raise ValueError(
+            f"the problem's scale (about {value:.3g}, the size of grad f_i(0) / L_i) is beyond what "
+            f"{str(dtype).removeprefix('torch.')} resolves in the stopping test's norms ({low:.2g} to "
+            f"{high:.2g}): rescale the data"
+        )
     return scale
 
 
@@ -682,23 +811,32 @@ def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None)
     eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
     theta = getattr(algorithm, "theta", None)
     if isinstance(theta, float) and theta < eps:
-        raise ValueError(f"theta={theta:g} is below what {dtype_name} resolves: the averaging (1 - theta) z + theta y "
-                         f"rounds to z, so z never moves; use theta in [{eps:.3g}, 1] (1/2: averaged PDMM)")
+        raise ValueError(
+            f"theta={theta:g} is below what {dtype_name} resolves: the averaging (1 - theta) z + theta y "
+            f"rounds to z, so z never moves; use theta in [{eps:.3g}, 1] (1/2: averaged PDMM)"
+        )
     stiffness = _stiffness(algorithm, local_curvature(problem) if curvature is None else curvature)
     if stiffness is None:
         return
     inverse, L = (float(t.max()) for t in stiffness)
     if isinstance(algorithm, QAPDMM):
-        coupling = 0.0 if algorithm.rho is None or not problem.is_consensus else \
-            algorithm.rho * int(problem.compiled.degree.max())
+        coupling = (
+            0.0
+            if algorithm.rho is None or not problem.is_consensus
+            else algorithm.rho * int(problem.compiled.degree.max())
+        )
         if inverse * eps > L + coupling:
-            raise ValueError(f"eta={inverse:g} is beyond what {dtype_name} resolves for this problem: eta * eps = "
-                             f"{inverse * eps:.3g} exceeds L + rho * degree = {L + coupling:.3g}, so every "
-                             f"gradient step rounds away against x; use eta near L = {L:.3g} (eta='L')")
+            raise ValueError(
+                f"eta={inverse:g} is beyond what {dtype_name} resolves for this problem: eta * eps = "
+                f"{inverse * eps:.3g} exceeds L + rho * degree = {L + coupling:.3g}, so every "
+                f"gradient step rounds away against x; use eta near L = {L:.3g} (eta='L')"
+            )
     elif L > 0 and inverse * eps > L:
-        raise ValueError(f"alpha={1 / inverse:g} is below what {dtype_name} resolves for this problem: alpha * L = "
-                         f"{L / inverse:.3g} is below eps, so every gradient step rounds away against x; use "
-                         "alpha='auto'")
+        raise ValueError(
+            f"alpha={1 / inverse:g} is below what {dtype_name} resolves for this problem: alpha * L = "
+            f"{L / inverse:.3g} is below eps, so every gradient step rounds away against x; use "
+            "alpha='auto'"
+        )
 
 
 def _ideal(algorithm):
@@ -715,7 +853,7 @@ def _ideal(algorithm):
 
 def _check_seed(seed):
     """ValueError unless seed is an integer torch.manual_seed takes: -2^63 .. 2^64 - 1."""
-    if not (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and -2**63 <= seed < 2**64):
+    if not (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and -(2**63) <= seed < 2**64):
         raise ValueError(f"seed must be an integer from -2^63 to 2^64 - 1, got {seed!r}")
 
 
@@ -769,6 +907,7 @@ def _reference(problem, reference, device, dtype):
         if reference != "cvxpy":
             raise ValueError(f"reference must be None, 'cvxpy' or an array, got {reference!r}")
         from .reference import reference as centralised
+
         reference = centralised(problem)
     return _batched(problem, _node_data("reference", reference, problem.n, (problem.dim,))).to(device, dtype)
 
@@ -787,9 +926,15 @@ def _to_numpy(x, batched):
 
 def _node_form(form, method, problem, network):
     """Whether the run sums its edge state out (pdmm.methods.NodeForm); ValueError where form="nodes" cannot."""
-    why = ("it needs method 'pdmm' or 'qa-pdmm'" if method not in ("pdmm", "qa-pdmm") else
-           "it needs consensus constraints" if not problem.is_consensus else
-           "a simulated network acts on each edge's messages" if network is not None else None)
+    why = (
+        "it needs method 'pdmm' or 'qa-pdmm'"
+        if method not in ("pdmm", "qa-pdmm")
+        else "it needs consensus constraints"
+        if not problem.is_consensus
+        else "a simulated network acts on each edge's messages"
+        if network is not None
+        else None
+    )
     if form == "nodes" and why:
         raise ValueError(f"form='nodes' is not available here: {why} (use form='edges' or None)")
     return why is None and (form == "nodes" or (form is None and problem.compiled.num_edges >= LARGE_GRAPH_EDGES))
@@ -802,10 +947,15 @@ def _node_order(problem, reorder):
             return None
         return locality_order(problem.compiled)
     order = np.asarray(reorder)
-    if order.shape != (problem.n,) or order.dtype.kind not in "iu" or \
-            not np.array_equal(np.sort(order), np.arange(problem.n)):
-        raise ValueError(f"reorder must be None, True, False or a permutation of the {problem.n} node indices "
-                         f"0..{problem.n - 1}, got {reorder!r:.80}")
+    if (
+        order.shape != (problem.n,)
+        or order.dtype.kind not in "iu"
+        or not np.array_equal(np.sort(order), np.arange(problem.n))
+    ):
+        raise ValueError(
+            f"reorder must be None, True, False or a permutation of the {problem.n} node indices "
+            f"0..{problem.n - 1}, got {reorder!r:.80}"
+        )
     return order.astype(np.int64)
 
 
@@ -833,11 +983,18 @@ def _warned(result, tol, problem=None, rho=None):
     is named (rho_advice)."""
     if result.status in ("max_iter", "stalled") and 0 < tol < math.inf:
         far = None if problem is None else rho_advice(rho, problem)
-        why, advice = (("its state stopped changing", far or "tol may be below what the dtype resolves")
-                       if result.stalled else ("it reached max_iter", far or "raise max_iter or check rho"))
-        warnings.warn(f"{result.method} did not converge: {why} after {result.iterations} iterations, short of "
-                      f"tol={tol:g} (residual {_last(result, 'residual')}); {advice}, or pass tol=0 to run a fixed "
-                      "number of iterations", ConvergenceWarning, stacklevel=3)
+        why, advice = (
+            ("its state stopped changing", far or "tol may be below what the dtype resolves")
+            if result.stalled
+            else ("it reached max_iter", far or "raise max_iter or check rho")
+        )
+        warnings.warn(
+            f"{result.method} did not converge: {why} after {result.iterations} iterations, short of "
+            f"tol={tol:g} (residual {_last(result, 'residual')}); {advice}, or pass tol=0 to run a fixed "
+            "number of iterations",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     return result
 
 
@@ -856,8 +1013,10 @@ def rho_advice(rho, problem) -> str | None:
     if 1 / RHO_FAR <= ratio <= RHO_FAR:
         return None
     where = "below" if ratio < 1 else "above"
-    return (f"rho={rho:g} is far {where} the problem's curvature: rho * mean degree / mean L_i = {ratio:.2g}, "
-            "where PDMM moves slowly (pdmm.tune picks a rho)")
+    return (
+        f"rho={rho:g} is far {where} the problem's curvature: rho * mean degree / mean L_i = {ratio:.2g}, "
+        "where PDMM moves slowly (pdmm.tune picks a rho)"
+    )
 
 
 def _last(result, name):
@@ -872,8 +1031,16 @@ def _result(state, done, book, rows, status, start, problem, method, params, x_s
     if x_star is not None and order is not None:
         x_star = torch.empty_like(x_star).index_copy_(0, order, x_star)
     return Result(
-        x=_to_numpy(x, problem.batched), iterations=done, converged=status == "converged", status=status,
+        x=_to_numpy(x, problem.batched),
+        iterations=done,
+        converged=status == "converged",
+        status=status,
         interrupted=status == "interrupted",
-        history=book.arrays(rows, problem.batched), method=method, params=params,
-        nodes=list(problem.compiled.nodes), seconds=time.perf_counter() - start,
-        reference=None if x_star is None else _to_numpy(x_star, problem.batched), network=network)
+        history=book.arrays(rows, problem.batched),
+        method=method,
+        params=params,
+        nodes=list(problem.compiled.nodes),
+        seconds=time.perf_counter() - start,
+        reference=None if x_star is None else _to_numpy(x_star, problem.batched),
+        network=network,
+    )

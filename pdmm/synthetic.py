@@ -1,8 +1,9 @@
 """Synthetic per-node data for every problem kind, and the problem built from a kind and its data.
 
-    data = make_data("lasso", n=G.number_of_nodes(), dim=5, seed=0)
-    problem = make_problem("lasso", G, data, lam=0.1)
+data = make_data("lasso", n=G.number_of_nodes(), dim=5, seed=0)
+problem = make_problem("lasso", G, data, lam=0.1)
 """
+
 import numpy as np
 
 from . import problem as constructors
@@ -50,7 +51,7 @@ def make_data(kind, n, dim=3, samples=10, batch=None, seed=0):
         return {"P": (P + np.swapaxes(P, -1, -2)) / 2, "q": rng.normal(size=(*lead, dim))}
     x_true = rng.normal(size=(*lead[:-1], dim))  # (d,) or (B, d)
     if kind == "lasso":
-        x_true[..., max(1, dim // 3):] = 0
+        x_true[..., max(1, dim // 3) :] = 0
     H = rng.normal(size=(*lead, samples, dim))
     signal = np.einsum("...nkd,...d->...nk", H, x_true)
     noisy = signal + NOISE * rng.normal(size=signal.shape)
@@ -67,10 +68,16 @@ def _check_memory(kind, lead, dim, samples):
     need = PEAK_COPIES * 8 * rows * int(np.prod(lead))
     available = available_memory()
     if available is not None and need > available:
-        shape = " x ".join(map(str, (*lead, *((dim, dim) if kind == "quadratic" else (dim,) if kind == "averaging"
-                                              else (samples, dim)))))
-        raise ValueError(f"synthetic {kind} data of shape {shape} would take about {need / 1e9:.3g} GB of memory, "
-                         f"more than the {available / 1e9:.3g} GB available; use fewer nodes, samples, dim or batch")
+        shape = " x ".join(
+            map(
+                str,
+                (*lead, *((dim, dim) if kind == "quadratic" else (dim,) if kind == "averaging" else (samples, dim))),
+            )
+        )
+        raise ValueError(
+            f"synthetic {kind} data of shape {shape} would take about {need / 1e9:.3g} GB of memory, "
+            f"more than the {available / 1e9:.3g} GB available; use fewer nodes, samples, dim or batch"
+        )
 
 
 def make_problem(kind, G, data, ridge=0.0, lam=0.1, reg=0.1):
@@ -81,8 +88,7 @@ def make_problem(kind, G, data, ridge=0.0, lam=0.1, reg=0.1):
     _check_kind(kind)
     missing = [key for key in DATA_KEYS[kind] if key not in data]
     if missing:
-        raise ValueError(f"{kind} needs data arrays {list(DATA_KEYS[kind])}; missing {missing} "
-                         f"(got {sorted(data)})")
+        raise ValueError(f"{kind} needs data arrays {list(DATA_KEYS[kind])}; missing {missing} (got {sorted(data)})")
     weights = {"least_squares": {"ridge": ridge}, "lasso": {"lam": lam}, "logistic": {"reg": reg}}
     arrays = [np.asarray(data[key]) for key in DATA_KEYS[kind]]
     return getattr(constructors, kind)(G, *arrays, **weights.get(kind, {}))

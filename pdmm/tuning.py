@@ -12,6 +12,7 @@ value. When no value reaches the target within `max_iter`, take the value with t
 10^{-2..2}, four values per decade (17), and alpha = alpha_auto 2^{j/2}, j = -2..12 (0.5 to 64
 times the documented default, 15).
 """
+
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,8 +25,15 @@ from .methods import METHODS
 from .problem import Problem
 from .solve import DivergenceError, solve
 
-TUNED = {"pdmm": "rho", "qa-pdmm": "rho", "admm": "rho",
-         "dgd": "alpha", "extra": "alpha", "nids": "alpha", "gradient-tracking": "alpha"}
+TUNED = {
+    "pdmm": "rho",
+    "qa-pdmm": "rho",
+    "admm": "rho",
+    "dgd": "alpha",
+    "extra": "alpha",
+    "nids": "alpha",
+    "gradient-tracking": "alpha",
+}
 RHO_GRID = tuple(10 ** (j / 4) for j in range(-8, 9))  # 0.01 .. 100, four per decade
 ALPHA_FACTORS = tuple(2 ** (j / 2) for j in range(-2, 13))  # 0.5 .. 64 times alpha="auto", two per octave
 TARGET = 1e-6
@@ -35,6 +43,7 @@ TARGET = 1e-6
 class Trial:
     """One grid value's run: `iterations` run, whether every instance `reached` the target (at the last of
     them), the worst instance's `error` there (inf when the run diverged) and whether it `diverged`."""
+
     value: float
     iterations: int
     reached: bool
@@ -47,6 +56,7 @@ class Tuning:
     """What pdmm.tune chose: `method`, the `parameter` tuned ("rho" or "alpha") and its chosen `value`, with
     every grid value's Trial in grid order, the `target`, the budget `max_iter`, the fixed `params` and the
     `seconds` all the runs took."""
+
     method: str
     parameter: str
     value: float
@@ -68,11 +78,12 @@ class Tuning:
 
 
 def tuned_parameter(method: str) -> str:
-    """"rho" or "alpha": what pdmm.tune chooses for `method`; ValueError for a method with neither."""
+    """ "rho" or "alpha": what pdmm.tune chooses for `method`; ValueError for a method with neither."""
     if method not in TUNED:
         untuned = ", ".join(name for name in METHODS if name not in TUNED)
-        raise ValueError(f"{method!r} has no rho or step size to tune; tune takes {', '.join(TUNED)}"
-                         f" ({untuned} have neither)")
+        raise ValueError(
+            f"{method!r} has no rho or step size to tune; tune takes {', '.join(TUNED)} ({untuned} have neither)"
+        )
     return TUNED[method]
 
 
@@ -87,9 +98,19 @@ def default_grid(problem: Problem, method: str, **params) -> np.ndarray:
     return auto * np.array(ALPHA_FACTORS)
 
 
-def tune(problem: Problem, method: str, reference="cvxpy", values=None, target: float = TARGET,
-         max_iter: int = 1000, device="cpu", dtype: torch.dtype = torch.float64, network=None,
-         progress: bool = False, **params) -> Tuning:
+def tune(
+    problem: Problem,
+    method: str,
+    reference="cvxpy",
+    values=None,
+    target: float = TARGET,
+    max_iter: int = 1000,
+    device="cpu",
+    dtype: torch.dtype = torch.float64,
+    network=None,
+    progress: bool = False,
+    **params,
+) -> Tuning:
     """Choose `method`'s rho or alpha on `problem` by the rule of this module's docstring.
 
     reference: "cvxpy" (pdmm.reference, solved once) or the solution x* as an array. values: the grid
@@ -107,6 +128,7 @@ def tune(problem: Problem, method: str, reference="cvxpy", values=None, target: 
         raise ValueError(f"target must be a finite number > 0, got {target!r}")
     if isinstance(reference, str) and reference == "cvxpy":
         from .reference import reference as centralised
+
         reference = centralised(problem)
     grid = default_grid(problem, method, **params) if values is None else _checked(values)
     options = dict(reference=reference, target=target, device=device, dtype=dtype, network=network, **params)
@@ -115,8 +137,9 @@ def tune(problem: Problem, method: str, reference="cvxpy", values=None, target: 
         trials.append(_trial(problem, method, parameter, float(value), budget, options))
         if trials[-1].reached:
             budget = min(budget, trials[-1].iterations)
-    return Tuning(method, parameter, _choose(trials), trials, float(target), max_iter, dict(params),
-                  time.perf_counter() - start)
+    return Tuning(
+        method, parameter, _choose(trials), trials, float(target), max_iter, dict(params), time.perf_counter() - start
+    )
 
 
 def _checked(values):
@@ -131,8 +154,16 @@ def _trial(problem, method, parameter, value, budget, options):
     """One run at `value` for at most `budget` iterations, stopped by the target only (tol = 0); options: the
     keywords of pdmm.solve shared by every run."""
     try:
-        result = solve(problem, method=method, tol=0, max_iter=budget, history=("error",), record_every=budget,
-                       **{parameter: value}, **options)
+        result = solve(
+            problem,
+            method=method,
+            tol=0,
+            max_iter=budget,
+            history=("error",),
+            record_every=budget,
+            **{parameter: value},
+            **options,
+        )
     except DivergenceError as err:
         return Trial(value, err.result.iterations, False, math.inf, True)
     if result.interrupted:  # Ctrl-C: no choice can be made from part of the grid

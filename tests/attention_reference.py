@@ -3,6 +3,7 @@ section 1, docs/theory/residuals.md), for the tests to compare with.
 
 Everything is explicit: per-head loops, (T, T) weight matrices, no SDPA, no edge lists.
 """
+
 import math
 
 import torch
@@ -18,7 +19,7 @@ def split_qkv(module, x):
         return None, None, y
     if module.config.symmetric:
         return y[..., :C], y[..., :C], y[..., C:]
-    return y[..., :C], y[..., C:2 * C], y[..., 2 * C:]
+    return y[..., :C], y[..., C : 2 * C], y[..., 2 * C :]
 
 
 def heads_of(t, nh):
@@ -46,16 +47,21 @@ def multi_head(module, x, mask):
         weights = mask.to(v.dtype) / mask.sum(-1, keepdim=True)
         return torch.cat([weights @ vm for vm in heads_of(v, cfg.n_head)], -1), v
     out = []
-    for qm, km, vm in zip(heads_of(q, cfg.n_head), heads_of(k, cfg.n_head), heads_of(v, cfg.n_head)):
+    for qm, km, vm in zip(heads_of(q, cfg.n_head), heads_of(k, cfg.n_head), heads_of(v, cfg.n_head), strict=False):
         if cfg.kernel == "softmax":
             out.append(softmax_weights(qm, km, mask) @ vm)
         elif cfg.kernel == "linear":
             out.append(linear_weights(qm, km, mask) @ vm)
         else:  # diff: the head's channels split in halves (Q1 | Q2), (K1 | K2); V keeps the full head
             half = qm.shape[-1] // 2
-            lam = (torch.exp(module.lambda_q1 @ module.lambda_k1) - torch.exp(module.lambda_q2 @ module.lambda_k2)
-                   + module.lambda_init)
-            a = softmax_weights(qm[..., :half], km[..., :half], mask) - lam * softmax_weights(qm[..., half:], km[..., half:], mask)
+            lam = (
+                torch.exp(module.lambda_q1 @ module.lambda_k1)
+                - torch.exp(module.lambda_q2 @ module.lambda_k2)
+                + module.lambda_init
+            )
+            a = softmax_weights(qm[..., :half], km[..., :half], mask) - lam * softmax_weights(
+                qm[..., half:], km[..., half:], mask
+            )
             o = a @ vm
             o = o / torch.sqrt(o.pow(2).mean(-1, keepdim=True) + 1e-5) * module.head_norm.weight
             out.append(o * (1 - module.lambda_init))
@@ -81,7 +87,7 @@ def attention_output(module, x, mask):
         r = reject(mh, v)
     y = F.linear(r, module.c_proj.weight, module.c_proj.bias)
     if cfg.residual == "belief_star":
-        per_head = torch.cat([reject(h, vm) for h, vm in zip(heads_of(mh, cfg.n_head), heads_of(v, cfg.n_head))], -1)
+        per_head = torch.cat([reject(h, vm) for h, vm in zip(heads_of(mh, cfg.n_head), heads_of(v, cfg.n_head), strict=False)], -1)
         y = y + F.linear(per_head, module.c_proj_s.weight, module.c_proj_s.bias)
     return y
 
@@ -95,10 +101,10 @@ def gat_output(module, x, mask):
     hs = cfg.head_size
     for b in range(B):
         for m in range(cfg.n_head):
-            h = wh[b, :, m * hs:(m + 1) * hs]
+            h = wh[b, :, m * hs : (m + 1) * hs]
             for i in range(T):
                 nbrs = [j for j in range(T) if mask[i, j]]
                 e = torch.stack([F.leaky_relu(module.att_dst[m] @ h[i] + module.att_src[m] @ h[j], 0.2) for j in nbrs])
                 alpha = e.softmax(0)
-                out[b, i, m * hs:(m + 1) * hs] = sum(a * h[j] for a, j in zip(alpha, nbrs))
+                out[b, i, m * hs : (m + 1) * hs] = sum(a * h[j] for a, j in zip(alpha, nbrs, strict=False))
     return F.linear(out, module.c_proj.weight, module.c_proj.bias)

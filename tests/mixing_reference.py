@@ -1,4 +1,5 @@
 """The Metropolis mixing matrix written entry by entry from its definition, for the tests to compare with."""
+
 import numpy as np
 
 

@@ -1,4 +1,5 @@
 """The solve command as the solver tests call it: a small graph, no progress bars, one --out."""
+
 from experiments.cli import main
 
 

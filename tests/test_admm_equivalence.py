@@ -1,5 +1,6 @@
 """docs/theory/pdmm.md section 9: averaged PDMM (theta = 1/2), consensus, zero start gives the x iterates of
 edge-based ADMM."""
+
 import numpy as np
 import pytest
 

@@ -1,22 +1,33 @@
 """MultiHeadAttention against torch.nn.MultiheadAttention and against the equations
 (docs/theory/attention.md section 1, docs/theory/residuals.md)."""
+
 import itertools
 
 import networkx as nx
 import pytest
 import torch
+from attention_reference import attention_output, gat_output, multi_head
 
 from attention import KERNELS, RESIDUALS, AttentionConfig, GraphAttention, MultiHeadAttention, TokenGraph
-from attention_reference import attention_output, gat_output, multi_head
 
 B, T, C, NH = 2, 10, 12, 3
 
 
-def make(residual="standard", kernel="softmax", symmetric=False, gamma=1.0, bias=True, layer_index=2, cls=MultiHeadAttention,
-         probe=False, seed=0):
+def make(
+    residual="standard",
+    kernel="softmax",
+    symmetric=False,
+    gamma=1.0,
+    bias=True,
+    layer_index=2,
+    cls=MultiHeadAttention,
+    probe=False,
+    seed=0,
+):
     torch.manual_seed(seed)
-    cfg = AttentionConfig(d_model=C, n_head=NH, residual=residual, kernel=kernel, symmetric=symmetric, gamma=gamma,
-                          bias=bias, probe=probe)
+    cfg = AttentionConfig(
+        d_model=C, n_head=NH, residual=residual, kernel=kernel, symmetric=symmetric, gamma=gamma, bias=bias, probe=probe
+    )
     module = cls(cfg, layer_index=layer_index).double()
     with torch.no_grad():  # non-trivial biases and norm gains
         for p in module.parameters():
@@ -56,9 +67,15 @@ def test_standard_softmax_equals_torch_multihead_attention(causal):
 
 
 @pytest.mark.parametrize("graph_name", ["full", "causal", "window", "graph-sparse"])
-@pytest.mark.parametrize("residual,kernel,symmetric", [(r, "softmax", False) for r in RESIDUALS]
-                         + [(r, k, s) for r, k, s in itertools.product(["standard", "belief"], KERNELS, [False, True])
-                            if not (k == "mean" and s)])  # "mean" has no Q or K to tie
+@pytest.mark.parametrize(
+    "residual,kernel,symmetric",
+    [(r, "softmax", False) for r in RESIDUALS]
+    + [
+        (r, k, s)
+        for r, k, s in itertools.product(["standard", "belief"], KERNELS, [False, True])
+        if not (k == "mean" and s)
+    ],
+)  # "mean" has no Q or K to tie
 def test_every_variant_equals_its_equation(residual, kernel, symmetric, graph_name):
     module = make(residual, kernel, symmetric, gamma=3.0)
     graph, mask = graphs()[graph_name]
@@ -157,9 +174,9 @@ def test_sparse_path_equals_dense_mask_path_with_gradients(residual, kernel):
     module = make(residual, kernel)
     x = inputs().requires_grad_(True)
     y_sparse = module(x, sparse)
-    (g_sparse,) = torch.autograd.grad((y_sparse ** 2).sum(), x)
+    (g_sparse,) = torch.autograd.grad((y_sparse**2).sum(), x)
     y_dense = module(x, sparse.dense())
-    (g_dense,) = torch.autograd.grad((y_dense ** 2).sum(), x)
+    (g_dense,) = torch.autograd.grad((y_dense**2).sum(), x)
     torch.testing.assert_close(y_sparse, y_dense, rtol=0, atol=1e-10)
     torch.testing.assert_close(g_sparse, g_dense, rtol=0, atol=1e-10)
 
@@ -181,12 +198,14 @@ def test_linear_kernel_causal_prefix_sums_equal_the_quadratic_form():
     module = make(kernel="linear")
     x = inputs()
     mh, _ = multi_head(module, x, torch.ones(T, T, dtype=torch.bool).tril())
-    torch.testing.assert_close(module.attend(*module.project(x), TokenGraph.causal(T)).transpose(1, 2).reshape(B, T, C),
-                               mh, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        module.attend(*module.project(x), TokenGraph.causal(T)).transpose(1, 2).reshape(B, T, C), mh, rtol=0, atol=1e-12
+    )
 
 
 def test_belief_projection_gradient_matches_finite_differences_and_stays_finite_near_zero_rows():
     from attention.mha import orthogonal_part
+
     a = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
     v = torch.randn(3, 4, 6, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(orthogonal_part, (a, v))
@@ -200,7 +219,9 @@ def test_belief_projection_gradient_matches_finite_differences_and_stays_finite_
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_sparse_graphs_run_under_bfloat16_autocast(kernel):
     graph = TokenGraph.from_networkx(nx.random_regular_graph(4, 40, seed=0), layout="sparse")
-    module = MultiHeadAttention(AttentionConfig(d_model=16, n_head=2, kernel=kernel, residual="belief_star"), layer_index=1)
+    module = MultiHeadAttention(
+        AttentionConfig(d_model=16, n_head=2, kernel=kernel, residual="belief_star"), layer_index=1
+    )
     x = torch.randn(2, 40, 16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = module(x, graph)
@@ -212,6 +233,11 @@ def test_sparse_graphs_run_under_bfloat16_autocast(kernel):
 @pytest.mark.parametrize("chunk", [1, 3, 4, 64])
 def test_chunked_causal_linear_attention_equals_the_masked_quadratic_form(chunk):
     from attention.kernels import linear_attention
+
     q, k, v = (torch.randn(2, 3, 11, 4, dtype=torch.float64) for _ in range(3))
-    torch.testing.assert_close(linear_attention(q, k, v, TokenGraph.causal(11), chunk=chunk),
-                               linear_attention(q, k, v, TokenGraph.causal(11).dense()), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        linear_attention(q, k, v, TokenGraph.causal(11), chunk=chunk),
+        linear_attention(q, k, v, TokenGraph.causal(11).dense()),
+        rtol=0,
+        atol=1e-12,
+    )

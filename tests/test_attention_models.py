@@ -1,11 +1,12 @@
 """GPT, ViT and GraphTransformer: shapes, weight tying, generation, learning a tiny task, devices."""
+
 import math
 
 import networkx as nx
 import pytest
 import torch
 
-from attention import KERNELS, RESIDUALS, AttentionConfig, GPT, GraphTransformer, TokenGraph, ViT
+from attention import GPT, KERNELS, RESIDUALS, AttentionConfig, GraphTransformer, TokenGraph, ViT
 
 CONFIG = dict(d_model=32, n_head=4)
 
@@ -61,12 +62,17 @@ def test_gpt_starts_near_uniform_ties_weights_and_generates():
         model(torch.zeros(1, 17, dtype=torch.long))
 
 
-@pytest.mark.parametrize("residual,kernel", [(r, "softmax") for r in RESIDUALS]
-                         + [("standard", k) for k in KERNELS[1:] if k != "mean"]  # equal weights cannot pick a position
-                         + [("belief_star", "diff")])
+@pytest.mark.parametrize(
+    "residual,kernel",
+    [(r, "softmax") for r in RESIDUALS]
+    + [("standard", k) for k in KERNELS[1:] if k != "mean"]  # equal weights cannot pick a position
+    + [("belief_star", "diff")],
+)
 def test_every_gpt_variant_learns_to_copy_from_two_tokens_back_on_held_out_sequences(residual, kernel):
     torch.manual_seed(0)
-    model = GPT(AttentionConfig(**CONFIG, residual=residual, kernel=kernel, gamma=3.0), vocab_size=11, block_size=12, n_layer=2)
+    model = GPT(
+        AttentionConfig(**CONFIG, residual=residual, kernel=kernel, gamma=3.0), vocab_size=11, block_size=12, n_layer=2
+    )
     fit(model, copy_back, 150)
     assert held_out_accuracy(model, copy_back) > 0.9  # chance: 1/11
 

@@ -1,4 +1,5 @@
 """Causality, graph locality, differential attention's lambda, parameter counts and bad configs."""
+
 import itertools
 import math
 
@@ -6,21 +7,39 @@ import networkx as nx
 import pytest
 import torch
 
-from attention import KERNELS, RESIDUALS, AttentionConfig, GraphAttention, GraphTransformer, MultiHeadAttention, TokenGraph
+from attention import (
+    KERNELS,
+    RESIDUALS,
+    AttentionConfig,
+    GraphAttention,
+    GraphTransformer,
+    MultiHeadAttention,
+    TokenGraph,
+)
 
 B, T, C, NH = 2, 12, 16, 4
 
 
 def module_for(residual="standard", kernel="softmax", symmetric=False, layer_index=1, probe=False, bias=True):
     torch.manual_seed(0)
-    cfg = AttentionConfig(d_model=C, n_head=NH, residual=residual, kernel=kernel, symmetric=symmetric, gamma=3.0, beta=0.7,
-                          probe=probe, bias=bias)
+    cfg = AttentionConfig(
+        d_model=C,
+        n_head=NH,
+        residual=residual,
+        kernel=kernel,
+        symmetric=symmetric,
+        gamma=3.0,
+        beta=0.7,
+        probe=probe,
+        bias=bias,
+    )
     return MultiHeadAttention(cfg, layer_index=layer_index).double()
 
 
-@pytest.mark.parametrize("residual,kernel,symmetric", [(r, k, s) for r, k, s in itertools.product(RESIDUALS, KERNELS,
-                                                                                                  [False, True])
-                                                        if not (k == "mean" and s)])  # "mean" has no Q or K to tie
+@pytest.mark.parametrize(
+    "residual,kernel,symmetric",
+    [(r, k, s) for r, k, s in itertools.product(RESIDUALS, KERNELS, [False, True]) if not (k == "mean" and s)],
+)  # "mean" has no Q or K to tie
 def test_future_tokens_never_change_earlier_outputs(residual, kernel, symmetric):
     module = module_for(residual, kernel, symmetric)
     x = torch.randn(B, T, C, dtype=torch.float64)
@@ -96,7 +115,7 @@ def test_diff_parameters_output_and_gradient_to_the_lambda_vectors():
     x = torch.randn(B, T, C, dtype=torch.float64)
     y = diff(x, TokenGraph.causal(T))
     assert torch.isfinite(y).all()
-    (y ** 2).sum().backward()
+    (y**2).sum().backward()
     for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
         grad = getattr(diff, name).grad
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().max() > 0, name
@@ -117,17 +136,20 @@ def test_parameter_counts_and_shared_state_dicts():
     assert set(star) - set(module_for().state_dict()) == {"c_proj_s.weight", "c_proj_s.bias"}
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(d_model=10, n_head=4), "divisible"),
-    (dict(residual="beleif"), "unknown residual"),
-    (dict(kernel="cosine"), "unknown kernel"),
-    (dict(gamma=-1.0), "gamma"),
-    (dict(gamma=float("inf")), "gamma"),
-    (dict(d_model=12, n_head=4, kernel="diff"), "even"),
-    (dict(dropout=1.5), "dropout"),
-    (dict(n_head=0), "n_head"),
-    (dict(symmetric="yes"), "symmetric"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(d_model=10, n_head=4), "divisible"),
+        (dict(residual="beleif"), "unknown residual"),
+        (dict(kernel="cosine"), "unknown kernel"),
+        (dict(gamma=-1.0), "gamma"),
+        (dict(gamma=float("inf")), "gamma"),
+        (dict(d_model=12, n_head=4, kernel="diff"), "even"),
+        (dict(dropout=1.5), "dropout"),
+        (dict(n_head=0), "n_head"),
+        (dict(symmetric="yes"), "symmetric"),
+    ],
+)
 def test_bad_configs_are_rejected_with_a_clear_message(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AttentionConfig(**{"d_model": 16, "n_head": 4, **kwargs})
@@ -155,6 +177,7 @@ def test_bad_calls_are_rejected_with_a_clear_message():
 def test_accumulated_adds_beta_times_the_earlier_layers_updates():
     """S_1, S_2 + beta S_1, S_3 + beta (S_1 + S_2) with S_l the standard update of layer l."""
     from attention.mha import SignalMemory
+
     x = torch.randn(B, T, C, dtype=torch.float64)
     layers = [module_for("accumulated") for _ in range(3)]
     for seed, layer in enumerate(layers):
@@ -163,11 +186,11 @@ def test_accumulated_adds_beta_times_the_earlier_layers_updates():
             torch.nn.init.normal_(p, std=0.3)
     cfg = layers[0].config
     standard = [MultiHeadAttention(AttentionConfig(d_model=C, n_head=NH), layer_index=1).double() for _ in range(3)]
-    for s, a in zip(standard, layers):
+    for s, a in zip(standard, layers, strict=False):
         s.load_state_dict(a.state_dict())  # same names and shapes as standard
     memory, inputs = SignalMemory(), [x, x.flip(1), x * 2]
-    got = [layer(h, TokenGraph.causal(T), memory) for layer, h in zip(layers, inputs)]
-    S = [s(h, TokenGraph.causal(T)) for s, h in zip(standard, inputs)]
-    for actual, expected in zip(got, [S[0], S[1] + cfg.beta * S[0], S[2] + cfg.beta * (S[0] + S[1])]):
+    got = [layer(h, TokenGraph.causal(T), memory) for layer, h in zip(layers, inputs, strict=False)]
+    S = [s(h, TokenGraph.causal(T)) for s, h in zip(standard, inputs, strict=False)]
+    for actual, expected in zip(got, [S[0], S[1] + cfg.beta * S[0], S[2] + cfg.beta * (S[0] + S[1])], strict=False):
         torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(layers[0](x, TokenGraph.causal(T)), S[0], rtol=0, atol=1e-12)  # no memory: standard

@@ -1,5 +1,6 @@
 """Gossip and Chebyshev-accelerated gossip (pdmm.methods), mixing matrices (pdmm.mixing) and the solve command's
 specs for them, against references written from the definitions in docs/averaging.md."""
+
 import csv
 import json
 
@@ -7,10 +8,10 @@ import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import solve_cli
 import torch
 
 import pdmm
-import solve_cli
 import pdmm.mixing
 
 KINDS = ("metropolis", "lazy_metropolis", "max_degree")
@@ -79,6 +80,7 @@ def rounds_of(p, method, r, **kwargs):
 
 # --- mixing matrices --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("graph_type", ["networkx", "pdmm.Graph", "scipy"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_mixing_matrices_are_their_definitions_for_every_graph_type(kind, graph_type):
@@ -97,8 +99,9 @@ def test_mixing_matrices_are_their_definitions_for_every_graph_type(kind, graph_
 
 
 def test_an_unknown_kind_lists_the_kinds():
-    with pytest.raises(ValueError, match="unknown mixing kind 'uniform'; choose one of metropolis, lazy_metropolis, "
-                                         "max_degree"):
+    with pytest.raises(
+        ValueError, match="unknown mixing kind 'uniform'; choose one of metropolis, lazy_metropolis, max_degree"
+    ):
         pdmm.mixing_matrix(labelled_graph(), "uniform")
 
 
@@ -133,11 +136,16 @@ def _tampered(kind):
     return W, G
 
 
-@pytest.mark.parametrize("kind, message", [("asymmetric", "not symmetric: max |W - W^T| = 1e-09"),
-                                           ("rows", "rows of the mixing matrix must sum to 1: row"),
-                                           ("off the graph", "nonzero off the graph: W\\["),
-                                           ("shape", "must be n x n with n=15 nodes, got shape \\(14, 15\\)"),
-                                           ("nan", "contains NaN or inf")])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("asymmetric", "not symmetric: max |W - W^T| = 1e-09"),
+        ("rows", "rows of the mixing matrix must sum to 1: row"),
+        ("off the graph", "nonzero off the graph: W\\["),
+        ("shape", "must be n x n with n=15 nodes, got shape \\(14, 15\\)"),
+        ("nan", "contains NaN or inf"),
+    ],
+)
 def test_check_mixing_names_what_is_wrong_in_one_line(kind, message):
     W, G = _tampered(kind)
     with pytest.raises(ValueError, match=message) as error:
@@ -151,7 +159,9 @@ def test_an_entry_off_the_graph_is_named_by_its_labels():
         pdmm.check_mixing(sp.csr_array(W), G)
     i, j = (int(k) for k in str(error.value).split("W[")[1].split("]")[0].split(", "))
     nodes = list(G.nodes)
-    assert not G.has_edge(nodes[i], nodes[j]) and f"{nodes[i]!r} and {nodes[j]!r} are not neighbours" in str(error.value)
+    assert not G.has_edge(nodes[i], nodes[j]) and f"{nodes[i]!r} and {nodes[j]!r} are not neighbours" in str(
+        error.value
+    )
 
 
 def test_spectral_interval_is_the_smallest_and_second_largest_eigenvalue():
@@ -178,6 +188,7 @@ def test_spectral_interval_refuses_a_matrix_that_does_not_connect_the_nodes():
 
 # --- the iterates -----------------------------------------------------------------------------------------------
 
+
 def test_gossip_after_r_rounds_is_W_to_the_r_times_a(device):
     G, p = problem(batch=2, d=2)
     W, a = loop_mixing(G, "metropolis"), p.local.q.numpy()  # a: (n, B, d)
@@ -187,8 +198,10 @@ def test_gossip_after_r_rounds_is_W_to_the_r_times_a(device):
             np.testing.assert_allclose(x[b], np.linalg.matrix_power(W, r) @ a[:, b], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("mixing, interval", [("metropolis", None), ("lazy_metropolis", None),
-                                              ("metropolis", (-0.6, 0.95)), ("max_degree", (0.1, 0.8))])
+@pytest.mark.parametrize(
+    "mixing, interval",
+    [("metropolis", None), ("lazy_metropolis", None), ("metropolis", (-0.6, 0.95)), ("max_degree", (0.1, 0.8))],
+)
 def test_chebyshev_after_r_rounds_is_the_scaled_chebyshev_polynomial_of_W(mixing, interval, device):
     G, p = problem(batch=2, d=2)
     W, a = loop_mixing(G, mixing), p.local.q.numpy()
@@ -207,15 +220,20 @@ def test_a_mixing_matrix_given_as_an_array_runs_like_its_kind_also_when_renumber
         np.testing.assert_allclose(rounds_of(p, method, 9, mixing=W).x, by_kind, rtol=0, atol=1e-14)
         np.testing.assert_array_equal(rounds_of(p, method, 9, mixing=pdmm.mixing_matrix(G, "max_degree")).x, by_kind)
         order = np.random.default_rng(0).permutation(20)  # run node k is node order[k]: W is permuted for the run
-        np.testing.assert_allclose(rounds_of(p, method, 9, mixing=sp.csr_array(W), reorder=order).x, by_kind,
-                                   rtol=0, atol=1e-13)
+        np.testing.assert_allclose(
+            rounds_of(p, method, 9, mixing=sp.csr_array(W), reorder=order).x, by_kind, rtol=0, atol=1e-13
+        )
 
 
 def test_chebyshev_beats_gossip_on_its_interval_and_an_interval_that_misses_eigenvalues_diverges():
     G, p = problem()
     low = nontrivial_interval(loop_mixing(G, "metropolis"))[0]
-    errors = {method: rounds_of(p, method, 30, reference=np.tile(p.local.q.numpy()[:, 0].mean(0), (20, 1)))
-              .history["error"][-1] for method in METHODS}
+    errors = {
+        method: rounds_of(p, method, 30, reference=np.tile(p.local.q.numpy()[:, 0].mean(0), (20, 1))).history["error"][
+            -1
+        ]
+        for method in METHODS
+    }
     assert errors["chebyshev"] < errors["gossip"] / 10
     assert low < 0.49  # on (0.5, 0.99), |t(l)| > t(1) below low + high - 1 = 0.49: those components grow
     with pytest.raises(pdmm.DivergenceError):
@@ -225,19 +243,22 @@ def test_chebyshev_beats_gossip_on_its_interval_and_an_interval_that_misses_eige
 def test_one_nontrivial_eigenvalue_widens_the_default_interval_and_one_round_averages():
     K = nx.complete_graph(5)  # Metropolis: W = 11^T / 5, eigenvalues 1 and 0 (four times)
     a = np.random.default_rng(0).normal(size=(5, 2))
-    np.testing.assert_allclose(rounds_of(pdmm.averaging(K, a), "chebyshev", 1).x, np.tile(a.mean(0), (5, 1)),
-                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        rounds_of(pdmm.averaging(K, a), "chebyshev", 1).x, np.tile(a.mean(0), (5, 1)), rtol=0, atol=1e-15
+    )
 
 
 # --- convergence ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("reference", ["cvxpy", "mean"])
 @pytest.mark.parametrize("method", METHODS)
 def test_converges_to_the_mean(method, reference, device):
     G, p = problem()
     mean = np.tile(p.local.q.numpy()[:, 0].mean(0), (20, 1))
-    result = pdmm.solve(p, method=method, max_iter=5000, tol=1e-12, device=device,
-                        reference=mean if reference == "mean" else "cvxpy")
+    result = pdmm.solve(
+        p, method=method, max_iter=5000, tol=1e-12, device=device, reference=mean if reference == "mean" else "cvxpy"
+    )
     assert result.converged and result.iterations < 5000
     np.testing.assert_allclose(result.x, mean, rtol=0, atol=1e-10)
     assert result.history["error"][-1] < 1e-10 and result.params == {}
@@ -284,6 +305,7 @@ def test_after_r_rounds_only_the_r_hop_ball_has_influenced_a_node(method):
 
 # --- bookkeeping ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype, bits", [(torch.float64, 64), (torch.float32, 32)])
 @pytest.mark.parametrize("method", METHODS)
 def test_messages_and_bits_are_one_number_of_width_d_per_directed_edge_and_round(method, dtype, bits):
@@ -302,8 +324,9 @@ def test_no_host_read_in_the_rounds_between_tests(monkeypatch, method):
     reads = []
     for name in ("__bool__", "__float__", "__int__", "item", "tolist", "numpy", "cpu"):
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: reads.append(_n)
-                            or _f(self, *a, **k))
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: reads.append(_n) or _f(self, *a, **k)
+        )
     G, p = problem()
     counts = {}
     for max_iter in (100, 200):
@@ -330,19 +353,25 @@ def test_rho_left_out_is_one_for_the_pdmm_family_bit_for_bit_and_absent_for_goss
 G6 = pdmm.topology("ring", n=6)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"rho": 1.0}, "has no penalty parameter: leave rho out"),
-    ({"x0": "random"}, "starts from the node values, x\\^0 = a; x0= does not apply"),
-    ({"x0": np.zeros((6, 1))}, "x0= does not apply"),
-    ({"network": pdmm.Network(drop=0.1)}, r"^network effects are not implemented for gossip/chebyshev: they compute "
-                                          r"mean\(a\) as a fixed polynomial in W"),
-    ({"form": "nodes"}, "form='nodes' is not available here"),
-    ({"backend": "distributed"}, "backend='distributed' is not implemented for gossip/chebyshev"),
-    ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),
-    ({"mixing": np.ones((6, 6)) / 6}, "nonzero off the graph"),
-    ({"mixing": 0.5}, "must be a kind"),
-    ({"theta": 0.5}, "bad parameter"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"rho": 1.0}, "has no penalty parameter: leave rho out"),
+        ({"x0": "random"}, "starts from the node values, x\\^0 = a; x0= does not apply"),
+        ({"x0": np.zeros((6, 1))}, "x0= does not apply"),
+        (
+            {"network": pdmm.Network(drop=0.1)},
+            r"^network effects are not implemented for gossip/chebyshev: they compute "
+            r"mean\(a\) as a fixed polynomial in W",
+        ),
+        ({"form": "nodes"}, "form='nodes' is not available here"),
+        ({"backend": "distributed"}, "backend='distributed' is not implemented for gossip/chebyshev"),
+        ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),
+        ({"mixing": np.ones((6, 6)) / 6}, "nonzero off the graph"),
+        ({"mixing": 0.5}, "must be a kind"),
+        ({"theta": 0.5}, "bad parameter"),
+    ],
+)
 @pytest.mark.parametrize("method", METHODS)
 def test_options_the_averaging_methods_do_not_take_are_refused_in_one_line(method, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message) as error:
@@ -350,15 +379,18 @@ def test_options_the_averaging_methods_do_not_take_are_refused_in_one_line(metho
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"interval": (0.5, 0.2)}, r"chebyshev needs -1 <= low < high < 1, got interval \(0.5, 0.2\)"),
-    ({"interval": (-1.5, 0.9)}, "chebyshev needs -1 <= low < high < 1"),
-    ({"interval": (0.0, 1.0)}, "chebyshev needs -1 <= low < high < 1"),
-    ({"interval": (float("nan"), 0.5)}, "chebyshev needs -1 <= low < high < 1"),
-    ({"interval": (0.1, 0.2, 0.3)}, "interval must be None or a pair"),
-    ({"interval": 0.5}, "interval must be None or a pair"),
-    ({"compile": True}, "compile=True is not implemented for chebyshev"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"interval": (0.5, 0.2)}, r"chebyshev needs -1 <= low < high < 1, got interval \(0.5, 0.2\)"),
+        ({"interval": (-1.5, 0.9)}, "chebyshev needs -1 <= low < high < 1"),
+        ({"interval": (0.0, 1.0)}, "chebyshev needs -1 <= low < high < 1"),
+        ({"interval": (float("nan"), 0.5)}, "chebyshev needs -1 <= low < high < 1"),
+        ({"interval": (0.1, 0.2, 0.3)}, "interval must be None or a pair"),
+        ({"interval": 0.5}, "interval must be None or a pair"),
+        ({"compile": True}, "compile=True is not implemented for chebyshev"),
+    ],
+)
 def test_bad_chebyshev_options_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as error:
         pdmm.solve(pdmm.averaging(G6, np.arange(6.0)), method="chebyshev", **kwargs)
@@ -377,8 +409,9 @@ NOT_AVERAGING = {
     "lasso": lambda: pdmm.lasso(G6, np.ones((6, 4, 2)), np.ones((6, 4)), lam=0.1),
     "logistic": lambda: pdmm.logistic(G6, np.ones((6, 4, 2)), np.ones((6, 4))),
     "weighted quadratic": lambda: pdmm.quadratic(G6, np.tile(2 * np.eye(2), (6, 1, 1)), np.ones((6, 2))),
-    "edge matrices": lambda: pdmm.averaging(G6, np.arange(6.0), constraints={
-        (i, (i + 1) % 6): (np.eye(1), -np.eye(1), np.zeros(1)) for i in range(6)}),
+    "edge matrices": lambda: pdmm.averaging(
+        G6, np.arange(6.0), constraints={(i, (i + 1) % 6): (np.eye(1), -np.eye(1), np.zeros(1)) for i in range(6)}
+    ),
 }
 
 
@@ -392,6 +425,7 @@ def test_other_problems_are_refused_in_one_line(method, make):
 
 # --- the solve command ------------------------------------------------------------------------------------------
 
+
 def solve_command(out, *options):
     return solve_cli.solve_command(out, *options, nodes=20)
 
@@ -404,22 +438,27 @@ def test_the_command_compares_pdmm_gossip_and_chebyshev_with_their_specs(tmp_pat
         assert list(dict.fromkeys(row["method"] for row in csv.DictReader(file))) == labels
     methods = json.loads((out / "config.json").read_text())["methods"]
     assert {label: entry["params"] for label, entry in methods.items()} == {
-        "pdmm": {"rho": 2.0, "theta": 1.0}, "gossip": {"mixing": "metropolis"},
+        "pdmm": {"rho": 2.0, "theta": 1.0},
+        "gossip": {"mixing": "metropolis"},
         "chebyshev": {"mixing": "metropolis", "interval": None},
-        labels[3]: {"mixing": "lazy_metropolis", "interval": [0.0, 0.99]}}
+        labels[3]: {"mixing": "lazy_metropolis", "interval": [0.0, 0.99]},
+    }
     assert all(entry["converged"] and entry["error"] < 1e-8 for entry in methods.values())
     with np.load(out / "result.npz") as result:
         np.testing.assert_allclose(result["x_chebyshev"], result["x_star"], rtol=0, atol=1e-8)
 
 
-@pytest.mark.parametrize("options, culprit", [
-    (["--problem", "lasso", "--method", "gossip"], "gossip: gossip/chebyshev solve averaging problems only"),
-    (["--method", "chebyshev", "--rho", "2"], "--rho does not apply to chebyshev"),
-    (["--method", "gossip:rho=2"], "gossip takes mixing=VALUE"),
-    (["--method", "gossip", "--drop", "0.1"], "network effects are not implemented for gossip/chebyshev"),
-    (["--method", "chebyshev:low=0.5"], "give low and high together"),
-    (["--method", "chebyshev:low=0.9:high=0.5"], "chebyshev needs -1 <= low < high < 1"),
-    (["--method", "chebyshev:mixing=uniform"], "mixing: must be one of metropolis, lazy_metropolis, max_degree"),
-])
+@pytest.mark.parametrize(
+    "options, culprit",
+    [
+        (["--problem", "lasso", "--method", "gossip"], "gossip: gossip/chebyshev solve averaging problems only"),
+        (["--method", "chebyshev", "--rho", "2"], "--rho does not apply to chebyshev"),
+        (["--method", "gossip:rho=2"], "gossip takes mixing=VALUE"),
+        (["--method", "gossip", "--drop", "0.1"], "network effects are not implemented for gossip/chebyshev"),
+        (["--method", "chebyshev:low=0.5"], "give low and high together"),
+        (["--method", "chebyshev:low=0.9:high=0.5"], "chebyshev needs -1 <= low < high < 1"),
+        (["--method", "chebyshev:mixing=uniform"], "mixing: must be one of metropolis, lazy_metropolis, max_degree"),
+    ],
+)
 def test_the_command_refuses_in_one_line_with_status_2(tmp_path, capsys, options, culprit):
     solve_cli.assert_refused_in_one_line(tmp_path / "run", capsys, options, culprit, nodes=20)

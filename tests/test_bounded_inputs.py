@@ -1,6 +1,7 @@
 """Small inputs, bounded memory, one line per error (issue 29, items 5 and 6): npz headers checked before any data
 is read, a config's memory estimated before the model is built, edge lists read at C speed, and the solve and
 config inputs that used to end in a traceback."""
+
 import resource
 import time
 import zipfile
@@ -84,8 +85,7 @@ def test_the_memory_check_can_be_turned_off_and_passes_the_built_in_configs():
 
 def test_the_train_command_refuses_an_absurd_config_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as caught:
-        main(["train", "shakespeare_char_cpu", "--set", "model.d_model=1000000", "--out",
-              str(tmp_path / "run")])
+        main(["train", "shakespeare_char_cpu", "--set", "model.d_model=1000000", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert caught.value.code == 2 and len(err.strip().splitlines()) == 1 and "GB" in err
 
@@ -97,15 +97,19 @@ def test_a_train_seed_out_of_range_is_a_config_error(seed):
 
 
 def test_allocation_failures_are_recognised():
-    assert out_of_memory(MemoryError()) and out_of_memory(RuntimeError("DefaultCPUAllocator: not enough memory: "
-                                                                       "you tried to allocate 8 bytes"))
+    assert out_of_memory(MemoryError()) and out_of_memory(
+        RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 8 bytes")
+    )
     assert not out_of_memory(RuntimeError("shape mismatch"))
 
 
 def test_a_huge_batch_fails_in_one_line_with_exit_1(tmp_path, capsys, monkeypatch):
     def refuse(*_, **__):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: not enough memory: you "
-                           "tried to allocate 1000000000000 bytes.")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: not enough memory: you "
+            "tried to allocate 1000000000000 bytes."
+        )
+
     monkeypatch.setattr(pdmm, "solve", refuse)
     with pytest.raises(SystemExit) as caught:
         main(["solve", "--no-progress", "--nodes", "10", "--reference", "none", "--out", str(tmp_path / "out")])
@@ -113,13 +117,17 @@ def test_a_huge_batch_fails_in_one_line_with_exit_1(tmp_path, capsys, monkeypatc
     assert caught.value.code == 1 and err.count("\n") == 1 and "out of memory" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--tol", "-1"], "argument --tol: must be a number >= 0 and below 1"),
-    (["--tol", "nan"], "argument --tol: must be a number >= 0 and below 1"),
-    (["--tol", "1e308"], "argument --tol: must be a number >= 0 and below 1"),
-    (["--seed", "-1"], "argument --seed: must be an integer from 0"),
-    (["--seed", str(2**64)], "argument --seed: must be an integer from 0"),
-    (["--device", "meta"], "argument --device: 'meta' holds no data")])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--tol", "-1"], "argument --tol: must be a number >= 0 and below 1"),
+        (["--tol", "nan"], "argument --tol: must be a number >= 0 and below 1"),
+        (["--tol", "1e308"], "argument --tol: must be a number >= 0 and below 1"),
+        (["--seed", "-1"], "argument --seed: must be an integer from 0"),
+        (["--seed", str(2**64)], "argument --seed: must be an integer from 0"),
+        (["--device", "meta"], "argument --device: 'meta' holds no data"),
+    ],
+)
 def test_solve_arguments_that_used_to_end_in_a_traceback_are_one_line(tmp_path, capsys, options, message):
     with pytest.raises(SystemExit) as caught:
         main(["solve", "--no-progress", *options, "--out", str(tmp_path / "out")])
@@ -183,8 +191,23 @@ def test_a_2_mb_edge_list_loads_fast_and_solves(tmp_path, capsys):
     assert time.perf_counter() - start < 3 and graph.n == 100_000
     small = tmp_path / "small.txt"
     write_edge_list(small, 200, 400)
-    assert main(["solve", "--no-progress", "--graph", str(small), "--reference", "none", "--iters", "20",
-                 "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "--no-progress",
+                "--graph",
+                str(small),
+                "--reference",
+                "none",
+                "--iters",
+                "20",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
 
 
 def test_one_long_label_does_not_widen_every_label(tmp_path):
@@ -198,7 +221,7 @@ def test_one_long_label_does_not_widen_every_label(tmp_path):
     labels, src, dst = pdmm.graphs.read_edge_list(path)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300_000  # kB
     assert len(src) == len(pairs) + 1 and labels[src[-1]] == "A" * 3000 and labels[dst[-1]] == "0"
-    text = [(labels[i], labels[j]) for i, j in zip(src[:-1].tolist(), dst[:-1].tolist())]
+    text = [(labels[i], labels[j]) for i, j in zip(src[:-1].tolist(), dst[:-1].tolist(), strict=False)]
     assert text == [(str(i), str(j)) for i, j in pairs.tolist()]  # the edges and their order as written
 
 
@@ -216,14 +239,28 @@ def test_a_graph_file_larger_than_memory_allows_is_refused_before_reading(tmp_pa
 def test_synthetic_data_larger_than_memory_allows_is_refused_before_drawing(tmp_path, capsys, monkeypatch):
     """--samples 3000000 on 100 nodes asked for about 29 GB and got it where the machine had it (or a kill)."""
     import pdmm.synthetic
+
     monkeypatch.setattr(pdmm.synthetic, "available_memory", lambda: 10**9)
-    with pytest.raises(ValueError, match=r"shape 100 x 3000000 x 3 would take about 28\.8 GB of memory, more than "
-                                         r"the 1 GB available"):
+    with pytest.raises(
+        ValueError,
+        match=r"shape 100 x 3000000 x 3 would take about 28\.8 GB of memory, more than "
+        r"the 1 GB available",
+    ):
         pdmm.synthetic.make_data("least_squares", 100, 3, 3_000_000)
     assert pdmm.synthetic.make_data("least_squares", 100, 3, 10)["H"].shape == (100, 10, 3)
     with pytest.raises(SystemExit) as caught:
-        main(["solve", "--no-progress", "--problem", "least_squares", "--samples", "3000000",
-              "--out", str(tmp_path / "out")])
+        main(
+            [
+                "solve",
+                "--no-progress",
+                "--problem",
+                "least_squares",
+                "--samples",
+                "3000000",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     err = capsys.readouterr().err
     assert caught.value.code == 2 and err.count("\n") == 1 and "28.8 GB" in err and not (tmp_path / "out").exists()
 
@@ -244,11 +281,40 @@ def test_a_reference_cvxpy_cannot_compute_is_one_line_exit_1(tmp_path, capsys):
     with pytest.raises(RuntimeError, match=r"cvxpy could not solve the centralised problem \(instance 0\)"):
         pdmm.reference(problem)
     with pytest.raises(SystemExit) as caught:
-        main(["solve", "--no-progress", "--problem", "lasso", "--lam", "1e308", "--nodes", "10",
-              "--out", str(tmp_path / "out")])
+        main(
+            [
+                "solve",
+                "--no-progress",
+                "--problem",
+                "lasso",
+                "--lam",
+                "1e308",
+                "--nodes",
+                "10",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     err = capsys.readouterr().err
     assert caught.value.code == 1 and err.count("\n") == 1 and "rerun with --reference none" in err
-    assert main(["solve", "--no-progress", "--problem", "lasso", "--lam", "1e308", "--nodes", "10", "--reference",
-                 "none", "--out", str(tmp_path / "none")]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "--no-progress",
+                "--problem",
+                "lasso",
+                "--lam",
+                "1e308",
+                "--nodes",
+                "10",
+                "--reference",
+                "none",
+                "--out",
+                str(tmp_path / "none"),
+            ]
+        )
+        == 0
+    )
     with np.load(tmp_path / "none" / "result.npz") as result:  # lam beyond |sum_i H_i^T y_i|: the minimiser is 0
         assert not result["x_pdmm"].any()

@@ -2,6 +2,7 @@
 section ("docs/theory/pdmm.md section 4") is a numbered heading of that page, a cited paragraph title
 (`docs/guide/solve.md, "The stopping test"`) is in that page, a README paragraph cited as README "Title" is in
 the README, and every relative Markdown link resolves. Nothing cites MATH.md, a file the project never shipped."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -57,8 +58,9 @@ def test_nothing_cites_the_unshipped_math_file():
 
 
 def test_every_cited_docs_page_exists():
-    missing = [f"{path}:{number}: {m.group(1)}" for path, number, m in citations(PAGE)
-               if not (ROOT / m.group(1)).is_file()]
+    missing = [
+        f"{path}:{number}: {m.group(1)}" for path, number, m in citations(PAGE) if not (ROOT / m.group(1)).is_file()
+    ]
     assert not missing, missing
 
 

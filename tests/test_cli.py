@@ -1,4 +1,5 @@
 """pdmm-bridge solve (outputs, --compare, --data, bad input) and the synthetic problems behind it."""
+
 import csv
 import json
 
@@ -58,8 +59,23 @@ def test_compare_overlays_three_methods_that_all_reach_the_reference(tmp_path):
 def test_data_file_gives_the_same_x_as_pdmm_solve(tmp_path):
     data = make_data("least_squares", 10, dim=2, samples=4, seed=3)  # not the CLI's seed-0 synthetic data
     np.savez(tmp_path / "data.npz", **data)
-    code, out = solve(tmp_path, "--problem", "least_squares", "--data", str(tmp_path / "data.npz"),
-                      "--graph", "ring", "--nodes", "10", "--ridge", "0.5", "--iters", "300", "--reference", "none")
+    code, out = solve(
+        tmp_path,
+        "--problem",
+        "least_squares",
+        "--data",
+        str(tmp_path / "data.npz"),
+        "--graph",
+        "ring",
+        "--nodes",
+        "10",
+        "--ridge",
+        "0.5",
+        "--iters",
+        "300",
+        "--reference",
+        "none",
+    )
     assert code == 0
     G = pdmm.topology("ring", 10)
     expected = pdmm.solve(pdmm.least_squares(G, data["H"], data["y"], ridge=0.5), max_iter=300)
@@ -69,24 +85,38 @@ def test_data_file_gives_the_same_x_as_pdmm_solve(tmp_path):
 
 
 def test_divergence_still_writes_the_run_and_exits_1(tmp_path, capsys):
-    code, out = solve(tmp_path, "--problem", "quadratic", "--method", "qa-pdmm", "--eta", "0.01",
-                      "--nodes", "20", "--reference", "none")
+    code, out = solve(
+        tmp_path,
+        "--problem",
+        "quadratic",
+        "--method",
+        "qa-pdmm",
+        "--eta",
+        "0.01",
+        "--nodes",
+        "20",
+        "--reference",
+        "none",
+    )
     assert code == 1
     assert "qa-pdmm diverged at iteration" in capsys.readouterr().err
     assert json.loads((out / "config.json").read_text())["methods"]["qa-pdmm"]["diverged"]
     assert len(history(out)) > 0 and (out / "convergence.png").exists()
 
 
-@pytest.mark.parametrize("options, culprit", [
-    (["--graph", "no_such_topology"], "no_such_topology"),
-    (["--rho", "0"], "--rho"),
-    (["--data", "{tmp}/missing.npz"], "missing.npz"),
-    (["--problem", "no_such_problem"], "no_such_problem"),
-    (["--method", "no_such_method"], "no_such_method"),
-    (["--problem", "lasso", "--method", "qa-pdmm"], "smooth"),
-    (["--method", "admm", "--theta", "0.5"], "--theta"),
-    (["--data", "{tmp}/missing.npz", "--dim", "4"], "--dim"),
-])
+@pytest.mark.parametrize(
+    "options, culprit",
+    [
+        (["--graph", "no_such_topology"], "no_such_topology"),
+        (["--rho", "0"], "--rho"),
+        (["--data", "{tmp}/missing.npz"], "missing.npz"),
+        (["--problem", "no_such_problem"], "no_such_problem"),
+        (["--method", "no_such_method"], "no_such_method"),
+        (["--problem", "lasso", "--method", "qa-pdmm"], "smooth"),
+        (["--method", "admm", "--theta", "0.5"], "--theta"),
+        (["--data", "{tmp}/missing.npz", "--dim", "4"], "--dim"),
+    ],
+)
 def test_bad_input_is_one_error_line_and_exit_code_2(tmp_path, capsys, options, culprit):
     with pytest.raises(SystemExit) as exit:
         solve(tmp_path, "--nodes", "10", *(option.format(tmp=tmp_path) for option in options))
@@ -129,6 +159,7 @@ def test_each_command_summary_is_the_one_its_module_registers():
     import argparse
 
     from experiments.cli import COMMANDS, command_module
+
     for name, (_, summary) in COMMANDS.items():
         subparsers = argparse.ArgumentParser().add_subparsers()
         command_module(name).add_parser(subparsers)
@@ -141,8 +172,11 @@ def test_help_version_and_configs_do_not_import_torch(argv):
     """They answer at once: nothing imports torch, the libraries or the other commands (experiments/cli.py)."""
     import subprocess
     import sys
-    code = ("import sys\nfrom experiments.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')")
+
+    code = (
+        "import sys\nfrom experiments.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')"
+    )
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr
 
@@ -150,8 +184,10 @@ def test_help_version_and_configs_do_not_import_torch(argv):
 def test_a_closed_pipe_ends_the_command_quietly():
     import subprocess
     import sys
-    reader = subprocess.Popen([sys.executable, "-m", "experiments", "configs"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "experiments", "configs"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     reader.stdout.close()  # the reader goes away before the command writes
     _, err = reader.communicate(timeout=60)
     assert b"Traceback" not in err and reader.returncode in (0, 1), err

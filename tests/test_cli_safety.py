@@ -1,4 +1,5 @@
 """Nothing overwritten without --force, Ctrl-C in train and sweep, sweep grids checked up front, clear --set errors."""
+
 import json
 import os
 import shlex
@@ -18,8 +19,14 @@ from experiments.results_doc import replace_section, stored_scale
 from experiments.runs import expand, group_runs
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
-TINY = ["task.p=11", "model.d_model=16", "model.n_head=2", "model.dropout=0.1", "train.eval_interval=50",
-        "train.eval_iters=2"]
+TINY = [
+    "task.p=11",
+    "model.d_model=16",
+    "model.n_head=2",
+    "model.dropout=0.1",
+    "train.eval_interval=50",
+    "train.eval_iters=2",
+]
 PYTHON = [sys.executable, "-m", "experiments"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: threads only contend
 
@@ -54,7 +61,7 @@ def test_a_section_from_a_larger_run_is_kept_without_force(tmp_path):
 def sweep_dir(root, seeds, max_iters=100):
     for seed in seeds:
         write_run(root / f"seed={seed}", seed=seed)
-        config = (root / f"seed={seed}" / "config.toml")
+        config = root / f"seed={seed}" / "config.toml"
         config.write_text(config.read_text().replace("max_iters = 100", f"max_iters = {max_iters}"))
     return root
 
@@ -83,19 +90,29 @@ def test_plot_and_sweep_refuse_what_they_did_not_make(tmp_path, capsys):
     assert main(["plot", str(run), "--out", str(tmp_path / "fig.png"), "--force"]) == 0
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    argv = ["sweep", CONFIG, "--no-progress", *[f"--set={s}" for s in TINY], "--set=train.max_iters=2",
-            "--out", str(tmp_path / "mine")]
+    argv = [
+        "sweep",
+        CONFIG,
+        "--no-progress",
+        *[f"--set={s}" for s in TINY],
+        "--set=train.max_iters=2",
+        "--out",
+        str(tmp_path / "mine"),
+    ]
     assert "not empty" in error_of(capsys, argv)
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
 
 
-@pytest.mark.parametrize("grid, culprit", [
-    ("model.residual=standard,beleif", "--grid model.residual=\"beleif\": unknown model.residual 'beleif'"),
-    ("model.kernel=softmax,cosine", "unknown model.kernel 'cosine'"),
-    ("model.residul=belief", "unknown key model.residul"),
-    ("train.lr=0.1,-1", "train.lr must be > 0"),
-    ("task.colour=red", "task.colour"),
-])
+@pytest.mark.parametrize(
+    "grid, culprit",
+    [
+        ("model.residual=standard,beleif", "--grid model.residual=\"beleif\": unknown model.residual 'beleif'"),
+        ("model.kernel=softmax,cosine", "unknown model.kernel 'cosine'"),
+        ("model.residul=belief", "unknown key model.residul"),
+        ("train.lr=0.1,-1", "train.lr must be > 0"),
+        ("task.colour=red", "task.colour"),
+    ],
+)
 def test_sweep_checks_every_grid_value_before_the_first_run(tmp_path, capsys, grid, culprit):
     message = error_of(capsys, ["sweep", CONFIG, "--grid", grid, "--out", str(tmp_path / "s")])
     assert culprit in message
@@ -110,12 +127,19 @@ def test_set_names_itself_as_the_source_of_an_unknown_key():
 
 
 def test_labels_leave_out_keys_the_run_does_not_use(tmp_path):
-    for name, model in [("a", {"residual": "belief", "gamma": 1.0}), ("b", {"residual": "belief", "gamma": 3.0}),
-                        ("c", {"residual": "attentionx", "gamma": 3.0}), ("d", {"residual": "standard", "gamma": 1.0})]:
+    for name, model in [
+        ("a", {"residual": "belief", "gamma": 1.0}),
+        ("b", {"residual": "belief", "gamma": 3.0}),
+        ("c", {"residual": "attentionx", "gamma": 3.0}),
+        ("d", {"residual": "standard", "gamma": 1.0}),
+    ]:
         write_run(tmp_path / name, model=model)
     groups = group_runs(expand([tmp_path]))
     assert {name: len(runs) for name, runs in groups.items()} == {
-        "residual=belief": 2, "residual=attentionx, gamma=3.0": 1, "residual=standard": 1}
+        "residual=belief": 2,
+        "residual=attentionx, gamma=3.0": 1,
+        "residual=standard": 1,
+    }
 
 
 def wait_for_rows(path, count, process):
@@ -132,11 +156,22 @@ def rows(run):
 
 
 def test_ctrl_c_in_train_checkpoints_and_the_printed_command_resumes_exactly(tmp_path):
-    argv = ["train", CONFIG, *[f"--set={s}" for s in TINY], "--set=train.max_iters=1500",
-            "--set=train.checkpoint_interval=1000", "--no-progress"]
+    argv = [
+        "train",
+        CONFIG,
+        *[f"--set={s}" for s in TINY],
+        "--set=train.max_iters=1500",
+        "--set=train.checkpoint_interval=1000",
+        "--no-progress",
+    ]
     subprocess.run([*PYTHON, *argv, "--out", str(tmp_path / "whole")], check=True, capture_output=True, env=ENV)
-    victim = subprocess.Popen([*PYTHON, *argv, "--out", str(tmp_path / "cut")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=ENV)
+    victim = subprocess.Popen(
+        [*PYTHON, *argv, "--out", str(tmp_path / "cut")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     wait_for_rows(tmp_path / "cut" / "metrics.jsonl", 300, victim)
     victim.send_signal(signal.SIGINT)
     _, stderr = victim.communicate(timeout=60)
@@ -146,14 +181,24 @@ def test_ctrl_c_in_train_checkpoints_and_the_printed_command_resumes_exactly(tmp
     command = shlex.split(stderr.split("resume with: ")[1])
     assert command[:2] == ["pdmm-bridge", "train"] and "--resume" in command
     subprocess.run([*PYTHON, *command[1:]], check=True, capture_output=True, env=ENV)
-    assert rows(tmp_path / "cut") != [] and [(r["step"], r["train_loss"], r.get("val_loss")) for r in rows(
-        tmp_path / "cut")] == [(r["step"], r["train_loss"], r.get("val_loss")) for r in rows(tmp_path / "whole")]
+    assert rows(tmp_path / "cut") != [] and [
+        (r["step"], r["train_loss"], r.get("val_loss")) for r in rows(tmp_path / "cut")
+    ] == [(r["step"], r["train_loss"], r.get("val_loss")) for r in rows(tmp_path / "whole")]
 
 
 def test_ctrl_c_in_a_sweep_prints_the_command_that_resumes_it(tmp_path):
     out = tmp_path / "s"
-    argv = ["sweep", CONFIG, *[f"--set={s}" for s in TINY], "--set=train.max_iters=600", "--grid",
-            "model.residual=standard,belief", "--no-progress", "--out", str(out)]
+    argv = [
+        "sweep",
+        CONFIG,
+        *[f"--set={s}" for s in TINY],
+        "--set=train.max_iters=600",
+        "--grid",
+        "model.residual=standard,belief",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     victim = subprocess.Popen([*PYTHON, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     wait_for_rows(out / "residual=standard,seed=0" / "metrics.jsonl", 100, victim)
     victim.send_signal(signal.SIGINT)

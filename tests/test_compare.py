@@ -1,4 +1,5 @@
 """graph_consensus, the ball oracle, bridge.compare's baselines and statistics, and pdmm-bridge compare."""
+
 import csv
 import json
 import os
@@ -16,12 +17,27 @@ from scipy import stats
 
 import attention
 import pdmm
-from bridge.comparison import (BEST, BEST_SAFE, FILTER, FLOOR, RHO_GRID, SAFE_INTERVAL_GRID, TUNED, CompareTable,
-                               Setting, classical_errors, compare, compiled, mean_log, oracle_errors, per_round,
-                               t_interval)
-from bridge.polynomial import apply_filter, fit_filter, nontrivial_spectrum
+from bridge.comparison import (
+    BEST,
+    BEST_SAFE,
+    FILTER,
+    FLOOR,
+    RHO_GRID,
+    SAFE_INTERVAL_GRID,
+    TUNED,
+    CompareTable,
+    Setting,
+    classical_errors,
+    compare,
+    compiled,
+    mean_log,
+    oracle_errors,
+    per_round,
+    t_interval,
+)
 from bridge.consensus import GraphFamily, disagreement_error, node_features, sample_values
 from bridge.oracle import ball_oracle, bayes_ball_oracle
+from bridge.polynomial import apply_filter, fit_filter, nontrivial_spectrum
 from experiments.cli import main
 from experiments.compare_report import plot
 from experiments.config import load_config
@@ -29,9 +45,19 @@ from experiments.tasks import build_task
 from experiments.train import train
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "graph_consensus.toml"
-TINY = ["train.max_iters=6", "train.eval_interval=3", "train.checkpoint_interval=3", "model.n_layer=2",
-        "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=2", "task.n_min=8",
-        "task.n_max=12", "task.radius=0"]
+TINY = [
+    "train.max_iters=6",
+    "train.eval_interval=3",
+    "train.checkpoint_interval=3",
+    "model.n_layer=2",
+    "model.d_model=16",
+    "model.n_head=2",
+    "train.batch_size=4",
+    "task.val_graphs=2",
+    "task.n_min=8",
+    "task.n_max=12",
+    "task.radius=0",
+]
 
 
 def test_graph_consensus_batches_and_the_disagreement_error():
@@ -79,8 +105,9 @@ def brute_force_ball_average(G, a, r):
     return out
 
 
-@pytest.mark.parametrize("G", [nx.path_graph(7), nx.random_labeled_tree(12, seed=1),
-                               nx.relabel_nodes(nx.grid_2d_graph(3, 4), str)])
+@pytest.mark.parametrize(
+    "G", [nx.path_graph(7), nx.random_labeled_tree(12, seed=1), nx.relabel_nodes(nx.grid_2d_graph(3, 4), str)]
+)
 def test_ball_oracle_equals_a_brute_force_average_over_each_ball(G):
     a = np.random.default_rng(0).normal(size=(2, len(G), 3))
     oracle = ball_oracle(G, a, 5)
@@ -92,8 +119,9 @@ def test_ball_oracle_equals_a_brute_force_average_over_each_ball(G):
     arrays = pdmm.Graph.from_networkx(G)  # the same graph as arrays, and as a scipy adjacency matrix
     for same in (arrays, arrays.adjacency()):
         np.testing.assert_array_equal(ball_oracle(same, a, 5), oracle)
-        np.testing.assert_array_equal(bayes_ball_oracle(same, a[..., 0], 3, 1.0, 0.5),
-                                      bayes_ball_oracle(G, a[..., 0], 3, 1.0, 0.5))
+        np.testing.assert_array_equal(
+            bayes_ball_oracle(same, a[..., 0], 3, 1.0, 0.5), bayes_ball_oracle(G, a[..., 0], 3, 1.0, 0.5)
+        )
 
 
 def test_bayes_oracle_is_gaussian_conditioning_and_beats_the_ball_average_in_mean_square():
@@ -102,7 +130,7 @@ def test_bayes_oracle_is_gaussian_conditioning_and_beats_the_ball_average_in_mea
     rng = np.random.default_rng(4)
     tau2, s = 2.0, np.array([0.7, 1.6])
     a = rng.normal(scale=np.sqrt(tau2), size=(2, 1)) + s[:, None] * rng.normal(size=(2, 9))
-    bayes = bayes_ball_oracle(G, a, 3, tau2, s ** 2)
+    bayes = bayes_ball_oracle(G, a, 3, tau2, s**2)
     nodes = list(G.nodes)
     for b in range(2):
         cov = tau2 + s[b] ** 2 * np.eye(9)
@@ -113,7 +141,9 @@ def test_bayes_oracle_is_gaussian_conditioning_and_beats_the_ball_average_in_mea
                 assert bayes[r - 1, b, i] == pytest.approx(expected, abs=1e-12)
     values, spread = sample_values(2000, 9, rng, mu_scale=1.0, spreads=True)
     mse = lambda x: ((x - values.mean(1, keepdims=True)) ** 2).mean()  # noqa: E731
-    assert mse(bayes_ball_oracle(G, values, 1, 1.0, spread ** 2)[0]) < 0.97 * mse(ball_oracle(G, values[..., None], 1)[0, ..., 0])
+    assert mse(bayes_ball_oracle(G, values, 1, 1.0, spread**2)[0]) < 0.97 * mse(
+        ball_oracle(G, values[..., None], 1)[0, ..., 0]
+    )
 
 
 def test_pdmm_with_rho_one_from_a_is_the_ball_average_at_round_one_and_beats_it_nowhere_on_average():
@@ -123,10 +153,13 @@ def test_pdmm_with_rho_one_from_a_is_the_ball_average_at_round_one_and_beats_it_
     a = np.random.default_rng(1).normal(size=(400, 30))
     instances = compiled([(G, a)])
     oracle = oracle_errors([(G, a)], 3)
-    torch.testing.assert_close(classical_errors("pdmm", {"theta": 1.0, "rho": 1.0}, 1, instances)[0], oracle[0],
-                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        classical_errors("pdmm", {"theta": 1.0, "rho": 1.0}, 1, instances)[0], oracle[0], rtol=1e-12, atol=0
+    )
     for rho in (0.3, 0.7, 1.5, 3.0):
-        assert classical_errors("pdmm", {"theta": 1.0, "rho": rho}, 1, instances)[0].log().mean() > oracle[0].log().mean()
+        assert (
+            classical_errors("pdmm", {"theta": 1.0, "rho": rho}, 1, instances)[0].log().mean() > oracle[0].log().mean()
+        )
 
 
 def test_classical_errors_are_pdmm_solve_errors_per_round():
@@ -135,15 +168,19 @@ def test_classical_errors_are_pdmm_solve_errors_per_round():
     for method, params in [("pdmm", {"theta": 1.0}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]:
         e = classical_errors(method, {**params, "rho": 0.5}, 4, compiled([(G, a)]))
         assert e.shape == (4, 3)
-        x = np.asarray(pdmm.solve(pdmm.averaging(G, a[..., None]), method=method, rho=0.5, max_iter=2, tol=0,
-                                  x0=a[..., None], **params).x)[..., 0]
+        x = np.asarray(
+            pdmm.solve(
+                pdmm.averaging(G, a[..., None]), method=method, rho=0.5, max_iter=2, tol=0, x0=a[..., None], **params
+            ).x
+        )[..., 0]
         x_star = a.mean(1, keepdims=True)
         direct = np.linalg.norm(x - x_star, axis=1) / np.linalg.norm(a - x_star, axis=1)
         np.testing.assert_allclose(e[1].numpy(), direct, rtol=1e-10)
 
 
-@pytest.mark.parametrize("method,params", [("pdmm", {"theta": 1.0}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}),
-                                           ("admm", {})])
+@pytest.mark.parametrize(
+    "method,params", [("pdmm", {"theta": 1.0}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]
+)
 def test_round_r_of_every_classical_method_has_heard_only_r_hops(method, params):
     """From x0 = a, as compare runs them, a change at node 0 of a path reaches node k at round k, not before."""
     G = nx.path_graph(8)
@@ -151,8 +188,14 @@ def test_round_r_of_every_classical_method_has_heard_only_r_hops(method, params)
     moved = a.copy()
     moved[0] += 1.0
     for rounds in (1, 2, 3):
-        x = [np.asarray(pdmm.solve(pdmm.averaging(G, values), method=method, rho=0.7, max_iter=rounds, tol=0,
-                                   x0=values, **params).x) for values in (a, moved)]
+        x = [
+            np.asarray(
+                pdmm.solve(
+                    pdmm.averaging(G, values), method=method, rho=0.7, max_iter=rounds, tol=0, x0=values, **params
+                ).x
+            )
+            for values in (a, moved)
+        ]
         changed = np.abs(x[0] - x[1])[:, 0] > 1e-12
         assert changed.tolist() == [k <= rounds for k in range(8)], (rounds, changed)
 
@@ -177,43 +220,106 @@ def test_intervals_and_paired_tests_match_scipy():
     expected = stats.t.interval(0.95, 4, loc=a[:, 2].mean(), scale=stats.sem(a[:, 2]))
     np.testing.assert_allclose([low, high], expected, rtol=1e-12)
     oracle = b - 0.5 + rng.normal(0, 0.05, size=b.shape)
-    table = CompareTable([0, 1, 2, 3, 4], 4, 2, {("m", "s"): a, ("o", "s"): b, ("ball oracle", "s"): oracle},
-                         {"m": 1, "o": 1, "ball oracle": None}, {})
+    table = CompareTable(
+        [0, 1, 2, 3, 4],
+        4,
+        2,
+        {("m", "s"): a, ("o", "s"): b, ("ball oracle", "s"): oracle},
+        {"m": 1, "o": 1, "ball oracle": None},
+        {},
+    )
     ratio, low, high, p = table.paired("m", "o", "s", 3)
-    np.testing.assert_allclose(np.log10([ratio, low, high]),
-                               [(a - b)[:, 2].mean(), *stats.t.interval(0.95, 4, loc=(a - b)[:, 2].mean(),
-                                                                        scale=stats.sem((a - b)[:, 2]))], rtol=1e-10)
+    np.testing.assert_allclose(
+        np.log10([ratio, low, high]),
+        [(a - b)[:, 2].mean(), *stats.t.interval(0.95, 4, loc=(a - b)[:, 2].mean(), scale=stats.sem((a - b)[:, 2]))],
+        rtol=1e-10,
+    )
     assert p == pytest.approx(stats.ttest_rel(a[:, 2], b[:, 2]).pvalue, rel=1e-12)
     assert table.verdict("m", "m", "s", 1) == "not separable"  # identical rows: ratio 1, no interval
-    far = CompareTable([0, 1, 2], 2, 1, {("m", "s"): np.array([[-2.0, -2.1], [-2.25, -2.0], [-2.1, -2.2]]),
-                                         ("o", "s"): np.array([[-1.0, -1.1], [-1.2, -1.0], [-1.1, -1.0]])}, {}, {})
+    far = CompareTable(
+        [0, 1, 2],
+        2,
+        1,
+        {
+            ("m", "s"): np.array([[-2.0, -2.1], [-2.25, -2.0], [-2.1, -2.2]]),
+            ("o", "s"): np.array([[-1.0, -1.1], [-1.2, -1.0], [-1.1, -1.0]]),
+        },
+        {},
+        {},
+    )
     assert far.verdict("m", "o", "s", 1) == "better" and far.verdict("o", "m", "s", 2) == "worse"
     assert far.trend("m", "s")[3] == "stalls" and far.trend("o", "s")[3] == "stalls"
     rows = table.rows()
-    assert {(r["method"], r["round"]) for r in rows} == {(m, k) for m in ("m", "o", "ball oracle") for k in (1, 2, 3, 4)}
+    assert {(r["method"], r["round"]) for r in rows} == {
+        (m, k) for m in ("m", "o", "ball oracle") for k in (1, 2, 3, 4)
+    }
 
 
 def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_the_ball_oracle_at_round_one(tmp_path):
     out = tmp_path / "cmp"
-    args = ["compare", str(CONFIG), "--residuals", "standard", "--tied", "accumulated", "--widths", "4", "--seeds", "0,1",
-            "--rounds", "4", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps", "2",
-            "--finetune-steps", "2", *[f"--set={s}" for s in TINY], "--out", str(out), "--no-progress"]
+    args = [
+        "compare",
+        str(CONFIG),
+        "--residuals",
+        "standard",
+        "--tied",
+        "accumulated",
+        "--widths",
+        "4",
+        "--seeds",
+        "0,1",
+        "--rounds",
+        "4",
+        "--test-graphs",
+        "1",
+        "--tune-graphs",
+        "1",
+        "--learned-steps",
+        "2",
+        "--finetune-steps",
+        "2",
+        *[f"--set={s}" for s in TINY],
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main([*args, "--results", str(tmp_path / "R.md")]) == 0
     with open(out / "compare.csv") as f:
         rows = list(csv.DictReader(f))
     sets = {"training family", "larger graphs", "ring", "grid"}
-    classical = {"pdmm (tuned per round)", "averaged pdmm (tuned per round)", "admm (tuned per round)", "gossip",
-                 "chebyshev (tuned per round)", "safe chebyshev (tuned per round)",
-                 "polynomial filter (fitted per round, safeguarded)", "best classical (chosen on tuning data)",
-                 "best non-diverging classical (chosen on tuning data)"}
-    full = classical | {"ball oracle", "bayes oracle (knows prior and s)", "pdmm (tuned for round 4)",
-                        "averaged pdmm (tuned for round 4)", "admm (tuned for round 4)", "chebyshev (tuned for round 4)",
-                        "safe chebyshev (tuned for round 4)", "chebyshev (own spectral interval)",
-                        "best polynomial of W per graph (bound)", "learned pdmm", "pdmm-transformer (hand-set)",
-                        "tied transformer (accumulated)",
-                        "pdmm-transformer (1 number, tied, topology mixture, depth curriculum)"}
-    depth = {"transformer (standard)", "transformer (standard, w=4)", "pdmm-transformer (trained from pdmm)",
-             "pdmm-transformer (trained from random)", "pdmm-transformer (1 number, trained from pdmm)"}
+    classical = {
+        "pdmm (tuned per round)",
+        "averaged pdmm (tuned per round)",
+        "admm (tuned per round)",
+        "gossip",
+        "chebyshev (tuned per round)",
+        "safe chebyshev (tuned per round)",
+        "polynomial filter (fitted per round, safeguarded)",
+        "best classical (chosen on tuning data)",
+        "best non-diverging classical (chosen on tuning data)",
+    }
+    full = classical | {
+        "ball oracle",
+        "bayes oracle (knows prior and s)",
+        "pdmm (tuned for round 4)",
+        "averaged pdmm (tuned for round 4)",
+        "admm (tuned for round 4)",
+        "chebyshev (tuned for round 4)",
+        "safe chebyshev (tuned for round 4)",
+        "chebyshev (own spectral interval)",
+        "best polynomial of W per graph (bound)",
+        "learned pdmm",
+        "pdmm-transformer (hand-set)",
+        "tied transformer (accumulated)",
+        "pdmm-transformer (1 number, tied, topology mixture, depth curriculum)",
+    }
+    depth = {
+        "transformer (standard)",
+        "transformer (standard, w=4)",
+        "pdmm-transformer (trained from pdmm)",
+        "pdmm-transformer (trained from random)",
+        "pdmm-transformer (1 number, trained from pdmm)",
+    }
     expected = {(m, s, k) for s in sets for m in full for k in (1, 2, 3, 4)}
     expected |= {(m, s, k) for s in sets for m in depth for k in (1, 2)}
     assert {(r["method"], r["set"], int(r["round"])) for r in rows if int(r["round"]) <= 4} == expected
@@ -221,13 +327,28 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
     # 2 d_model = 32, 4 (the width-limited row) and 14 (the PDMM-transformer), r in 1, K = 2
     later = {int(r["round"]) for r in rows if int(r["round"]) > 4 and r["method"] in classical}
     assert later == {8, 14, 28, 32, 64}
-    assert {int(r["round"]) for r in rows if r["method"] == "polynomial filter (fitted per round, safeguarded)"} \
-        == {1, 2, 3, 4, 8, 14, 28, 32, 64}
+    assert {int(r["round"]) for r in rows if r["method"] == "polynomial filter (fitted per round, safeguarded)"} == {
+        1,
+        2,
+        3,
+        4,
+        8,
+        14,
+        28,
+        32,
+        64,
+    }
     assert all(float(r["error_low"]) <= float(r["error"]) <= float(r["error_high"]) for r in rows)
     first = [r for r in rows if r["round"] == "1"]
     ball = {r["set"]: float(r["error"]) for r in first if r["method"] == "ball oracle"}
-    pdmm_family = {"pdmm (tuned per round)", "pdmm (tuned for round 4)", "averaged pdmm (tuned per round)",
-                   "admm (tuned per round)", "learned pdmm", "pdmm-transformer (hand-set)"}
+    pdmm_family = {
+        "pdmm (tuned per round)",
+        "pdmm (tuned for round 4)",
+        "averaged pdmm (tuned per round)",
+        "admm (tuned per round)",
+        "learned pdmm",
+        "pdmm-transformer (hand-set)",
+    }
     assert all(float(r["error"]) >= ball[r["set"]] * (1 - 1e-9) for r in first if r["method"] in pdmm_family)
     hand_set = {(r["set"], r["round"]): float(r["error"]) for r in rows if r["method"] == "pdmm-transformer (hand-set)"}
     for r in rows:
@@ -255,8 +376,18 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
 def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_seed_rows_round_trip():
     """Recomputed here from the seed's own draw: each row's per-round setting is the tuning instances' best, and the
     best classical row at round r is the candidate whose round-r setting has the smallest validation error."""
-    setting = Setting(GraphFamily("random_geometric", 10, 14), depth=2, rounds=3, test_graphs=1, tune_graphs=1,
-                      batch=3, learned_steps=1, finetune_steps=1, checkpoints=(6,), val_graphs=1)
+    setting = Setting(
+        GraphFamily("random_geometric", 10, 14),
+        depth=2,
+        rounds=3,
+        test_graphs=1,
+        tune_graphs=1,
+        batch=3,
+        learned_steps=1,
+        finetune_steps=1,
+        checkpoints=(6,),
+        val_graphs=1,
+    )
     table = compare(setting, seeds=[0, 1])
     score = lambda e: float(torch.log10(e.clamp_min(FLOOR)).mean())  # noqa: E731
     for seed in (0, 1):
@@ -265,8 +396,9 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
         spectra = [nontrivial_spectrum(pdmm.mixing_matrix(G, "metropolis")) for G, *_ in tuning]
         for r in (1, 2, 3, 6):
             rho = fitted["pdmm: rho per round"][r]
-            on_tuning = [score(classical_errors("pdmm", {"theta": 1.0, "rho": x}, r, compiled(tuning))[r - 1])
-                         for x in RHO_GRID]
+            on_tuning = [
+                score(classical_errors("pdmm", {"theta": 1.0, "rho": x}, r, compiled(tuning))[r - 1]) for x in RHO_GRID
+            ]
             assert rho == RHO_GRID[int(np.argmin(on_tuning))]
             held = {}
             for name, (method, fixed, key, _) in TUNED.items():
@@ -274,9 +406,16 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
                 params = {**fixed, **({} if key is None else {key: tuple(value) if key == "interval" else value})}
                 held[per_round(name)] = score(classical_errors(method, params, r, compiled(validation))[r - 1])
             c = fit_filter(spectra, r)
-            held[FILTER] = score(torch.cat([disagreement_error(
-                torch.as_tensor(apply_filter(pdmm.mixing_matrix(G, "metropolis"), a, c)), torch.as_tensor(a))
-                for G, a, _ in validation]))
+            held[FILTER] = score(
+                torch.cat(
+                    [
+                        disagreement_error(
+                            torch.as_tensor(apply_filter(pdmm.mixing_matrix(G, "metropolis"), a, c)), torch.as_tensor(a)
+                        )
+                        for G, a, _ in validation
+                    ]
+                )
+            )
             chosen = fitted["best classical per round"][r]
             assert chosen == min(held, key=held.get)
             safe = fitted["best non-diverging classical per round"][r]
@@ -295,8 +434,14 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
 def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):
     logs = mean_log(torch.tensor([[0.5, float("inf")], [float("nan"), 0.1]]))
     assert logs[0] == np.inf and logs[1] == np.inf
-    table = CompareTable([0, 1, 2], 1, 1, {("m", "s"): np.array([[np.inf], [-1.0], [-1.2]]),
-                                           ("o", "s"): np.array([[-1.0], [-1.1], [-1.0]])}, {"m": 1, "o": 1}, {})
+    table = CompareTable(
+        [0, 1, 2],
+        1,
+        1,
+        {("m", "s"): np.array([[np.inf], [-1.0], [-1.2]]), ("o", "s"): np.array([[-1.0], [-1.1], [-1.0]])},
+        {"m": 1, "o": 1},
+        {},
+    )
     assert table.cell("m", "s", 1)[0] == np.inf and np.isnan(table.cell("m", "s", 1)[1])
     assert table.paired("m", "o", "s", 1)[0] == np.inf and table.verdict("m", "o", "s", 1) == "not separable"
     plot(table, {"s": ["m", "o"]}, tmp_path / "diverged.png")  # the axes come from the finite values
@@ -316,9 +461,33 @@ def test_compare_refuses_other_tasks_and_foreign_directories(tmp_path, capsys):
 
 def test_ctrl_c_keeps_finished_seeds_and_the_same_command_resumes(tmp_path):
     out = tmp_path / "cmp"
-    command = [sys.executable, "-m", "experiments", "compare", str(CONFIG), "--residuals", "standard", "--tied", "none",
-               "--seeds", "0,1,2,3", "--rounds", "3", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps",
-               "2", "--finetune-steps", "2", *[f"--set={s}" for s in TINY], "--out", str(out), "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "experiments",
+        "compare",
+        str(CONFIG),
+        "--residuals",
+        "standard",
+        "--tied",
+        "none",
+        "--seeds",
+        "0,1,2,3",
+        "--rounds",
+        "3",
+        "--test-graphs",
+        "1",
+        "--tune-graphs",
+        "1",
+        "--learned-steps",
+        "2",
+        "--finetune-steps",
+        "2",
+        *[f"--set={s}" for s in TINY],
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = out / "seeds" / "seed=0.json"
@@ -340,8 +509,10 @@ def test_safe_chebyshev_never_grows_the_error_where_a_tuned_interval_diverges():
     -0.3 grows it past 1 (the failure the best non-diverging row guards against)."""
     G = nx.convert_node_labels_to_integers(nx.grid_2d_graph(6, 6))
     instances = compiled([(G, sample_values(2, 36, np.random.default_rng(0)))])
-    worst = max(float(classical_errors("chebyshev", {"mixing": "metropolis", "interval": interval}, 40,
-                                       instances).max()) for interval in SAFE_INTERVAL_GRID)
+    worst = max(
+        float(classical_errors("chebyshev", {"mixing": "metropolis", "interval": interval}, 40, instances).max())
+        for interval in SAFE_INTERVAL_GRID
+    )
     assert worst <= 1 + 1e-12
     unsafe = classical_errors("chebyshev", {"mixing": "metropolis", "interval": (-0.3, 0.9)}, 40, instances)
     assert float(unsafe.max()) > 1

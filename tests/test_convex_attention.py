@@ -1,5 +1,6 @@
 """Convex attention (docs/theory/convex.md section 7): Adam in torch and cvxpy's exact solve reach the same
 objective."""
+
 import pytest
 import torch
 
@@ -95,18 +96,29 @@ def test_token_classifier_trains_only_z():
     assert model(idx).shape == (5, 7)
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda: attention.ConvexAttention(0, 4), "n_tokens must be an integer >= 1"),
-    (lambda: attention.ConvexAttention(3, 4, n_gates=-1), "n_gates must be an integer >= 0"),
-    (lambda: attention.ConvexAttention(3, 4)(torch.zeros(2, 4, 3)), r"shape \(batch, 3, 4\)"),
-    (lambda: attention.ConvexAttention(3, 4, 2).objective(torch.zeros(2, 3, 4), torch.zeros(2, 2), 0.1, "hinge"),
-     "loss must be one of"),
-    (lambda: attention.ConvexAttention(3, 4, 1).objective(torch.zeros(2, 3, 4), torch.zeros(2, dtype=torch.long), 0.1,
-                                                          "cross_entropy"), "integer class labels and n_outputs >= 2"),
-    (lambda: attention.ConvexAttention(3, 4).solve_exact(torch.zeros(2, 3, 4), torch.zeros(2, 1), beta=-1.0),
-     "beta must be >= 0"),
-    (lambda: attention.ConvexTokenClassifier(10, 4, 8, 7)(torch.zeros(2, 4)), "integer token ids"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: attention.ConvexAttention(0, 4), "n_tokens must be an integer >= 1"),
+        (lambda: attention.ConvexAttention(3, 4, n_gates=-1), "n_gates must be an integer >= 0"),
+        (lambda: attention.ConvexAttention(3, 4)(torch.zeros(2, 4, 3)), r"shape \(batch, 3, 4\)"),
+        (
+            lambda: attention.ConvexAttention(3, 4, 2).objective(torch.zeros(2, 3, 4), torch.zeros(2, 2), 0.1, "hinge"),
+            "loss must be one of",
+        ),
+        (
+            lambda: attention.ConvexAttention(3, 4, 1).objective(
+                torch.zeros(2, 3, 4), torch.zeros(2, dtype=torch.long), 0.1, "cross_entropy"
+            ),
+            "integer class labels and n_outputs >= 2",
+        ),
+        (
+            lambda: attention.ConvexAttention(3, 4).solve_exact(torch.zeros(2, 3, 4), torch.zeros(2, 1), beta=-1.0),
+            "beta must be >= 0",
+        ),
+        (lambda: attention.ConvexTokenClassifier(10, 4, 8, 7)(torch.zeros(2, 4)), "integer token ids"),
+    ],
+)
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -132,7 +144,9 @@ def test_convex_block_is_x_plus_the_gated_form_on_normalised_tokens():
 def test_convex_transformer_trains_its_embeddings_and_penalises_every_block():
     model = attention.ConvexTransformer(vocab_size=10, n_tokens=4, d=8, n_outputs=7, n_blocks=3, n_gates=2, seed=0)
     blocks = [m for m in model.modules() if isinstance(m, attention.ConvexAttention)]
-    assert len(blocks) == 3 and sum(p.numel() for p in model.parameters()) == 10 * 8 + 2 * (2 * 32 * 4 * 8) + 2 * 7 * 4 * 8
+    assert (
+        len(blocks) == 3 and sum(p.numel() for p in model.parameters()) == 10 * 8 + 2 * (2 * 32 * 4 * 8) + 2 * 7 * 4 * 8
+    )
     assert not torch.equal(blocks[0].u1, blocks[1].u1)  # each block has its own fixed gates
     with torch.no_grad():
         for block in blocks:

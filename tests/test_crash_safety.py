@@ -1,4 +1,5 @@
 """Crash safety by fault injection: kill or fail a run at every write point, resume, get the same bits."""
+
 import errno
 import json
 import os
@@ -21,8 +22,17 @@ from experiments.runs import TornLine, load_run
 from experiments.train import has_checkpoint, learning_rate, load_checkpoint, train
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
-TINY = ["task.p=11", "model.d_model=16", "model.n_head=2", "model.dropout=0.1", "train.warmup_iters=2",
-        "train.eval_interval=4", "train.eval_iters=2", "train.max_iters=10", "train.checkpoint_interval=3"]
+TINY = [
+    "task.p=11",
+    "model.d_model=16",
+    "model.n_head=2",
+    "model.dropout=0.1",
+    "train.warmup_iters=2",
+    "train.eval_interval=4",
+    "train.eval_iters=2",
+    "train.max_iters=10",
+    "train.checkpoint_interval=3",
+]
 ARGV = ["train", CONFIG, *[f"--set={s}" for s in TINY], "--no-progress"]
 PYTHON = [sys.executable, "-m", "experiments"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -58,8 +68,9 @@ class Faults:
 @pytest.fixture(autouse=True)
 def quick_plots(monkeypatch):
     """curves.png as a stub file: drawing it is most of a tiny run's time and no part of what is checked."""
-    monkeypatch.setattr(train_module, "plot_training",
-                        lambda rows, path, title, best_step=None: path.write_text("curves"))
+    monkeypatch.setattr(
+        train_module, "plot_training", lambda rows, path, title, best_step=None: path.write_text("curves")
+    )
 
 
 def tiny(*extra):
@@ -97,8 +108,10 @@ def test_a_kill_at_every_write_point_then_resume_gives_the_uninterrupted_bits(tm
                 train(config, out, progress=False)
         recover(config, out)
         assert_same_bits(out, tmp_path / "whole")
-        assert json.loads((out / "summary.json").read_text())["final"] == json.loads(
-            (tmp_path / "whole" / "summary.json").read_text())["final"]
+        assert (
+            json.loads((out / "summary.json").read_text())["final"]
+            == json.loads((tmp_path / "whole" / "summary.json").read_text())["final"]
+        )
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -124,9 +137,15 @@ from experiments.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 KILLS = {  # a real SIGKILL inside a checkpoint write (ckpt.pt renamed away, its successor not yet in place) and mid-row
-    "between the renames of a checkpoint": dict(target="os.replace", at=11, before="pass", patch="os.replace"),  # 1-8: the marker, its updates, config.toml, meta.json, the first checkpoint
-    "in the middle of a metrics row": dict(target="train.write_row", at=8, patch="train.write_row",
-                                           before="args[0].write('{\"step\": 8, \"tra'); args[0].flush()"),
+    "between the renames of a checkpoint": dict(
+        target="os.replace", at=11, before="pass", patch="os.replace"
+    ),  # 1-8: the marker, its updates, config.toml, meta.json, the first checkpoint
+    "in the middle of a metrics row": dict(
+        target="train.write_row",
+        at=8,
+        patch="train.write_row",
+        before='args[0].write(\'{"step": 8, "tra\'); args[0].flush()',
+    ),
 }
 
 
@@ -134,11 +153,16 @@ KILLS = {  # a real SIGKILL inside a checkpoint write (ckpt.pt renamed away, its
 def test_a_real_sigkill_inside_a_write_then_resume_gives_the_uninterrupted_bits(tmp_path, moment):
     whole_run(ARGV, tmp_path / "whole")
     script = KILLER.format(**KILLS[moment])
-    killed = subprocess.run([sys.executable, "-c", script, *ARGV, "--out", str(tmp_path / "killed")],
-                            capture_output=True, text=True, env=ENV)
+    killed = subprocess.run(
+        [sys.executable, "-c", script, *ARGV, "--out", str(tmp_path / "killed")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert killed.returncode == -signal.SIGKILL and not (tmp_path / "killed" / "summary.json").exists()
-    resumed = subprocess.run([*PYTHON, *ARGV, "--out", str(tmp_path / "killed"), "--resume"], capture_output=True,
-                             text=True, env=ENV)
+    resumed = subprocess.run(
+        [*PYTHON, *ARGV, "--out", str(tmp_path / "killed"), "--resume"], capture_output=True, text=True, env=ENV
+    )
     assert resumed.returncode == 0 and "Traceback" not in resumed.stderr
     assert_same_bits(tmp_path / "killed", tmp_path / "whole")
 
@@ -199,7 +223,7 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_one_and_none_is_one_e
     out = tmp_path / "cut"
     crash_at_step(monkeypatch, tiny(), out, 8)  # checkpoints at steps 3 (ckpt.prev.pt) and 6 (ckpt.pt)
     data = (out / "ckpt.pt").read_bytes()
-    (out / "ckpt.pt").write_bytes(data[:len(data) // 2])
+    (out / "ckpt.pt").write_bytes(data[: len(data) // 2])
     assert main([*ARGV, "--out", str(out), "--resume"]) == 0
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "ckpt.pt" in err and "truncated" in err and "ckpt.prev.pt (step 3)" in err
@@ -237,7 +261,7 @@ def test_extend_continues_from_the_checkpoint_to_the_new_max_iters(tmp_path, mon
     before = [row for row in load_run(out).metrics if row["step"] <= (10 if finished else 6)]
     assert main([*ARGV, "--out", str(out), "--extend", "--set=train.max_iters=16"]) == 0
     rows = load_run(out).metrics
-    assert [row["step"] for row in rows] == list(range(1, 17)) and rows[:len(before)] == before
+    assert [row["step"] for row in rows] == list(range(1, 17)) and rows[: len(before)] == before
     assert rows[len(before)]["lr"] == learning_rate(len(before), tiny("train.max_iters=16").train)
     meta = json.loads((out / "meta.json").read_text())
     assert meta["extended"][0]["at_step"] == len(before)
@@ -248,7 +272,10 @@ def test_extend_continues_from_the_checkpoint_to_the_new_max_iters(tmp_path, mon
 
 def test_extend_refuses_other_changes_and_a_lower_max_iters(tmp_path, capsys):
     assert main([*ARGV, "--out", str(tmp_path / "run")]) == 0
-    for setting, message in [("model.d_model=32", "--extend changes only"), ("train.max_iters=8", "above the run's 10")]:
+    for setting, message in [
+        ("model.d_model=32", "--extend changes only"),
+        ("train.max_iters=8", "above the run's 10"),
+    ]:
         with pytest.raises(SystemExit):
             main([*ARGV, "--out", str(tmp_path / "run"), "--extend", f"--set={setting}"])
         err = capsys.readouterr().err.strip()
@@ -258,8 +285,14 @@ def test_extend_refuses_other_changes_and_a_lower_max_iters(tmp_path, capsys):
     assert "pass --extend" in capsys.readouterr().err
 
 
-SWEEP = ["sweep", CONFIG, *[f"--set={s}" for s in TINY if "n_head" not in s], "--grid", "model.n_head=2,3,4",
-         "--no-progress"]  # 3 heads do not divide d_model = 16: that run fails
+SWEEP = [
+    "sweep",
+    CONFIG,
+    *[f"--set={s}" for s in TINY if "n_head" not in s],
+    "--grid",
+    "model.n_head=2,3,4",
+    "--no-progress",
+]  # 3 heads do not divide d_model = 16: that run fails
 
 
 class KillAtRename:
@@ -276,8 +309,9 @@ class KillAtRename:
         return self.replace(src, dst)
 
 
-def test_a_sweep_killed_at_every_write_of_sweep_json_resumes_without_redoing_or_forgetting(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_a_sweep_killed_at_every_write_of_sweep_json_resumes_without_redoing_or_forgetting(
+    tmp_path, monkeypatch, capsys
+):
     with monkeypatch.context() as patch:
         counter = KillAtRename(patch, "sweep.json")
         assert main([*SWEEP, "--out", str(tmp_path / "whole")]) == 1
@@ -316,8 +350,11 @@ def test_a_sweep_killed_mid_run_resumes_it_and_keeps_the_failure_record(tmp_path
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["finished", "failed", "pending"] and "divisible" in runs[1]["error"]
     assert main([*SWEEP, "--out", str(out)]) == 1
-    assert [r["status"] for r in json.loads((out / "sweep.json").read_text())["runs"]] == ["finished", "failed",
-                                                                                          "finished"]
+    assert [r["status"] for r in json.loads((out / "sweep.json").read_text())["runs"]] == [
+        "finished",
+        "failed",
+        "finished",
+    ]
     assert_same_bits(out / "n_head=4,seed=0", tmp_path / "whole" / "n_head=4,seed=0")
 
 
@@ -356,8 +393,14 @@ def test_a_file_size_limit_is_one_error_line_and_the_run_resumes_after(tmp_path)
     extend = [*PYTHON, *ARGV, "--out", str(out), "--extend", "--set=train.max_iters=16"]
     limited = subprocess.run(extend, capture_output=True, text=True, env=ENV, preexec_fn=small_files)
     assert limited.returncode == 1 and "Traceback" not in limited.stderr
-    assert limited.stderr.strip().count("\n") == 0 and "ckpt.pt" in limited.stderr and "File too large" in limited.stderr
+    assert (
+        limited.stderr.strip().count("\n") == 0 and "ckpt.pt" in limited.stderr and "File too large" in limited.stderr
+    )
     assert load_checkpoint(out / "ckpt.pt", ("state",))["state"]["step"] == 10
-    assert subprocess.run([*PYTHON, *ARGV, "--out", str(out), "--resume", "--set=train.max_iters=16"],
-                          capture_output=True, env=ENV).returncode == 0
+    assert (
+        subprocess.run(
+            [*PYTHON, *ARGV, "--out", str(out), "--resume", "--set=train.max_iters=16"], capture_output=True, env=ENV
+        ).returncode
+        == 0
+    )
     assert [row["step"] for row in load_run(out).metrics] == list(range(1, 17))

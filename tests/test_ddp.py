@@ -3,6 +3,7 @@
 Each test launches real `torchrun` jobs (gloo on localhost) of a tiny modular-arithmetic run, so
 the module takes a few minutes on a loaded two-core machine; the runs it compares are shared.
 """
+
 import json
 import os
 import shutil
@@ -15,29 +16,45 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.common import UsageError
 from experiments.cli import main
+from experiments.common import UsageError
 from experiments.config import load_config
 from experiments.runs import load_run
 from experiments.train import has_checkpoint, load_checkpoint, train
 from experiments.world import World
 
-pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()
-                                     and sys.platform == "linux"),
-                                reason="needs torch.distributed with gloo, on Linux (/proc)")
+pytestmark = pytest.mark.skipif(
+    not (torch.distributed.is_available() and torch.distributed.is_gloo_available() and sys.platform == "linux"),
+    reason="needs torch.distributed with gloo, on Linux (/proc)",
+)
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
-TINY = ["task.p=11", "model.d_model=16", "model.n_head=2", "train.batch_size=20", "train.lr=3e-3",
-        "train.warmup_iters=2", "train.eval_interval=10", "train.max_iters=50", "train.checkpoint_interval=10"]
+TINY = [
+    "task.p=11",
+    "model.d_model=16",
+    "model.n_head=2",
+    "train.batch_size=20",
+    "train.lr=3e-3",
+    "train.warmup_iters=2",
+    "train.eval_interval=10",
+    "train.max_iters=50",
+    "train.checkpoint_interval=10",
+]
 ARGS = ["train", CONFIG, *[f"--set={s}" for s in TINY], "--no-progress"]
 LAUNCH = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
-ENV = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                             "MASTER_PORT", "TORCHELASTIC_RUN_ID")},
-       "OMP_NUM_THREADS": "1"}
+ENV = {
+    **{
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+    },
+    "OMP_NUM_THREADS": "1",
+}
 TIMEOUT = 300  # seconds: a hung job fails the test instead of stalling the suite
-KILL_AT = 25   # the run is SIGKILLed while rank 0 writes the metrics row of this step (checkpoint at step 20)
+KILL_AT = 25  # the run is SIGKILLed while rank 0 writes the metrics row of this step (checkpoint at step 20)
 
-KILLER = """
+KILLER = (
+    """
 import json, os, signal, sys
 from experiments import train
 
@@ -69,7 +86,9 @@ def killing(file, row):
 train.write_row = killing
 from experiments.cli import main
 sys.exit(main(sys.argv[1:]))
-""" % KILL_AT
+"""
+    % KILL_AT
+)
 
 
 def launch(processes, out, *extra, script=None):
@@ -115,8 +134,9 @@ def assert_close_runs(a, b, rtol=1e-5):
     assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b]
     assert [r.keys() for r in rows_a] == [r.keys() for r in rows_b]
     for key in rows_a[0]:
-        np.testing.assert_allclose([r.get(key, 0.0) for r in rows_a], [r.get(key, 0.0) for r in rows_b], rtol=rtol,
-                                   atol=1e-7, err_msg=key)
+        np.testing.assert_allclose(
+            [r.get(key, 0.0) for r in rows_a], [r.get(key, 0.0) for r in rows_b], rtol=rtol, atol=1e-7, err_msg=key
+        )
     for key in ("val_acc", "train_acc"):  # counts of right answers: equal, not close
         assert [r.get(key) for r in rows_a] == [r.get(key) for r in rows_b]
     wa, wb = weights(a), weights(b)
@@ -148,7 +168,8 @@ def test_two_processes_give_the_single_process_curve_and_weights(runs):
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())  # no file per rank
     meta = json.loads((two / "meta.json").read_text())
     assert (meta["processes"], meta["backend"]) == (2, "gloo") and "processes" not in json.loads(
-        (one / "meta.json").read_text())
+        (one / "meta.json").read_text()
+    )
     summary = json.loads((two / "summary.json").read_text())
     assert summary["processes"] == 2 and summary["steps"] == 50
     checkpoint = load_checkpoint(two / "ckpt.pt", ("model", "optimizer", "rng", "state"))
@@ -182,8 +203,10 @@ def test_a_checkpoint_of_one_process_resumes_on_two(runs):
 def test_a_batch_that_does_not_split_over_the_processes_is_one_clear_error(tmp_path):
     done = launch(2, tmp_path / "run", "--set=train.batch_size=5")
     assert done.returncode != 0
-    assert ("the global batch of 5 examples does not split evenly over 2 processes" in done.stderr
-            and "multiple of 2" in done.stderr), done.stderr[-3000:]
+    assert (
+        "the global batch of 5 examples does not split evenly over 2 processes" in done.stderr
+        and "multiple of 2" in done.stderr
+    ), done.stderr[-3000:]
     assert not (tmp_path / "run" / "config.toml").exists()
 
 
@@ -211,4 +234,8 @@ def test_a_sweep_under_torchrun_is_refused_before_writing(tmp_path, monkeypatch,
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as exit:
         main(["sweep", str(CONFIG), "--seeds", "0", "--out", str(tmp_path / "sweep")])
-    assert exit.value.code == 2 and "a sweep runs as one process" in capsys.readouterr().err and not (tmp_path / "sweep").exists()
+    assert (
+        exit.value.code == 2
+        and "a sweep runs as one process" in capsys.readouterr().err
+        and not (tmp_path / "sweep").exists()
+    )

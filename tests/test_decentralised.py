@@ -1,17 +1,18 @@
 """DGD, EXTRA / PG-EXTRA, NIDS and gradient tracking (pdmm.decentralised, docs/decentralised.md): against cvxpy,
 iterate by iterate against per-node loops written here from the papers' equations, their message and bit counts,
 their refusals and the solve command's specs for them."""
+
 import csv
 import json
 
 import networkx as nx
 import numpy as np
 import pytest
+import solve_cli
 import torch
+from mixing_reference import metropolis
 
 import pdmm
-import solve_cli
-from mixing_reference import metropolis
 from experiments.cli import main
 from experiments.plot_command import _with_counts
 from experiments.runs import load_solve
@@ -59,6 +60,7 @@ def relative_error(x, x_star):
 
 # --- convergence to the centralised solution ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["averaging", "least squares", "logistic", "quadratic"])
 @pytest.mark.parametrize("method", EXACT)
 def test_converges_to_the_cvxpy_solution(method, kind, device):
@@ -79,8 +81,11 @@ def test_the_proximal_forms_converge_on_lasso(method, device):
 @pytest.mark.parametrize("method", METHODS)
 def test_batched_instances_each_converge_with_their_own_step(method):
     p = problem("least squares", batch=2)
-    result = pdmm.solve(p, method=method, max_iter=3000, tol=1e-13, reference="cvxpy", step="diminishing") \
-        if method == "dgd" else pdmm.solve(p, method=method, max_iter=20000, tol=1e-13, reference="cvxpy")
+    result = (
+        pdmm.solve(p, method=method, max_iter=3000, tol=1e-13, reference="cvxpy", step="diminishing")
+        if method == "dgd"
+        else pdmm.solve(p, method=method, max_iter=20000, tol=1e-13, reference="cvxpy")
+    )
     assert result.x.shape == (2, 10, 3) and result.history["error"].shape[1] == 2
     if method != "dgd":
         assert result.converged and relative_error(result.x, result.reference) < 1e-8
@@ -122,6 +127,7 @@ def test_diminishing_step_dgd_keeps_reducing_the_error_slowly():
 
 # --- iterate by iterate against the papers' equations, one node at a time ------------------------------------------
 
+
 class Nodes:
     """The local data of a least squares or lasso problem, node by node: gradients of the smooth part and the
     prox of the l1 part, with the mixing matrix's entries; instance b, arrays per node (d,)."""
@@ -162,8 +168,15 @@ def extra_loop(nodes, b, x0, alpha, rounds):
     x = np.array([nodes.mix(i, x0) - alpha * nodes.grad(b, i, x0[i]) for i in range(n)])
     xs = [x]
     for _ in range(rounds - 1):
-        new = np.array([x[i] + nodes.mix(i, x) - nodes.mix(i, previous, tilde=True)
-                        - alpha * (nodes.grad(b, i, x[i]) - nodes.grad(b, i, previous[i])) for i in range(n)])
+        new = np.array(
+            [
+                x[i]
+                + nodes.mix(i, x)
+                - nodes.mix(i, previous, tilde=True)
+                - alpha * (nodes.grad(b, i, x[i]) - nodes.grad(b, i, previous[i]))
+                for i in range(n)
+            ]
+        )
         previous, x = x, new
         xs.append(x)
     return xs
@@ -177,8 +190,15 @@ def pg_extra_loop(nodes, b, x0, alpha, rounds):
     previous, x = x0, nodes.prox(half, alpha)
     xs = [x]
     for _ in range(rounds - 1):
-        half = np.array([nodes.mix(i, x) + half[i] - nodes.mix(i, previous, tilde=True)
-                         - alpha * (nodes.grad(b, i, x[i]) - nodes.grad(b, i, previous[i])) for i in range(n)])
+        half = np.array(
+            [
+                nodes.mix(i, x)
+                + half[i]
+                - nodes.mix(i, previous, tilde=True)
+                - alpha * (nodes.grad(b, i, x[i]) - nodes.grad(b, i, previous[i]))
+                for i in range(n)
+            ]
+        )
         previous, x = x, nodes.prox(half, alpha)
         xs.append(x)
     return xs
@@ -192,8 +212,12 @@ def nids_loop(nodes, b, x0, alpha, rounds):
     previous, x = x0, nodes.prox(z, alpha)
     xs = [x]
     for _ in range(rounds - 1):
-        sent = np.array([2 * x[i] - previous[i] - alpha * nodes.grad(b, i, x[i]) + alpha * nodes.grad(b, i, previous[i])
-                         for i in range(n)])
+        sent = np.array(
+            [
+                2 * x[i] - previous[i] - alpha * nodes.grad(b, i, x[i]) + alpha * nodes.grad(b, i, previous[i])
+                for i in range(n)
+            ]
+        )
         z = np.array([z[i] - x[i] + nodes.mix(i, sent, tilde=True) for i in range(n)])
         previous, x = x, nodes.prox(z, alpha)
         xs.append(x)
@@ -216,8 +240,12 @@ def tracking_loop(nodes, b, x0, alpha, rounds):
 
 def default_alpha(method, L, lowest):
     """docs/decentralised.md section 6."""
-    return {"dgd": (1 + lowest) / (2 * L), "extra": (1 + lowest) / (2 * L), "nids": 1 / L,
-            "gradient-tracking": (1 + lowest) ** 2 / (4 * L)}[method]
+    return {
+        "dgd": (1 + lowest) / (2 * L),
+        "extra": (1 + lowest) / (2 * L),
+        "nids": 1 / L,
+        "gradient-tracking": (1 + lowest) ** 2 / (4 * L),
+    }[method]
 
 
 LOOPS = {
@@ -259,10 +287,12 @@ def test_a_mixing_matrix_given_as_an_array_runs_like_its_kind_also_when_renumber
     order = np.random.default_rng(0).permutation(10)
     for method in METHODS:
         by_kind = pdmm.solve(p, method=method, max_iter=40, tol=0).x
-        np.testing.assert_allclose(pdmm.solve(p, method=method, max_iter=40, tol=0, mixing=W).x, by_kind,
-                                   rtol=0, atol=1e-13)
-        np.testing.assert_allclose(pdmm.solve(p, method=method, max_iter=40, tol=0, mixing=W, reorder=order).x,
-                                   by_kind, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            pdmm.solve(p, method=method, max_iter=40, tol=0, mixing=W).x, by_kind, rtol=0, atol=1e-13
+        )
+        np.testing.assert_allclose(
+            pdmm.solve(p, method=method, max_iter=40, tol=0, mixing=W, reorder=order).x, by_kind, rtol=0, atol=1e-12
+        )
 
 
 def test_lazy_metropolis_is_another_run_that_converges():
@@ -274,6 +304,7 @@ def test_lazy_metropolis_is_another_run_that_converges():
 
 
 # --- the step sizes -----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("method", METHODS)
 def test_auto_alpha_is_the_documented_rule_per_instance(method):
@@ -293,6 +324,7 @@ def test_a_step_far_above_the_bound_diverges():
 
 
 # --- messages and bits ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype, bits", [(torch.float64, 64), (torch.float32, 32)])
 @pytest.mark.parametrize("method", METHODS)
@@ -314,6 +346,7 @@ def test_messages_and_bits_are_what_the_products_with_W_carry(method, dtype, bit
             new = step(self, state)
             per_step.append(sum(carried))
             return new
+
         return counted
 
     cls = pdmm.METHODS[method]
@@ -328,6 +361,7 @@ def test_messages_and_bits_are_what_the_products_with_W_carry(method, dtype, bit
 
 
 # --- Ctrl-C and options --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("method", METHODS)
 def test_ctrl_c_returns_the_iterations_done(method, monkeypatch):
@@ -375,25 +409,33 @@ def half_ring_mixing():
     return (np.roll(np.eye(6), 1, 1) + np.roll(np.eye(6), -1, 1)) / 2
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"rho": 1.0}, "has no penalty parameter: leave rho out"),
-    ({"network": pdmm.Network(privacy=1.0)}, "^network privacy perturbs the dual variables z of pdmm and qa-pdmm; "
-                                             "(dgd|extra|nids|gradient-tracking) has none"),
-    ({"backend": "distributed"}, "backend='distributed' is not implemented for dgd/extra/nids/gradient-tracking"),
-    ({"form": "nodes"}, "form='nodes' is not available here"),
-    ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),
-    ({"mixing": np.ones((6, 6)) / 6}, "nonzero off the graph"),
-    ({"mixing": np.eye(6)}, "in 6 separate parts"),
-    ({"mixing": half_ring_mixing()}, "needs the mixing matrix's smallest eigenvalue above -1, got -1"),
-    ({"mixing": 2 * np.eye(6) - metropolis(G6)}, "needs every eigenvalue of the mixing matrix but that of the all-ones "
-                                                 "vector below 1"),
-    ({"mixing": metropolis(G6) + 1e-3 * np.eye(6)}, "rows of the mixing matrix must sum to 1"),
-    ({"alpha": 0}, "alpha must be 'auto' or a finite number > 0, got 0"),
-    ({"alpha": -0.1}, "alpha must be 'auto' or a finite number > 0"),
-    ({"alpha": float("nan")}, "alpha must be 'auto' or a finite number > 0"),
-    ({"alpha": "fast"}, "alpha must be 'auto' or a finite number > 0, got 'fast'"),
-    ({"theta": 0.5}, "bad parameter"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"rho": 1.0}, "has no penalty parameter: leave rho out"),
+        (
+            {"network": pdmm.Network(privacy=1.0)},
+            "^network privacy perturbs the dual variables z of pdmm and qa-pdmm; "
+            "(dgd|extra|nids|gradient-tracking) has none",
+        ),
+        ({"backend": "distributed"}, "backend='distributed' is not implemented for dgd/extra/nids/gradient-tracking"),
+        ({"form": "nodes"}, "form='nodes' is not available here"),
+        ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),
+        ({"mixing": np.ones((6, 6)) / 6}, "nonzero off the graph"),
+        ({"mixing": np.eye(6)}, "in 6 separate parts"),
+        ({"mixing": half_ring_mixing()}, "needs the mixing matrix's smallest eigenvalue above -1, got -1"),
+        (
+            {"mixing": 2 * np.eye(6) - metropolis(G6)},
+            "needs every eigenvalue of the mixing matrix but that of the all-ones vector below 1",
+        ),
+        ({"mixing": metropolis(G6) + 1e-3 * np.eye(6)}, "rows of the mixing matrix must sum to 1"),
+        ({"alpha": 0}, "alpha must be 'auto' or a finite number > 0, got 0"),
+        ({"alpha": -0.1}, "alpha must be 'auto' or a finite number > 0"),
+        ({"alpha": float("nan")}, "alpha must be 'auto' or a finite number > 0"),
+        ({"alpha": "fast"}, "alpha must be 'auto' or a finite number > 0, got 'fast'"),
+        ({"theta": 0.5}, "bad parameter"),
+    ],
+)
 @pytest.mark.parametrize("method", METHODS)
 def test_options_they_do_not_take_are_refused_in_one_line(method, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message) as error:
@@ -420,19 +462,54 @@ class Absolute(LocalFunction):
         self.a, self.shape = a, tuple(a.shape)
 
 
-@pytest.mark.parametrize("method, make, message", [
-    *[(m, lambda: least_squares_on(G6, constraints=EDGE_MATRICES), "solves consensus problems only "
-       r"\(constraints='consensus'\); this problem has edge-matrix constraints") for m in METHODS],
-    *[(m, lambda: least_squares_on(G6, constraints={k: (*v, "<=") for k, v in EDGE_MATRICES.items()}),
-       "solves consensus problems only") for m in METHODS],
-    *[(m, lambda: pdmm.lasso(G6, *data(6), lam=1.0), f"^{m} needs smooth local functions; Lasso is not smooth "
-       r"\(its proximal form runs with method='extra' \(PG-EXTRA\) or 'nids'\)$")
-      for m in ("dgd", "gradient-tracking")],
-    *[(m, lambda: pdmm.Problem(G6, Absolute(torch.zeros(6, 1, 2))), "^Absolute is not smooth and has no proximal "
-       r"split f_i = s_i \+ r_i \(LocalFunction.composite\)$") for m in PROXIMAL],
-    *[(m, lambda: pdmm.Problem(G6, Absolute(torch.zeros(6, 1, 2))), f"^{m} needs smooth local functions; Absolute "
-       "is not smooth$") for m in ("dgd", "gradient-tracking")],
-])
+@pytest.mark.parametrize(
+    "method, make, message",
+    [
+        *[
+            (
+                m,
+                lambda: least_squares_on(G6, constraints=EDGE_MATRICES),
+                "solves consensus problems only "
+                r"\(constraints='consensus'\); this problem has edge-matrix constraints",
+            )
+            for m in METHODS
+        ],
+        *[
+            (
+                m,
+                lambda: least_squares_on(G6, constraints={k: (*v, "<=") for k, v in EDGE_MATRICES.items()}),
+                "solves consensus problems only",
+            )
+            for m in METHODS
+        ],
+        *[
+            (
+                m,
+                lambda: pdmm.lasso(G6, *data(6), lam=1.0),
+                f"^{m} needs smooth local functions; Lasso is not smooth "
+                r"\(its proximal form runs with method='extra' \(PG-EXTRA\) or 'nids'\)$",
+            )
+            for m in ("dgd", "gradient-tracking")
+        ],
+        *[
+            (
+                m,
+                lambda: pdmm.Problem(G6, Absolute(torch.zeros(6, 1, 2))),
+                "^Absolute is not smooth and has no proximal "
+                r"split f_i = s_i \+ r_i \(LocalFunction.composite\)$",
+            )
+            for m in PROXIMAL
+        ],
+        *[
+            (
+                m,
+                lambda: pdmm.Problem(G6, Absolute(torch.zeros(6, 1, 2))),
+                f"^{m} needs smooth local functions; Absolute is not smooth$",
+            )
+            for m in ("dgd", "gradient-tracking")
+        ],
+    ],
+)
 def test_problems_they_cannot_solve_are_refused_in_one_line(method, make, message):
     with pytest.raises(ValueError, match=message) as error:
         pdmm.solve(make(), method=method)
@@ -447,21 +524,29 @@ def test_the_constructor_itself_refuses_rho():
 
 # --- the solve and plot commands -----------------------------------------------------------------------------------
 
+
 def solve_command(out, *options):
     return solve_cli.solve_command(out, *options, nodes=15)
 
 
 def test_the_command_compares_every_method_with_their_specs_and_plots_them(tmp_path):
     out = tmp_path / "run"
-    labels = ["pdmm", "dgd", "extra", "nids", "gradient-tracking", "extra:alpha=0.05", "dgd:step=diminishing",
-              "nids:mixing=lazy_metropolis"]
+    labels = [
+        "pdmm",
+        "dgd",
+        "extra",
+        "nids",
+        "gradient-tracking",
+        "extra:alpha=0.05",
+        "dgd:step=diminishing",
+        "nids:mixing=lazy_metropolis",
+    ]
     assert solve_command(out, "--problem", "least_squares", "--iters", "3000", "--compare", ",".join(labels)) == 0
     with open(out / "history.csv", newline="") as file:
         assert list(dict.fromkeys(row["method"] for row in csv.DictReader(file))) == labels
     methods = json.loads((out / "config.json").read_text())["methods"]
     assert methods["extra:alpha=0.05"]["params"] == {"mixing": "metropolis", "alpha": 0.05}
-    assert methods["dgd:step=diminishing"]["params"] == {"mixing": "metropolis", "alpha": "auto",
-                                                        "step": "diminishing"}
+    assert methods["dgd:step=diminishing"]["params"] == {"mixing": "metropolis", "alpha": "auto", "step": "diminishing"}
     assert all(methods[label]["converged"] and methods[label]["error"] < 1e-8 for label in labels if "dgd" not in label)
     assert not methods["dgd"]["converged"] and methods["dgd"]["iterations"] == 3000
     E = 2 * nx.number_of_edges(pdmm.topology("random_geometric", n=15, seed=0))
@@ -477,14 +562,17 @@ def test_the_command_compares_every_method_with_their_specs_and_plots_them(tmp_p
     np.testing.assert_allclose(bits, per_round * np.arange(methods["nids"]["iterations"]), rtol=1e-12)
 
 
-@pytest.mark.parametrize("options, culprit", [
-    (["--problem", "lasso", "--method", "dgd"], "dgd: dgd needs smooth local functions; Lasso is not smooth"),
-    (["--method", "extra", "--rho", "2"], "--rho does not apply to extra"),
-    (["--method", "extra:rho=2"], "extra takes mixing=VALUE, alpha=VALUE"),
-    (["--method", "nids", "--privacy", "1"], "nids: network privacy perturbs the dual variables z"),
-    (["--method", "nids:alpha=-1"], "alpha: must be 'auto' or a number > 0"),
-    (["--method", "dgd:step=fast"], "step: must be one of constant, diminishing"),
-    (["--method", "gradient-tracking:step=diminishing"], "gradient-tracking takes mixing=VALUE, alpha=VALUE"),
-])
+@pytest.mark.parametrize(
+    "options, culprit",
+    [
+        (["--problem", "lasso", "--method", "dgd"], "dgd: dgd needs smooth local functions; Lasso is not smooth"),
+        (["--method", "extra", "--rho", "2"], "--rho does not apply to extra"),
+        (["--method", "extra:rho=2"], "extra takes mixing=VALUE, alpha=VALUE"),
+        (["--method", "nids", "--privacy", "1"], "nids: network privacy perturbs the dual variables z"),
+        (["--method", "nids:alpha=-1"], "alpha: must be 'auto' or a number > 0"),
+        (["--method", "dgd:step=fast"], "step: must be one of constant, diminishing"),
+        (["--method", "gradient-tracking:step=diminishing"], "gradient-tracking takes mixing=VALUE, alpha=VALUE"),
+    ],
+)
 def test_the_command_refuses_in_one_line_with_status_2(tmp_path, capsys, options, culprit):
     solve_cli.assert_refused_in_one_line(tmp_path / "run", capsys, options, culprit, nodes=15)

@@ -1,14 +1,15 @@
 """DGD, EXTRA, NIDS and gradient tracking over a simulated network (docs/decentralised.md section 9): iterate by
 iterate against per-node loops written here from the section's equations, fed the network's delivered and awake
 masks; their message and bit counts; an all-off network equal to the ideal one; the refusals; the solve command."""
+
 import csv
 
 import numpy as np
 import pytest
 import torch
+from mixing_reference import metropolis
 
 import pdmm
-from mixing_reference import metropolis
 from experiments.cli import main
 from pdmm.decentralised import EXTRA
 from pdmm.network import Channel
@@ -45,8 +46,14 @@ def events(p, network, rounds, width):
         awake = np.ones((n, B), bool) if channel.awake is None else channel.awake.numpy()
         sending = np.ones((E, B), bool) if channel.sending is None else channel.sending.numpy()
         delivered = np.ones((E, B), bool) if channel.delivered is None else channel.delivered.numpy()
-        out.append(dict(awake=awake.T, sent=sending.sum(0), delivered_count=delivered.sum(0),
-                        delivered=[{(dst[e], src[e]): bool(delivered[e, b]) for e in range(E)} for b in range(B)]))
+        out.append(
+            dict(
+                awake=awake.T,
+                sent=sending.sum(0),
+                delivered_count=delivered.sum(0),
+                delivered=[{(dst[e], src[e]): bool(delivered[e, b]) for e in range(E)} for b in range(B)],
+            )
+        )
     return out
 
 
@@ -55,7 +62,7 @@ def quantised(v, network, parts):
     rounding, range the limit or, per stacked part, the part's largest magnitude."""
     if network.bits is None:
         return v
-    levels = 2.0 ** network.bits - 1
+    levels = 2.0**network.bits - 1
     out = []
     for part in np.split(v, parts):
         R = network.limit if network.limit is not None else max(np.abs(part).max(), np.finfo(float).tiny)
@@ -78,17 +85,22 @@ class Node:
     def mix(self, j, m, event):
         """W_jj m_j + sum over delivered i -> j of W_ji Q(m_i) + sum over the others of W_ji m_j."""
         delivered = event["delivered"][self.b]
-        received = [quantised(m[i], self.network, self.parts) if delivered[(i, j)] else m[j]
-                    for i in self.neighbours[j]]
-        return self.W[j, j] * m[j] + sum(self.W[j, i] * r for i, r in zip(self.neighbours[j], received))
+        received = [
+            quantised(m[i], self.network, self.parts) if delivered[(i, j)] else m[j] for i in self.neighbours[j]
+        ]
+        return self.W[j, j] * m[j] + sum(self.W[j, i] * r for i, r in zip(self.neighbours[j], received, strict=False))
 
 
 def dgd_loop(node, x0, rounds, diminishing=False):
     xs, x = [], x0.copy()
     for k, event in enumerate(rounds):
         alpha = ALPHA / np.sqrt(k + 1) if diminishing else ALPHA
-        x = np.array([node.mix(j, x, event) - alpha * node.grad(j, x[j]) if event["awake"][node.b][j] else x[j]
-                      for j in range(node.n)])
+        x = np.array(
+            [
+                node.mix(j, x, event) - alpha * node.grad(j, x[j]) if event["awake"][node.b][j] else x[j]
+                for j in range(node.n)
+            ]
+        )
         xs.append(x)
     return xs
 
@@ -147,8 +159,13 @@ def tracking_loop(node, x0, rounds):
     return xs
 
 
-LOOPS = {"dgd": dgd_loop, "dgd:diminishing": lambda *a: dgd_loop(*a, diminishing=True), "extra": extra_loop,
-         "nids": nids_loop, "gradient-tracking": tracking_loop}
+LOOPS = {
+    "dgd": dgd_loop,
+    "dgd:diminishing": lambda *a: dgd_loop(*a, diminishing=True),
+    "extra": extra_loop,
+    "nids": nids_loop,
+    "gradient-tracking": tracking_loop,
+}
 CASES = [("lossy", 2, 2), ("quantised", 2, 2), ("quantised with a limit", 2, 2), ("lossy", 1, 1)]
 
 
@@ -167,14 +184,17 @@ def test_every_iterate_is_the_per_node_recursion_over_the_rounds_events(spec, na
     x0 = np.random.default_rng(6).normal(size=(B, p.n, d))
     expected = [LOOPS[spec](Node(H, y, W, b, network, parts), x0[b], rounds) for b in range(B)]
     for k in range(1, ROUNDS + 1):
-        x = pdmm.solve(p, method=method, alpha=ALPHA, max_iter=k, tol=0, x0=x0, network=network, device=device,
-                       **params).x
+        x = pdmm.solve(
+            p, method=method, alpha=ALPHA, max_iter=k, tol=0, x0=x0, network=network, device=device, **params
+        ).x
         for b in range(B):
-            np.testing.assert_allclose(x[b], expected[b][k - 1], rtol=1e-12, atol=1e-12,
-                                       err_msg=f"instance {b}, iteration {k}")
+            np.testing.assert_allclose(
+                x[b], expected[b][k - 1], rtol=1e-12, atol=1e-12, err_msg=f"instance {b}, iteration {k}"
+            )
 
 
 # --- messages and bits ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", NETWORKS)
@@ -197,14 +217,16 @@ def test_messages_and_bits_are_the_transmissions_delivered_and_sent(method, name
 
 # --- the network whose effects are all off --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_a_network_with_every_effect_off_is_the_ideal_network_bit_for_bit(spec, device):
     p, _, _ = least_squares(B=2, d=3)
     method, _, step = spec.partition(":")
     params = {"step": step, "device": device} if step else {"device": device}
     ideal = pdmm.solve(p, method=method, max_iter=40, tol=0, x0="random", record_every=1, **params)
-    off = pdmm.solve(p, method=method, max_iter=40, tol=0, x0="random", record_every=1, network=pdmm.Network(),
-                     **params)
+    off = pdmm.solve(
+        p, method=method, max_iter=40, tol=0, x0="random", record_every=1, network=pdmm.Network(), **params
+    )
     np.testing.assert_array_equal(off.x, ideal.x)
     assert off.history.keys() == ideal.history.keys()
     for name, column in ideal.history.items():
@@ -213,14 +235,17 @@ def test_a_network_with_every_effect_off_is_the_ideal_network_bit_for_bit(spec, 
 
 # --- what the model keeps and what it loses (docs/decentralised.md section 9) ---------------------------------------
 
+
 @pytest.mark.parametrize("method", ("extra", "nids", "gradient-tracking"))
 def test_sleeping_nodes_and_down_edges_keep_the_limit_and_lost_messages_move_it(method):
     p, _, _ = least_squares(n=10, B=1, d=3)
-    symmetric = pdmm.solve(p, method=method, max_iter=6000, tol=1e-13, reference="cvxpy",
-                           network=pdmm.Network(wake=0.5, edge_up=0.8))
+    symmetric = pdmm.solve(
+        p, method=method, max_iter=6000, tol=1e-13, reference="cvxpy", network=pdmm.Network(wake=0.5, edge_up=0.8)
+    )
     assert symmetric.converged and symmetric.history["error"][-1] < 1e-8
-    lossy = pdmm.solve(p, method=method, max_iter=3000, tol=0, reference=symmetric.reference,
-                       network=pdmm.Network(drop=0.1))
+    lossy = pdmm.solve(
+        p, method=method, max_iter=3000, tol=0, reference=symmetric.reference, network=pdmm.Network(drop=0.1)
+    )
     assert lossy.history["error"][-1] > 1e-3
 
 
@@ -232,8 +257,12 @@ def test_a_biased_limit_is_never_reported_converged(method, effect):
     them; sleeping nodes alone keep the test."""
     p, _, _ = least_squares(n=10, B=1, d=3)
     edge = next(iter(pdmm.topology("random_geometric", n=10, seed=3).edges))
-    network = {"drop": pdmm.Network(drop=0.1), "one edge": pdmm.Network(drop={edge: 0.5}),
-               "burst": pdmm.Network(burst=(0.05, 0.5)), "bits": pdmm.Network(bits=12)}[effect]
+    network = {
+        "drop": pdmm.Network(drop=0.1),
+        "one edge": pdmm.Network(drop={edge: 0.5}),
+        "burst": pdmm.Network(burst=(0.05, 0.5)),
+        "bits": pdmm.Network(bits=12),
+    }[effect]
     assert pdmm.decentralised.network_biases(network)
     run = pdmm.solve(p, method=method, max_iter=1500, tol=1e-6, reference="cvxpy", network=network)
     assert not run.converged and run.iterations == 1500
@@ -252,15 +281,37 @@ def averaging6():
     return pdmm.averaging(G6, np.arange(12.0).reshape(6, 2))
 
 
-@pytest.mark.parametrize("method, network, message", [
-    *[(m, pdmm.Network(privacy=1.0), f"^network privacy perturbs the dual variables z of pdmm and qa-pdmm; {m} has "
-       "none") for m in ("dgd", "extra", "nids", "gradient-tracking")],
-    ("nids", pdmm.Network(privacy=0.0), "^network privacy perturbs the dual variables z"),
-    *[(m, pdmm.Network(wake="one"), f"^wake='one' is not defined for {m}: a sleeping node neither sends nor updates")
-      for m in ("dgd", "gradient-tracking")],
-    *[(m, pdmm.Network(drop=0.1), r"^network effects are not implemented for gossip/chebyshev: .*Chebyshev's "
-       "recursion; dgd, extra, nids and gradient-tracking take a network$") for m in ("gossip", "chebyshev")],
-])
+@pytest.mark.parametrize(
+    "method, network, message",
+    [
+        *[
+            (
+                m,
+                pdmm.Network(privacy=1.0),
+                f"^network privacy perturbs the dual variables z of pdmm and qa-pdmm; {m} has none",
+            )
+            for m in ("dgd", "extra", "nids", "gradient-tracking")
+        ],
+        ("nids", pdmm.Network(privacy=0.0), "^network privacy perturbs the dual variables z"),
+        *[
+            (
+                m,
+                pdmm.Network(wake="one"),
+                f"^wake='one' is not defined for {m}: a sleeping node neither sends nor updates",
+            )
+            for m in ("dgd", "gradient-tracking")
+        ],
+        *[
+            (
+                m,
+                pdmm.Network(drop=0.1),
+                r"^network effects are not implemented for gossip/chebyshev: .*Chebyshev's "
+                "recursion; dgd, extra, nids and gradient-tracking take a network$",
+            )
+            for m in ("gossip", "chebyshev")
+        ],
+    ],
+)
 def test_what_the_model_does_not_define_is_refused_in_one_line(method, network, message):
     with pytest.raises(ValueError, match=message) as error:
         pdmm.solve(averaging6(), method=method, network=network)
@@ -274,12 +325,16 @@ def test_the_constructor_checks_its_channel():
     with pytest.raises(ValueError, match="^network privacy perturbs"):
         EXTRA(graph, local, edges, None, channel=Channel(pdmm.Network(privacy=1.0), graph, 1, 2, torch.float64))
     tracking = pdmm.METHODS["gradient-tracking"]
-    with pytest.raises(ValueError, match=r"^gradient-tracking sends 2 stacked vector\(s\) per message; its channel "
-                                         "has vectors=1$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^gradient-tracking sends 2 stacked vector\(s\) per message; its channel "
+        "has vectors=1$",
+    ):
         tracking(graph, local, edges, None, channel=Channel(pdmm.Network(drop=0.1), graph, 1, 2, torch.float64))
 
 
 # --- the solve command ---------------------------------------------------------------------------------------------
+
 
 def solve_command(out, *options):
     return main(["solve", "--no-progress", "--nodes", "12", "--problem", "least_squares", *options, "--out", str(out)])
@@ -288,8 +343,12 @@ def solve_command(out, *options):
 def test_the_command_runs_them_over_a_simulated_network(tmp_path):
     out = tmp_path / "run"
     labels = ["dgd", "extra", "nids", "gradient-tracking"]
-    assert solve_command(out, "--iters", "60", "--compare", ",".join(labels), "--drop", "0.1", "--wake", "0.9",
-                         "--bits", "12") == 0
+    assert (
+        solve_command(
+            out, "--iters", "60", "--compare", ",".join(labels), "--drop", "0.1", "--wake", "0.9", "--bits", "12"
+        )
+        == 0
+    )
     with open(out / "history.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert list(dict.fromkeys(row["method"] for row in rows)) == labels
@@ -298,12 +357,17 @@ def test_the_command_runs_them_over_a_simulated_network(tmp_path):
     assert float(last["nids"]["bits"]) < float(last["extra"]["bits"])  # one round fewer, the same draws
 
 
-@pytest.mark.parametrize("options, culprit", [
-    (["--method", "extra", "--privacy", "1"], "extra: network privacy perturbs the dual variables z"),
-    (["--method", "dgd", "--wake", "one"], "dgd: wake='one' is not defined for dgd"),
-    (["--problem", "averaging", "--method", "gossip", "--drop", "0.1"], "network effects are not implemented for "
-                                                                        "gossip/chebyshev: they compute mean(a)"),
-])
+@pytest.mark.parametrize(
+    "options, culprit",
+    [
+        (["--method", "extra", "--privacy", "1"], "extra: network privacy perturbs the dual variables z"),
+        (["--method", "dgd", "--wake", "one"], "dgd: wake='one' is not defined for dgd"),
+        (
+            ["--problem", "averaging", "--method", "gossip", "--drop", "0.1"],
+            "network effects are not implemented for gossip/chebyshev: they compute mean(a)",
+        ),
+    ],
+)
 def test_the_command_refuses_what_is_not_defined_in_one_line_with_status_2(tmp_path, capsys, options, culprit):
     with pytest.raises(SystemExit) as exit:
         solve_command(tmp_path / "run", *options)

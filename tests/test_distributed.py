@@ -4,6 +4,7 @@ Each spawn starts P gloo processes on localhost once and runs every case in them
 what it measured to a JSON file that the tests below read. Cases compare x (and the history)
 after a fixed number of iterations (tol=0) to 1e-12 in float64.
 """
+
 import json
 import os
 import socket
@@ -35,8 +36,9 @@ def _spawn(target, world, tmp_path, timeout=60.0):
 
 def _init(rank, world, port, timeout):
     torch.set_num_threads(1)
-    distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                   timeout=timeout)
+    distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timeout
+    )
 
 
 def _cases(world):
@@ -47,19 +49,36 @@ def _cases(world):
     averaging = pdmm.averaging(geometric, rng.normal(size=(3, 24, 2)))
     cases = [(f"averaging_theta1_k{k}", averaging, dict(max_iter=k, x0="random")) for k in (1, 2, 7, 25)]
     cases += [
-        ("averaging_theta_half_regular", pdmm.averaging(regular, rng.normal(size=(2, 20, 2))),
-         dict(max_iter=30, theta=0.5)),
-        ("least_squares_geometric", pdmm.least_squares(pdmm.Graph.random_geometric(20, seed=3), H, y, ridge=0.1),
-         dict(max_iter=30, rho=0.5)),
+        (
+            "averaging_theta_half_regular",
+            pdmm.averaging(regular, rng.normal(size=(2, 20, 2))),
+            dict(max_iter=30, theta=0.5),
+        ),
+        (
+            "least_squares_geometric",
+            pdmm.least_squares(pdmm.Graph.random_geometric(20, seed=3), H, y, ridge=0.1),
+            dict(max_iter=30, rho=0.5),
+        ),
         ("lasso_regular_half", pdmm.lasso(regular, H, y, lam=0.5), dict(max_iter=30, theta=0.5)),
         ("lasso_geometric", pdmm.lasso(pdmm.Graph.random_geometric(20, seed=4), H, y, lam=0.2), dict(max_iter=20)),
         ("averaging_converges", averaging, dict(max_iter=3000, tol=1e-10)),
         # data of size 1e-9: the stopping test's floor is the problem's scale on every rank, not 1
-        ("small_data_converges", pdmm.averaging(geometric, 1e-9 * rng.normal(size=(2, 24, 2))),
-         dict(max_iter=3000, tol=1e-10)),
-        ("averaging_target", averaging, dict(max_iter=3000, reference=averaging.local.q.mean(0, keepdim=True)
-                                             .transpose(0, 1).expand(3, 24, 2).numpy(), target=1e-6, record_every=3,
-                                             history=("residual", "error", "objective"))),
+        (
+            "small_data_converges",
+            pdmm.averaging(geometric, 1e-9 * rng.normal(size=(2, 24, 2))),
+            dict(max_iter=3000, tol=1e-10),
+        ),
+        (
+            "averaging_target",
+            averaging,
+            dict(
+                max_iter=3000,
+                reference=averaging.local.q.mean(0, keepdim=True).transpose(0, 1).expand(3, 24, 2).numpy(),
+                target=1e-6,
+                record_every=3,
+                history=("residual", "error", "objective"),
+            ),
+        ),
         # every node on rank (i mod P): on a graph numbered by position almost every edge crosses the cut
         ("round_robin", averaging, dict(max_iter=25, x0="random", partition=np.arange(24) % world)),
     ]
@@ -68,13 +87,19 @@ def _cases(world):
 
 def _compare(reference, result):
     """Largest differences in x and in every history entry, and whether the bookkeeping agrees."""
-    return dict(x=float(np.abs(reference.x - result.x).max()),
-                history=max(float(np.abs(reference.history[k] - result.history[k]).max())
-                            for k in reference.history if k != "iteration"),
-                same=bool(reference.iterations == result.iterations and reference.converged == result.converged
-                          and np.array_equal(reference.history["iteration"], result.history["iteration"])
-                          and result.nodes == reference.nodes),
-                iterations=result.iterations)
+    return dict(
+        x=float(np.abs(reference.x - result.x).max()),
+        history=max(
+            float(np.abs(reference.history[k] - result.history[k]).max()) for k in reference.history if k != "iteration"
+        ),
+        same=bool(
+            reference.iterations == result.iterations
+            and reference.converged == result.converged
+            and np.array_equal(reference.history["iteration"], result.history["iteration"])
+            and result.nodes == reference.nodes
+        ),
+        iterations=result.iterations,
+    )
 
 
 def _compare_worker(rank, world, port, out, timeout):
@@ -83,8 +108,15 @@ def _compare_worker(rank, world, port, out, timeout):
     for name, problem, keywords in _cases(world):
         local = {k: v for k, v in keywords.items() if k != "partition"}
         reference = pdmm.solve(problem, tol=local.pop("tol", 0), **local)
-        found[name] = _compare(reference, pdmm.solve(problem, tol=keywords.get("tol", 0), backend="distributed",
-                                                     **{k: v for k, v in keywords.items() if k != "tol"}))
+        found[name] = _compare(
+            reference,
+            pdmm.solve(
+                problem,
+                tol=keywords.get("tol", 0),
+                backend="distributed",
+                **{k: v for k, v in keywords.items() if k != "tol"},
+            ),
+        )
     # A message delivered to the wrong edge must show: deliver the swapped buffer reversed. With the round-robin
     # partition nearly every message crosses a rank boundary, so this misdelivers almost all of them; from a random
     # x0 every message z_{i|j} carries a different value and node i's x-update sums its own edges' states, so
@@ -94,8 +126,9 @@ def _compare_worker(rank, world, port, out, timeout):
 
     def reversed_buffer(self, v):
         received = v.new_empty((self.total, *v.shape[1:]))
-        torch.distributed.all_to_all_single(received, v.index_select(0, self.send).contiguous(), self.counts,
-                                            self.counts)
+        torch.distributed.all_to_all_single(
+            received, v.index_select(0, self.send).contiguous(), self.counts, self.counts
+        )
         return torch.cat([v, received.flip(0)]).index_select(0, self.source)
 
     distributed.Swap.__call__ = reversed_buffer
@@ -116,11 +149,23 @@ def compared(request, tmp_path_factory):
     return _spawn(_compare_worker, request.param, tmp_path_factory.mktemp("distributed"))
 
 
-@pytest.mark.parametrize("name", ["averaging_theta1_k1", "averaging_theta1_k2", "averaging_theta1_k7",
-                                  "averaging_theta1_k25", "averaging_theta_half_regular", "least_squares_geometric",
-                                  "lasso_regular_half", "lasso_geometric", "averaging_converges", "small_data_converges",
-                                  "averaging_target",
-                                  "round_robin"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "averaging_theta1_k1",
+        "averaging_theta1_k2",
+        "averaging_theta1_k7",
+        "averaging_theta1_k25",
+        "averaging_theta_half_regular",
+        "least_squares_geometric",
+        "lasso_regular_half",
+        "lasso_geometric",
+        "averaging_converges",
+        "small_data_converges",
+        "averaging_target",
+        "round_robin",
+    ],
+)
 def test_distributed_matches_single_process(compared, name):
     found = compared[name]
     assert found["x"] <= TOL and found["history"] <= TOL and found["same"], found
@@ -151,8 +196,11 @@ def _bad_worker(rank, world, port, out, timeout):
         "logistic": lambda: pdmm.solve(logistic, backend="distributed"),
         "edge_matrices": lambda: pdmm.solve(pdmm.averaging(G, a, constraints=edge), backend="distributed"),
         "partition": lambda: pdmm.solve(pdmm.averaging(G, a), backend="distributed", partition=np.zeros(12, int)),
-        "too_many_ranks": lambda: pdmm.solve(pdmm.averaging(pdmm.Graph.from_edges([0], [1]), [1.0, 2.0]),
-                                             backend="distributed") if world > 2 else None,
+        "too_many_ranks": lambda: (
+            pdmm.solve(pdmm.averaging(pdmm.Graph.from_edges([0], [1]), [1.0, 2.0]), backend="distributed")
+            if world > 2
+            else None
+        ),
     }
     found = {}
     for name, attempt in attempts.items():
@@ -165,8 +213,27 @@ def _bad_worker(rank, world, port, out, timeout):
     group = torch.distributed.new_group([0, 1], timeout=timedelta(seconds=2))
     if rank == 0:
         try:
-            distributed.solve(pdmm.averaging(G, a), "pdmm", 1.0, 5, 0.0, None, "cpu", torch.float64, 0, None, None,
-                              None, ["residual"], 1, 10, False, {}, None, group=group)
+            distributed.solve(
+                pdmm.averaging(G, a),
+                "pdmm",
+                1.0,
+                5,
+                0.0,
+                None,
+                "cpu",
+                torch.float64,
+                0,
+                None,
+                None,
+                None,
+                ["residual"],
+                1,
+                10,
+                False,
+                {},
+                None,
+                group=group,
+            )
             found["timeout"] = None
         except RuntimeError as err:
             found["timeout"] = f"{type(err).__name__}: {err}"
@@ -184,11 +251,19 @@ def refused(tmp_path_factory):
     return _spawn(_bad_worker, 3, tmp_path_factory.mktemp("distributed_bad"))
 
 
-@pytest.mark.parametrize("name, words", [
-    ("different_data", "different problems"), ("different_arguments", "different problems"),
-    ("admm", "method='admm'"), ("network", "network="), ("logistic", "Logistic"),
-    ("edge_matrices", "edge-matrix constraints"), ("partition", "every rank"), ("too_many_ranks", "3 ranks"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("different_data", "different problems"),
+        ("different_arguments", "different problems"),
+        ("admm", "method='admm'"),
+        ("network", "network="),
+        ("logistic", "Logistic"),
+        ("edge_matrices", "edge-matrix constraints"),
+        ("partition", "every rank"),
+        ("too_many_ranks", "3 ranks"),
+    ],
+)
 def test_distributed_refuses_bad_input(refused, name, words):
     assert refused[name] is not None and words in refused[name], refused[name]
 
@@ -196,8 +271,9 @@ def test_distributed_refuses_bad_input(refused, name, words):
 def test_collectives_time_out(refused):
     """In one line that says what failed and why (gloo's reason without its source path and advice)."""
     found = refused["timeout"]
-    assert found is not None and found.startswith("CollectiveError: a collective with the other processes failed "
-                                                  "(Timed out waiting 2000ms"), found
+    assert found is not None and found.startswith(
+        "CollectiveError: a collective with the other processes failed (Timed out waiting 2000ms"
+    ), found
     assert "\n" not in found and ".cc:" not in found and "typically caused" not in found, found
 
 
@@ -243,7 +319,11 @@ def test_torchrun_runs_the_documented_usage(tmp_path):
 
     script = tmp_path / "average.py"
     script.write_text(TORCHRUN_SCRIPT)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(script)], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0 and done.stdout.count(" ok ") == 2, done.stdout + done.stderr

@@ -1,5 +1,6 @@
 """solve --nproc 2 as a terminal and a careless user treat it (issue 29, item 7 and the distributed part of item 6):
 Ctrl-C keeps what ran, kill -9 of the launcher ends its processes, a failure inside the processes is one line."""
+
 import contextlib
 import json
 import os
@@ -22,12 +23,26 @@ import pdmm.distributed
 from experiments import launch
 from experiments.common import UsageError
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="torch.distributed with gloo is not available",
+)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-LONG = [sys.executable, "-m", "experiments", "solve", "--nodes", "60", "--iters", "1000000", "--tol", "0",
-        "--nproc", "2"]  # with process 0's progress bar, to see the iterations begin
+LONG = [
+    sys.executable,
+    "-m",
+    "experiments",
+    "solve",
+    "--nodes",
+    "60",
+    "--iters",
+    "1000000",
+    "--tol",
+    "0",
+    "--nproc",
+    "2",
+]  # with process 0's progress bar, to see the iterations begin
 DEAD_WITHIN = 5.0  # seconds from kill -9 of the launcher to the end of its processes
 
 
@@ -61,8 +76,14 @@ class _Started:
 def _launched(out):
     """A long `solve --nproc 2` in a session of its own (as a terminal runs a job), started until its iterations
     show; killed (kill -9, so its processes die with it) if still running at the end."""
-    launcher = subprocess.Popen([*LONG, "--out", str(out)], env=ENV, start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False)
+    launcher = subprocess.Popen(
+        [*LONG, "--out", str(out)],
+        env=ENV,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=False,
+    )
     try:
         yield _Started(launcher)
     finally:
@@ -95,8 +116,13 @@ def _interrupted_worker(rank, port, out):
     if rank == 1:
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
     result = pdmm.solve(problem, max_iter=10**7, tol=0, backend="distributed")
-    Path(out, f"{rank}.json").write_text(json.dumps(dict(iterations=result.iterations, status=result.status,
-                                                         interrupted=result.interrupted, x=result.x.tolist())))
+    Path(out, f"{rank}.json").write_text(
+        json.dumps(
+            dict(
+                iterations=result.iterations, status=result.status, interrupted=result.interrupted, x=result.x.tolist()
+            )
+        )
+    )
     torch.distributed.destroy_process_group()
 
 
@@ -154,8 +180,9 @@ def test_bad_input_found_inside_the_processes_is_one_line(tmp_path):
     code = f"from experiments.launch import launch; raise SystemExit(launch({argv!r}, 2))"
     done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["pdmm-bridge solve: error: pdmm: backend='distributed' does not implement "
-                                        "network= (only the ideal network)"]
+    assert done.stderr.splitlines() == [
+        "pdmm-bridge solve: error: pdmm: backend='distributed' does not implement network= (only the ideal network)"
+    ]
 
 
 def test_a_process_killed_mid_run_is_one_line(tmp_path):
@@ -170,8 +197,12 @@ def test_a_process_killed_mid_run_is_one_line(tmp_path):
 
 def _listening(port):
     """Whether a socket on this machine listens on TCP `port` (/proc/net/tcp and tcp6: state 0A)."""
-    rows = [line.split() for table in ("tcp", "tcp6") if Path(f"/proc/net/{table}").exists()
-            for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]]
+    rows = [
+        line.split()
+        for table in ("tcp", "tcp6")
+        if Path(f"/proc/net/{table}").exists()
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+    ]
     return any(row[3] == "0A" and int(row[1].rsplit(":", 1)[1], 16) == port for row in rows)
 
 
@@ -183,8 +214,14 @@ def test_ctrl_c_while_the_processes_start_is_not_lost(tmp_path):
     """Ctrl-C as soon as the processes exist (still importing, SIGINT blocked): the job ends with one line and 130
     once they can take it, instead of running all its iterations."""
     out = tmp_path / "run"
-    launcher = subprocess.Popen([*LONG, "--no-progress", "--out", str(out)], env=ENV, start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [*LONG, "--no-progress", "--out", str(out)],
+        env=ENV,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(_children(launcher.pid)) < 2 and time.monotonic() < deadline:
@@ -196,8 +233,10 @@ def test_ctrl_c_while_the_processes_start_is_not_lost(tmp_path):
             launcher.kill()
             launcher.wait()
     assert launcher.returncode == 130, stderr
-    assert stderr.splitlines() == ["pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results "
-                                   "written"] and stdout == "", stderr
+    assert (
+        stderr.splitlines() == ["pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written"]
+        and stdout == ""
+    ), stderr
     assert not (out / "config.json").exists()
 
 
@@ -213,11 +252,15 @@ def test_ctrl_c_during_the_rendezvous_ends_the_job_at_once(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SLOW_START)
-    env = {**ENV, "SLOW_START": "6", "PYTHONPATH": os.pathsep.join(filter(None, [str(site),
-                                                                                   ENV.get("PYTHONPATH")]))}
-    launcher = subprocess.Popen([*LONG, "--no-progress", "--reference", "none", "--out", str(tmp_path / "run")],
-                                env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+    env = {**ENV, "SLOW_START": "6", "PYTHONPATH": os.pathsep.join(filter(None, [str(site), ENV.get("PYTHONPATH")]))}
+    launcher = subprocess.Popen(
+        [*LONG, "--no-progress", "--reference", "none", "--out", str(tmp_path / "run")],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(_children(launcher.pid)) < 2 and time.monotonic() < deadline:
@@ -235,8 +278,9 @@ def test_ctrl_c_during_the_rendezvous_ends_the_job_at_once(tmp_path):
             launcher.kill()
             launcher.wait()
     assert launcher.returncode == 130, stderr
-    assert stderr.splitlines() == ["pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results "
-                                   "written"], stderr
+    assert stderr.splitlines() == [
+        "pdmm-bridge solve: interrupted (Ctrl-C) outside the iterations; no results written"
+    ], stderr
     assert took < 60, took  # process 1's start (6 s asleep, then its imports) and QUICK; the rendezvous waits 120 s
 
 
@@ -257,13 +301,34 @@ def test_graph_warnings_are_printed_once(tmp_path):
     """A graph file with self loops under --nproc 2: its warning once (by the launcher), not once per process."""
     edges = tmp_path / "loops.edges"
     edges.write_text("".join(f"{i} {i + 1}\n" for i in range(11)) + "3 3\n")
-    done = subprocess.run([sys.executable, "-m", "experiments", "solve", "--graph", str(edges), "--iters", "5",
-                           "--reference", "none", "--no-progress", "--nproc", "2", "--out", str(tmp_path / "run")],
-                          env=ENV, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments",
+            "solve",
+            "--graph",
+            str(edges),
+            "--iters",
+            "5",
+            "--reference",
+            "none",
+            "--no-progress",
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert [line for line in done.stderr.splitlines() if "self-loop" in line] == [
         "pdmm-bridge solve: warning: the graph has 1 self-loop(s) (i, i); they are ignored, as a constraint couples "
-        "two distinct nodes"], done.stderr
+        "two distinct nodes"
+    ], done.stderr
 
 
 def test_bad_input_under_torchrun_is_one_line(tmp_path):
@@ -271,13 +336,34 @@ def test_bad_input_under_torchrun_is_one_line(tmp_path):
     traceback; torchrun adds its own report)."""
     edges = tmp_path / "two.edges"
     edges.write_text("0 1\n2 3\n")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "experiments", "solve", "--graph", str(edges), "--no-progress",
-                           "--out", str(tmp_path / "run")], env=ENV, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "experiments",
+            "solve",
+            "--graph",
+            str(edges),
+            "--no-progress",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     ours = [line for line in done.stderr.splitlines() if line.startswith("pdmm-bridge")]
-    assert ours == [f"pdmm-bridge solve: error: the graph in {edges} is disconnected: it has 2 connected "
-                    "components; PDMM needs a connected graph"], done.stderr
+    assert ours == [
+        f"pdmm-bridge solve: error: the graph in {edges} is disconnected: it has 2 connected "
+        "components; PDMM needs a connected graph"
+    ], done.stderr
     assert "exitcode  : 2" in done.stderr  # torchrun's report: both processes ended with bad input's status
 
 
@@ -299,8 +385,11 @@ def test_under_torchrun_a_process_prints_its_own_runtime_failure(monkeypatch, ca
 def test_too_many_processes_for_the_memory_are_refused():
     gb = 2**30
     launch.check(2, available=8 * gb)
-    with pytest.raises(UsageError, match=r"--nproc 1000 needs about .* GB .* more than the 8.0 GB available; use at "
-                                         r"most \d+ processes"):
+    with pytest.raises(
+        UsageError,
+        match=r"--nproc 1000 needs about .* GB .* more than the 8.0 GB available; use at "
+        r"most \d+ processes",
+    ):
         launch.check(1000, available=8 * gb)
 
 
@@ -314,8 +403,14 @@ def test_the_launcher_ends_a_process_stuck_after_another_failed(tmp_path, monkey
     job = launch._Job()
     job.processes = [
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]),
-        subprocess.Popen([sys.executable, "-c", f"import pathlib, sys; pathlib.Path({str(reports / 'rank-1.json')!r})"
-                                                f".write_text({entry!r}); sys.exit(1)"]),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import pathlib, sys; pathlib.Path({str(reports / 'rank-1.json')!r})"
+                f".write_text({entry!r}); sys.exit(1)",
+            ]
+        ),
     ]
     started = time.monotonic()
     try:
@@ -335,8 +430,16 @@ def test_a_stopped_process_is_named_as_the_cause(tmp_path, monkeypatch, capsys):
     job = launch._Job()
     job.processes = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])]
     os.kill(job.processes[0].pid, signal.SIGSTOP)
-    job.processes.append(subprocess.Popen([sys.executable, "-c", f"import pathlib, sys; pathlib.Path("
-                                           f"{str(reports / 'rank-1.json')!r}).write_text({entry!r}); sys.exit(1)"]))
+    job.processes.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import pathlib, sys; pathlib.Path("
+                f"{str(reports / 'rank-1.json')!r}).write_text({entry!r}); sys.exit(1)",
+            ]
+        )
+    )
     try:
         codes = launch._wait(job, reports)
     finally:
@@ -344,7 +447,8 @@ def test_a_stopped_process_is_named_as_the_cause(tmp_path, monkeypatch, capsys):
     assert launch._outcome(codes, launch._reports(reports), job, ["--no-progress"]) == 1
     assert capsys.readouterr().err.splitlines() == [
         "pdmm-bridge solve: error: process 0 of 2 was stopped (SIGSTOP or a debugger) and did not answer within the "
-        "collective timeout; the launcher killed it"]
+        "collective timeout; the launcher killed it"
+    ]
 
 
 def test_process_0_ending_by_itself_has_spoken(capsys):

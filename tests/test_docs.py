@@ -1,6 +1,7 @@
 """The tutorials run as written: every ```python block and every `pdmm-bridge ...` line of a ```bash block
 of docs/getting_started.md and docs/tutorials/*.md, in page order, from a fresh directory (holding a copy of
 docs/compare, which the comparison tutorial reads). ```text blocks are shown, not run (the long commands)."""
+
 import re
 import shlex
 import shutil

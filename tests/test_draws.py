@@ -1,5 +1,6 @@
 """pdmm.draws: SplitMix64 against its published outputs, the numba kernel and the torch expression against
 the pure-Python reference bit for bit, the draws' distribution, and whole runs equal on both paths."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,13 +10,18 @@ import pdmm
 from pdmm import draws
 from pdmm.network import Network
 
-KEYS = [0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, draws.stream_key(0, 0, 0), draws.stream_key(7, 3, 10 ** 6)]
+KEYS = [0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, draws.stream_key(0, 0, 0), draws.stream_key(7, 3, 10**6)]
 
 
 def test_the_reference_is_splitmix64():
     """The first five outputs of SplitMix64 from the state 1234567 (the test vector of its C reference)."""
     assert [draws.mix((1234567 + (t + 1) * draws.GAMMA) & draws.MASK) for t in range(5)] == [
-        6457827717110365317, 3203168211198807973, 9817491932198370423, 4593380528125082431, 16408922859458223821]
+        6457827717110365317,
+        3203168211198807973,
+        9817491932198370423,
+        4593380528125082431,
+        16408922859458223821,
+    ]
 
 
 @pytest.mark.parametrize("kernel", [True, False])
@@ -23,10 +29,10 @@ def test_the_reference_is_splitmix64():
 def test_kernel_and_torch_expression_draw_the_reference_bits(key, kernel):
     count = 1000
     u = np.array([draws.uniform(key, t) for t in range(count)], dtype=np.int64)
-    for bound in (0, 1, draws.bound(0.3), 2 ** 31, draws.bound(1.0)):
+    for bound in (0, 1, draws.bound(0.3), 2**31, draws.bound(1.0)):
         expected = u < bound
         assert np.array_equal(draws.below(key, count, bound, "cpu", kernel=kernel).numpy(), expected)
-    bounds = torch.from_numpy(np.random.default_rng(0).integers(0, 2 ** 32 + 1, count))
+    bounds = torch.from_numpy(np.random.default_rng(0).integers(0, 2**32 + 1, count))
     assert np.array_equal(draws.below(key, count, bounds, "cpu", kernel=kernel).numpy(), u < bounds.numpy())
 
 
@@ -49,15 +55,15 @@ def test_the_kernel_is_the_path_taken_on_the_cpu():
 
 
 def test_bounds_are_exact_probabilities_at_the_ends():
-    assert draws.bound(0.0) == 0 and draws.bound(1.0) == 2 ** 32 and draws.bound(0.5) == 2 ** 31
+    assert draws.bound(0.0) == 0 and draws.bound(1.0) == 2**32 and draws.bound(0.5) == 2**31
     key = draws.stream_key(3, 0, 0)
-    assert not draws.below(key, 10 ** 5, draws.bound(0.0), "cpu").any()
-    assert draws.below(key, 10 ** 5, draws.bound(1.0), "cpu").all()
+    assert not draws.below(key, 10**5, draws.bound(0.0), "cpu").any()
+    assert draws.below(key, 10**5, draws.bound(1.0), "cpu").all()
 
 
 def test_draws_are_uniform_and_streams_and_iterations_differ():
     """Chi-square tests of the top and bottom bytes of 2^17 draws, and of their pairs one iteration apart."""
-    count = 2 ** 17
+    count = 2**17
     key, later = draws.stream_key(5, 2, 40), draws.stream_key(5, 2, 41)
     t = torch.arange(count)
     u, v = (draws._uniform_tensor(k, t).numpy() for k in (key, later))
@@ -81,8 +87,9 @@ def test_index_is_uniform_over_n():
 def test_a_run_is_the_same_on_both_paths_bit_for_bit(monkeypatch, method, batch, dim):
     """A solve over a network with every drawn effect, on the numba kernels (draws and pdmm.masked) and on
     the torch expressions."""
-    problem = pdmm.averaging(pdmm.topology("random_geometric", n=25, seed=3),
-                             np.random.default_rng(0).normal(size=(batch, 25, dim)))
+    problem = pdmm.averaging(
+        pdmm.topology("random_geometric", n=25, seed=3), np.random.default_rng(0).normal(size=(batch, 25, dim))
+    )
     network = Network(drop=0.2, wake=0.8, edge_up=0.9, burst=(0.1, 0.4), seed=4)
     runs = []
     for path in ("kernel", "torch"):

@@ -1,5 +1,6 @@
 """bridge.frontier: the one-number PDMM-transformers start as PDMM, stay local, and their fits only improve on
 the validation loss they watch; the topology mixture never draws a held-out kind."""
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -21,9 +22,18 @@ def instances(seed, graphs=2, batch=3):
 
 def errors(model, data, rho, rounds=None):
     with torch.no_grad():
-        return torch.cat([disagreement_error(model(bridge.pdmm_features(G, a, rho),
-                                                   TokenGraph.from_networkx(G, self_loops=False), rounds=rounds)[..., 0],
-                                             torch.as_tensor(a)) for G, a, _ in data], dim=1)
+        return torch.cat(
+            [
+                disagreement_error(
+                    model(
+                        bridge.pdmm_features(G, a, rho), TokenGraph.from_networkx(G, self_loops=False), rounds=rounds
+                    )[..., 0],
+                    torch.as_tensor(a),
+                )
+                for G, a, _ in data
+            ],
+            dim=1,
+        )
 
 
 def test_untrained_untied_model_is_pdmm_from_a_per_round():
@@ -50,8 +60,9 @@ def test_fits_keep_the_best_validation_loss_and_move_the_weights():
 
 def test_tied_fit_runs_the_curriculum_on_the_mixture_and_runs_past_its_stages():
     tuning, validation = instances(3), instances(4, graphs=1)
-    model, logs = frontier.one_number_tied(0.5, 2, 5, tuning, validation, steps=3, lr=1e-4, family=FAMILY,
-                                           rng=frontier.seed_rng(0))
+    model, logs = frontier.one_number_tied(
+        0.5, 2, 5, tuning, validation, steps=3, lr=1e-4, family=FAMILY, rng=frontier.seed_rng(0)
+    )
     assert frontier.curriculum(2, 5) == [2, 4, 5] and frontier.curriculum(8, 32) == [8, 16, 32]
     assert frontier.curriculum(8, 8) == [8] and len(logs) == 3
     assert model.tied and model.numbers_sent == 1

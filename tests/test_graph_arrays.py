@@ -1,5 +1,6 @@
 """pdmm.Graph: graphs from arrays, scipy matrices and networkx compile to the fields of the per-edge loop;
 the array generators against independent computations; every bad input named."""
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -78,8 +79,12 @@ def test_from_edges_collapses_repeats_reversals_and_self_loops(G):
     messy_src = np.concatenate([src, dst, src[:7], loops])  # every edge reversed, some twice, three loops
     messy_dst = np.concatenate([dst, src, dst[:7], loops])
     order = rng.permutation(len(messy_src))
-    for convert in (lambda a: a.astype(np.int32), lambda a: torch.from_numpy(a), lambda a: a.tolist(),
-                    lambda a: a.astype(np.uint16)):
+    for convert in (
+        lambda a: a.astype(np.int32),
+        lambda a: torch.from_numpy(a),
+        lambda a: a.tolist(),
+        lambda a: a.astype(np.uint16),
+    ):
         with pytest.warns(UserWarning, match="the graph has 3 self-loop.s. .i, i.; they are ignored") as caught:
             graph = pdmm.Graph.from_edges(convert(messy_src[order]), convert(messy_dst[order]))
         assert caught[0].filename == __file__  # attributed to the caller, not to pdmm
@@ -95,8 +100,9 @@ def test_from_scipy_takes_the_union_of_the_matrix_and_its_transpose():
     upper = sp.csr_matrix((weights, (np.minimum(src, dst), np.maximum(src, dst))), shape=(n, n))
     symmetric = sp.csr_array(upper + upper.T)
     u, v = next(nx.non_edges(G))
-    lower = sp.coo_array((np.r_[weights, 0.0], (np.r_[np.maximum(src, dst), u], np.r_[np.minimum(src, dst), v])),
-                         shape=(n, n))  # one stored zero at (u, v), not an edge of G
+    lower = sp.coo_array(
+        (np.r_[weights, 0.0], (np.r_[np.maximum(src, dst), u], np.r_[np.minimum(src, dst), v])), shape=(n, n)
+    )  # one stored zero at (u, v), not an edge of G
     for matrix in (upper, symmetric, lower, symmetric.tolil(), upper.T.tocsc()):
         assert_same_compiled(pdmm.CompiledGraph.from_graph(pdmm.Graph.from_scipy(matrix)), want)
     with pytest.warns(UserWarning, match="2 self-loop"):
@@ -132,8 +138,12 @@ def test_every_constructor_and_edge_matrices_accept_a_graph():
     rng = np.random.default_rng(9)
     H, y = rng.normal(size=(12, 4, 2)), rng.normal(size=(12, 4))
     P = np.broadcast_to(np.eye(2), (12, 2, 2)) * rng.uniform(1, 2, (12, 1, 1))
-    builds = [lambda g: pdmm.least_squares(g, H, y, ridge=0.1), lambda g: pdmm.lasso(g, H, y, lam=0.5),
-              lambda g: pdmm.logistic(g, H, np.sign(y)), lambda g: pdmm.quadratic(g, P, rng.normal(size=(12, 2)))]
+    builds = [
+        lambda g: pdmm.least_squares(g, H, y, ridge=0.1),
+        lambda g: pdmm.lasso(g, H, y, lam=0.5),
+        lambda g: pdmm.logistic(g, H, np.sign(y)),
+        lambda g: pdmm.quadratic(g, P, rng.normal(size=(12, 2))),
+    ]
     for build in builds:
         want, got = build(G), build(graph)
         assert_same_compiled(got.compiled, want.compiled)
@@ -143,11 +153,16 @@ def test_every_constructor_and_edge_matrices_accept_a_graph():
     x_nx = pdmm.solve(pdmm.averaging(G, a, constraints=edges), max_iter=300).x
     x_graph = pdmm.solve(pdmm.averaging(graph, a, constraints=edges), max_iter=300).x
     np.testing.assert_allclose(x_graph, x_nx, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(pdmm.reference(pdmm.averaging(graph, a, constraints=edges)),
-                               pdmm.reference(pdmm.averaging(G, a, constraints=edges)), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(
+        pdmm.reference(pdmm.averaging(graph, a, constraints=edges)),
+        pdmm.reference(pdmm.averaging(G, a, constraints=edges)),
+        rtol=0,
+        atol=1e-8,
+    )
 
 
 # generators
+
 
 def test_random_geometric_is_the_brute_force_set_of_close_pairs():
     n, radius, seed = 300, 0.15, 3
@@ -184,7 +199,9 @@ def test_erdos_renyi_counts_and_pairs_are_binomial_and_reproducible():
     sd = np.sqrt(total * p * (1 - p))
     assert all(abs(c - total * p) < 5 * sd for c in counts) and len(set(counts)) > 10
     assert abs(np.mean(counts) - total * p) < 5 * sd / np.sqrt(20)
-    np.testing.assert_array_equal(pdmm.Graph.erdos_renyi(n, p, seed=4).edges, pdmm.Graph.erdos_renyi(n, p, seed=4).edges)
+    np.testing.assert_array_equal(
+        pdmm.Graph.erdos_renyi(n, p, seed=4).edges, pdmm.Graph.erdos_renyi(n, p, seed=4).edges
+    )
     hits = np.zeros((12, 12))  # every pair equally likely: 400 samples of G(12, 0.5), each pair Binomial(400, 0.5)
     for s in range(400):
         i, j = pdmm.Graph.erdos_renyi(12, 0.5, seed=s).edges.T
@@ -195,8 +212,12 @@ def test_erdos_renyi_counts_and_pairs_are_binomial_and_reproducible():
 
 def test_generated_graphs_solve():
     a = np.random.default_rng(0).normal(size=(64, 2))
-    for graph in (pdmm.Graph.random_geometric(64, seed=1), pdmm.Graph.random_regular(64, 4, seed=1),
-                  pdmm.Graph.grid(8, 8), pdmm.Graph.erdos_renyi(64, seed=1)):
+    for graph in (
+        pdmm.Graph.random_geometric(64, seed=1),
+        pdmm.Graph.random_regular(64, 4, seed=1),
+        pdmm.Graph.grid(8, 8),
+        pdmm.Graph.erdos_renyi(64, seed=1),
+    ):
         x = pdmm.solve(pdmm.averaging(graph, a), rho=1.0, max_iter=3000).x
         np.testing.assert_allclose(x, np.broadcast_to(a.mean(0), a.shape), rtol=0, atol=1e-8)
 
@@ -228,11 +249,14 @@ def test_only_self_loops_warn_then_fail():
         pdmm.Graph.from_edges([1, 2], [1, 2], n=3)
 
 
-@pytest.mark.parametrize("graph, components", [
-    (lambda: pdmm.Graph.from_edges([0, 2], [1, 3]), 2),
-    (lambda: pdmm.Graph.from_edges([0, 1], [1, 2], n=5), 3),  # nodes 3 and 4 have no edges
-    (lambda: sp.csr_array(nx.to_scipy_sparse_array(nx.disjoint_union(nx.path_graph(3), nx.cycle_graph(4)))), 2),
-])
+@pytest.mark.parametrize(
+    "graph, components",
+    [
+        (lambda: pdmm.Graph.from_edges([0, 2], [1, 3]), 2),
+        (lambda: pdmm.Graph.from_edges([0, 1], [1, 2], n=5), 3),  # nodes 3 and 4 have no edges
+        (lambda: sp.csr_array(nx.to_scipy_sparse_array(nx.disjoint_union(nx.path_graph(3), nx.cycle_graph(4)))), 2),
+    ],
+)
 def test_disconnected_graphs_name_their_components(graph, components):
     graph = graph()
     n = pdmm.graph.node_count(graph)
@@ -240,28 +264,45 @@ def test_disconnected_graphs_name_their_components(graph, components):
         pdmm.averaging(graph, np.zeros((n, 1)))
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: pdmm.Graph.from_scipy(np.eye(3)), TypeError, "from_scipy needs a scipy.sparse matrix or array, got ndarray"),
-    (lambda: pdmm.Graph.from_scipy(sp.csr_array(np.ones((2, 3)))), ValueError, r"must be square \(n, n\), got shape \(2, 3\)"),
-    (lambda: pdmm.Graph.from_scipy(sp.csr_array(np.array([[0, np.nan], [1, 0]]))), ValueError, "contains NaN"),
-    (lambda: pdmm.Graph.from_networkx(nx.DiGraph([(0, 1)])), ValueError, "must be undirected"),
-    (lambda: pdmm.Graph.from_networkx([(0, 1)]), TypeError, "from_networkx needs a networkx graph, got list"),
-    (lambda: pdmm.averaging([(0, 1)], np.zeros((2, 1))), TypeError,
-     "the graph must be a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix, got list"),
-    (lambda: pdmm.averaging(pdmm.Graph.grid(2, 3), np.zeros((5, 1))), ValueError, "a must have shape"),
-    (lambda: pdmm.averaging(pdmm.Graph.grid(2, 3), np.zeros((6, 1)), constraints={(0, 4): (1, -1, 0)}),
-     ValueError, "not edges of the graph"),
-    (lambda: pdmm.Graph.random_regular(11, 5), ValueError, "n \\* degree even, got n=11, degree=5"),
-    (lambda: pdmm.Graph.random_regular(6, 6), ValueError, "integer degree in 1..n-1, got degree=6 for n=6"),
-    (lambda: pdmm.Graph.random_regular(1000, 1), ValueError, "no connected sample in 100 tries"),
-    (lambda: pdmm.Graph.erdos_renyi(10, 1.5), ValueError, "erdos_renyi needs 0 < p <= 1, got p=1.5"),
-    (lambda: pdmm.Graph.random_geometric(10, 0), ValueError, "random_geometric needs radius > 0, got radius=0"),
-    (lambda: pdmm.Graph.random_geometric(50, 0.01), ValueError, "no connected sample in 100 tries with n=50"),
-    (lambda: pdmm.Graph.random_geometric(1), ValueError, "integer n in 2..2147483648 nodes, got n=1"),
-    (lambda: pdmm.Graph.grid(0, 4), ValueError, "rows must be an integer >= 1, got 0"),
-    (lambda: pdmm.Graph.grid(4, 2, periodic=True), ValueError, "cols must be an integer >= 3, got 2"),
-    (lambda: pdmm.Graph.grid(1, 1), ValueError, "a grid needs at least 2 nodes"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (
+            lambda: pdmm.Graph.from_scipy(np.eye(3)),
+            TypeError,
+            "from_scipy needs a scipy.sparse matrix or array, got ndarray",
+        ),
+        (
+            lambda: pdmm.Graph.from_scipy(sp.csr_array(np.ones((2, 3)))),
+            ValueError,
+            r"must be square \(n, n\), got shape \(2, 3\)",
+        ),
+        (lambda: pdmm.Graph.from_scipy(sp.csr_array(np.array([[0, np.nan], [1, 0]]))), ValueError, "contains NaN"),
+        (lambda: pdmm.Graph.from_networkx(nx.DiGraph([(0, 1)])), ValueError, "must be undirected"),
+        (lambda: pdmm.Graph.from_networkx([(0, 1)]), TypeError, "from_networkx needs a networkx graph, got list"),
+        (
+            lambda: pdmm.averaging([(0, 1)], np.zeros((2, 1))),
+            TypeError,
+            "the graph must be a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix, got list",
+        ),
+        (lambda: pdmm.averaging(pdmm.Graph.grid(2, 3), np.zeros((5, 1))), ValueError, "a must have shape"),
+        (
+            lambda: pdmm.averaging(pdmm.Graph.grid(2, 3), np.zeros((6, 1)), constraints={(0, 4): (1, -1, 0)}),
+            ValueError,
+            "not edges of the graph",
+        ),
+        (lambda: pdmm.Graph.random_regular(11, 5), ValueError, "n \\* degree even, got n=11, degree=5"),
+        (lambda: pdmm.Graph.random_regular(6, 6), ValueError, "integer degree in 1..n-1, got degree=6 for n=6"),
+        (lambda: pdmm.Graph.random_regular(1000, 1), ValueError, "no connected sample in 100 tries"),
+        (lambda: pdmm.Graph.erdos_renyi(10, 1.5), ValueError, "erdos_renyi needs 0 < p <= 1, got p=1.5"),
+        (lambda: pdmm.Graph.random_geometric(10, 0), ValueError, "random_geometric needs radius > 0, got radius=0"),
+        (lambda: pdmm.Graph.random_geometric(50, 0.01), ValueError, "no connected sample in 100 tries with n=50"),
+        (lambda: pdmm.Graph.random_geometric(1), ValueError, "integer n in 2..2147483648 nodes, got n=1"),
+        (lambda: pdmm.Graph.grid(0, 4), ValueError, "rows must be an integer >= 1, got 0"),
+        (lambda: pdmm.Graph.grid(4, 2, periodic=True), ValueError, "cols must be an integer >= 3, got 2"),
+        (lambda: pdmm.Graph.grid(1, 1), ValueError, "a grid needs at least 2 nodes"),
+    ],
+)
 def test_bad_graphs_are_named(call, error, message):
     with pytest.raises(error, match=message):
         call()

@@ -26,17 +26,20 @@ def test_topology_parameters_reach_networkx():
     assert set(dict(pdmm.topology("random_regular", n=20, degree=3).degree).values()) == {3}
 
 
-@pytest.mark.parametrize("kind, params, message", [
-    ("hexagonal", {}, "unknown topology 'hexagonal'"),
-    ("torus", {"rows": 2}, "at least 3 rows"),
-    ("grid", {"rows": 5}, "rows to divide n"),
-    ("ring", {"radius": 0.1}, "bad parameters"),
-    ("grid", {"rows": 0}, "rows must be a positive integer"),
-    ("erdos_renyi", {"p": 1.5}, "0 < p <= 1"),
-    ("random_geometric", {"radius": -1}, "radius > 0"),
-    ("random_regular", {"degree": 13}, "topology .random_regular. with n=12"),
-    ("barabasi_albert", {"m": 20}, "topology 'barabasi_albert' with n=12"),
-])
+@pytest.mark.parametrize(
+    "kind, params, message",
+    [
+        ("hexagonal", {}, "unknown topology 'hexagonal'"),
+        ("torus", {"rows": 2}, "at least 3 rows"),
+        ("grid", {"rows": 5}, "rows to divide n"),
+        ("ring", {"radius": 0.1}, "bad parameters"),
+        ("grid", {"rows": 0}, "rows must be a positive integer"),
+        ("erdos_renyi", {"p": 1.5}, "0 < p <= 1"),
+        ("random_geometric", {"radius": -1}, "radius > 0"),
+        ("random_regular", {"degree": 13}, "topology .random_regular. with n=12"),
+        ("barabasi_albert", {"m": 20}, "topology 'barabasi_albert' with n=12"),
+    ],
+)
 def test_topology_rejects_bad_input(kind, params, message):
     with pytest.raises((ValueError, TypeError), match=message):
         pdmm.topology(kind, n=12, **params)

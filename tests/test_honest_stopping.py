@@ -2,6 +2,7 @@
 of x and the change of the method's whole state below tol; a run whose state stops changing short of tol is
 "stalled"; a network over which nothing can happen, and a rho beyond what the dtype resolves, are refused; a run
 with a stopping test that ends without meeting it warns (pdmm.ConvergenceWarning)."""
+
 import json
 import warnings
 
@@ -59,9 +60,15 @@ def test_tol_zero_runs_every_iteration_and_never_warns():
     assert result.iterations == 50 and result.status == "max_iter"
 
 
-@pytest.mark.parametrize("network, reason", [(pdmm.Network(wake=0.0), "wake=0"), (pdmm.Network(edge_up=0.0), "edge_up=0"),
-                                             (pdmm.Network(drop=1.0), "drop=1"),
-                                             (pdmm.Network(wake=[0.0] * 30), "wake=0 for every node")])
+@pytest.mark.parametrize(
+    "network, reason",
+    [
+        (pdmm.Network(wake=0.0), "wake=0"),
+        (pdmm.Network(edge_up=0.0), "edge_up=0"),
+        (pdmm.Network(drop=1.0), "drop=1"),
+        (pdmm.Network(wake=[0.0] * 30), "wake=0 for every node"),
+    ],
+)
 def test_a_network_over_which_nothing_can_happen_is_refused(network, reason):
     with pytest.raises(ValueError, match=reason):
         pdmm.solve(averaging(), network=network)
@@ -80,12 +87,29 @@ def test_status_says_diverged_and_interrupted():
 
 
 def test_a_result_built_by_hand_keeps_converged_and_gets_its_status():
-    result = pdmm.Result(x=np.zeros((2, 1)), iterations=3, converged=True, history={}, method="pdmm", params={},
-                         nodes=[0, 1], seconds=0.0)
+    result = pdmm.Result(
+        x=np.zeros((2, 1)),
+        iterations=3,
+        converged=True,
+        history={},
+        method="pdmm",
+        params={},
+        nodes=[0, 1],
+        seconds=0.0,
+    )
     assert result.status == "converged" and not result.stalled
     with pytest.raises(ValueError, match="status"):
-        pdmm.Result(x=np.zeros((2, 1)), iterations=3, converged=True, history={}, method="pdmm", params={},
-                    nodes=[0, 1], seconds=0.0, status="stalled")
+        pdmm.Result(
+            x=np.zeros((2, 1)),
+            iterations=3,
+            converged=True,
+            history={},
+            method="pdmm",
+            params={},
+            nodes=[0, 1],
+            seconds=0.0,
+            status="stalled",
+        )
 
 
 def run(tmp_path, capsys, *options):
@@ -106,8 +130,15 @@ def test_the_solve_command_says_stalled(tmp_path, capsys):
     assert code == 0 and "pdmm: stalled after" in printed.out
 
 
-@pytest.mark.parametrize("options, flag", [(["--wake", "0"], "--wake"), (["--edge-up", "0"], "--edge-up"),
-                                           (["--drop", "1"], "--drop"), (["--rho", "1e17"], "rho=1e+17")])
+@pytest.mark.parametrize(
+    "options, flag",
+    [
+        (["--wake", "0"], "--wake"),
+        (["--edge-up", "0"], "--edge-up"),
+        (["--drop", "1"], "--drop"),
+        (["--rho", "1e17"], "rho=1e+17"),
+    ],
+)
 def test_the_solve_command_refuses_what_cannot_progress_in_one_line(tmp_path, capsys, options, flag):
     with pytest.raises(SystemExit) as caught:
         run(tmp_path, capsys, *options)
@@ -166,9 +197,13 @@ def test_a_tiny_alpha_no_longer_converges_at_x0_and_an_unresolvable_one_is_refus
 def test_a_network_whose_nodes_almost_never_wake_is_not_converged(method):
     """With wake = 1e-300 nothing ever moves, so a step's change is 0 and x^0 = 0 has residual 0: the test now
     measures the ideal step from the state reached, which moves."""
-    problem = averaging() if method == "pdmm" else \
-        pdmm.least_squares(G, *(lambda r: (r.normal(size=(30, 10, 3)), r.normal(size=(30, 10))))(
-            np.random.default_rng(5)))
+    problem = (
+        averaging()
+        if method == "pdmm"
+        else pdmm.least_squares(
+            G, *(lambda r: (r.normal(size=(30, 10, 3)), r.normal(size=(30, 10))))(np.random.default_rng(5))
+        )
+    )
     with pytest.warns(pdmm.ConvergenceWarning):
         result = pdmm.solve(problem, method=method, network=pdmm.Network(wake=1e-300), max_iter=200)
     assert not result.converged and result.status == "max_iter"
@@ -179,8 +214,9 @@ def test_a_first_iteration_in_which_nothing_moved_is_no_divergence(seed):
     """Two nodes awake with probability 0.3: when neither woke at iteration 1 its residual was 0, and any residual
     later was "a residual grown 10^6-fold" (DivergenceError). The mean of a is the answer."""
     a = np.array([[1.0], [3.0]])
-    result = pdmm.solve(pdmm.averaging(pdmm.topology("path", 2), a), theta=0.5,
-                        network=pdmm.Network(wake=0.3, seed=seed), max_iter=3000)
+    result = pdmm.solve(
+        pdmm.averaging(pdmm.topology("path", 2), a), theta=0.5, network=pdmm.Network(wake=0.3, seed=seed), max_iter=3000
+    )
     assert result.converged and np.allclose(result.x, 2.0, atol=1e-8)
 
 
@@ -188,11 +224,15 @@ def path_problem(n=4):
     return pdmm.averaging(pdmm.topology("path", n), np.arange(float(n))[:, None])
 
 
-@pytest.mark.parametrize("network", [
-    lambda c: pdmm.Network(drop={(1, 2): 1.0, (2, 1): 1.0}),
-    lambda c: pdmm.Network(drop=[1.0 if {s, d} == {1, 2} else 0.0 for s, d in zip(c.src.tolist(), c.dst.tolist())]),
-    lambda c: pdmm.Network(edge_up=[[(0, 1)], [(2, 3)]]),
-    lambda c: pdmm.Network(wake={node: 0.0 for node in range(4)})])
+@pytest.mark.parametrize(
+    "network",
+    [
+        lambda c: pdmm.Network(drop={(1, 2): 1.0, (2, 1): 1.0}),
+        lambda c: pdmm.Network(drop=[1.0 if {s, d} == {1, 2} else 0.0 for s, d in zip(c.src.tolist(), c.dst.tolist(), strict=False)]),
+        lambda c: pdmm.Network(edge_up=[[(0, 1)], [(2, 3)]]),
+        lambda c: pdmm.Network(wake={node: 0.0 for node in range(4)}),
+    ],
+)
 def test_per_edge_and_per_node_settings_that_cut_the_graph_are_refused(network):
     problem = path_problem()
     with pytest.raises(ValueError, match="splits the graph into 2 parts|wake=0 for every node"):
@@ -231,14 +271,19 @@ def test_a_theta_below_what_the_dtype_resolves_is_refused(dtype):
         pdmm.solve(averaging(), theta=1e-30, dtype=dtype)
 
 
-@pytest.mark.parametrize("options, culprit", [
-    (["--method", "qa-pdmm", "--eta", "1e308"], "qa-pdmm: eta=1e+308 is beyond what float64 resolves"),
-    (["--compare", "dgd:alpha=1e-300"], "dgd:alpha=1e-300: alpha=1e-300 is below what float64 resolves"),
-    (["--rho", "1e-300"], "pdmm: rho=1e-300 is below what float64 resolves"),
-    (["--theta", "1e-300"], "pdmm: theta=1e-300 is below what float64 resolves"),
-    (["--tol", "1"], "argument --tol: must be a number >= 0 and below 1")])
+@pytest.mark.parametrize(
+    "options, culprit",
+    [
+        (["--method", "qa-pdmm", "--eta", "1e308"], "qa-pdmm: eta=1e+308 is beyond what float64 resolves"),
+        (["--compare", "dgd:alpha=1e-300"], "dgd:alpha=1e-300: alpha=1e-300 is below what float64 resolves"),
+        (["--rho", "1e-300"], "pdmm: rho=1e-300 is below what float64 resolves"),
+        (["--theta", "1e-300"], "pdmm: theta=1e-300 is below what float64 resolves"),
+        (["--tol", "1"], "argument --tol: must be a number >= 0 and below 1"),
+    ],
+)
 def test_the_solve_command_refuses_unresolvable_steps_in_one_line(tmp_path, capsys, options, culprit):
     from solve_cli import assert_refused_in_one_line
+
     assert_refused_in_one_line(tmp_path / "out", capsys, options, culprit, nodes=30)
 
 
@@ -246,6 +291,7 @@ def test_the_solve_command_refuses_data_beyond_the_dtype_in_one_line(tmp_path, c
     path = tmp_path / "tiny.npz"
     np.savez(path, a=1e-200 * A)
     from solve_cli import assert_refused_in_one_line
+
     assert_refused_in_one_line(tmp_path / "out", capsys, ["--data", str(path)], "rescale the data", nodes=30)
 
 
@@ -259,7 +305,7 @@ def test_edge_constraints_with_a_small_offset_are_solved_to_tol_relative_to_it()
     f_i minimised at 0 the scale is the constraints' (||b|| / ||A||): at b ~ 1e-12 the run stopped at error 5e-5."""
     D = np.array([[1.0, -1, 0, 0], [0, 1, -1, 0], [0, 0, 1, -1]])
     b = 1e-12 * np.array([1.0, 2.0, 3.0])
-    constraints = {(i, i + 1): (np.eye(1), -np.eye(1), b[i:i + 1]) for i in range(3)}
+    constraints = {(i, i + 1): (np.eye(1), -np.eye(1), b[i : i + 1]) for i in range(3)}
     problem = pdmm.quadratic(pdmm.topology("path", 4), np.tile(np.eye(1), (4, 1, 1)), np.zeros((4, 1)), constraints)
     result = pdmm.solve(problem, max_iter=5000)
     x_star = np.linalg.pinv(D) @ b

@@ -1,5 +1,6 @@
 """Hostile run directories (issue 29, part A): links planted where the project writes, --force beside a user's
 files, foreign checkpoints, altered run files, typos in grids: each one error line, nothing written outside."""
+
 import errno
 import json
 import os
@@ -18,13 +19,21 @@ import experiments.rundir as rundir
 from experiments.cli import main, out_of_memory
 from experiments.common import UsageError
 from experiments.compare_command import check_seed_file, saved_seed
+from experiments.grid import run_name
 from experiments.results_doc import replace_section
 from experiments.rundir import MARKER
-from experiments.grid import run_name
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
-TINY = ["task.p=5", "model.d_model=8", "model.n_head=2", "train.max_iters=4", "train.eval_interval=2",
-        "train.checkpoint_interval=2", "train.eval_iters=1", "train.patience=5"]
+TINY = [
+    "task.p=5",
+    "model.d_model=8",
+    "model.n_head=2",
+    "train.max_iters=4",
+    "train.eval_interval=2",
+    "train.checkpoint_interval=2",
+    "train.eval_iters=1",
+    "train.patience=5",
+]
 TRAIN = ["train", str(CONFIGS / "modular97.toml"), *[f"--set={s}" for s in TINY], "--no-progress"]
 EXTEND = ["--extend", "--set=train.max_iters=6"]
 SWEEP = ["sweep", str(CONFIGS / "modular97.toml"), *[f"--set={s}" for s in TINY], "--seeds", "0", "--no-progress"]
@@ -64,9 +73,25 @@ def plant(path, outside):
     return target
 
 
-RUN_WRITES = ["config.toml", "meta.json", "metrics.jsonl", "ckpt.pt", "ckpt.prev.pt", "best.pt", "summary.json",
-              "curves.png", MARKER, "ckpt.pt.tmp", "ckpt.prev.pt.tmp", "best.pt.tmp", "summary.json.tmp",
-              "config.toml.tmp", "meta.json.tmp", "curves.png.tmp", MARKER + ".tmp"]
+RUN_WRITES = [
+    "config.toml",
+    "meta.json",
+    "metrics.jsonl",
+    "ckpt.pt",
+    "ckpt.prev.pt",
+    "best.pt",
+    "summary.json",
+    "curves.png",
+    MARKER,
+    "ckpt.pt.tmp",
+    "ckpt.prev.pt.tmp",
+    "best.pt.tmp",
+    "summary.json.tmp",
+    "config.toml.tmp",
+    "meta.json.tmp",
+    "curves.png.tmp",
+    MARKER + ".tmp",
+]
 
 
 @pytest.mark.parametrize("name", RUN_WRITES)
@@ -112,8 +137,16 @@ def sweep_of(run, tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     shutil.copytree(run, sweep / "seed=0")
-    (sweep / "sweep.json").write_text(json.dumps({"config": "x", "grid": {}, "seeds": [0], "runs": [
-        {"name": "seed=0", "overrides": {}, "seed": 0, "status": "finished", "error": None}]}))
+    (sweep / "sweep.json").write_text(
+        json.dumps(
+            {
+                "config": "x",
+                "grid": {},
+                "seeds": [0],
+                "runs": [{"name": "seed=0", "overrides": {}, "seed": 0, "status": "finished", "error": None}],
+            }
+        )
+    )
     return sweep
 
 
@@ -154,9 +187,23 @@ def test_sweep_json_as_a_link_and_its_temporary_file_are_refused(tmp_path, capsy
 
 def test_compare_refuses_links_at_its_runs_and_seeds(tmp_path, capsys):
     config = str(CONFIGS / "graph_consensus.toml")
-    small = ["--set=train.max_iters=2", "--set=model.n_layer=2", "--set=model.d_model=8", "--set=model.n_head=2",
-             "--rounds", "2", "--widths", "none", "--tied", "none", "--residuals", "standard", "--seeds", "0",
-             "--no-progress"]
+    small = [
+        "--set=train.max_iters=2",
+        "--set=model.n_layer=2",
+        "--set=model.d_model=8",
+        "--set=model.n_head=2",
+        "--rounds",
+        "2",
+        "--widths",
+        "none",
+        "--tied",
+        "none",
+        "--residuals",
+        "standard",
+        "--seeds",
+        "0",
+        "--no-progress",
+    ]
     outside = tmp_path / "outside"
     outside.mkdir()
     for name in ("runs", "seeds"):
@@ -214,10 +261,22 @@ def test_resume_refuses_metrics_altered_in_the_middle_before_training(run, capsy
     assert (run / "ckpt.pt").read_bytes() == before and (run / "metrics.jsonl").read_text() == "".join(lines)
 
 
-@pytest.mark.parametrize("entries", [
-    {"model": 5}, {"model": {"w": "text"}}, {"model": {}, "optimizer": [], "rng": torch.zeros(3, dtype=torch.uint8),
-                                             "state": {"step": 1, "metrics_bytes": 0}},
-    {"rng": "x"}, {"state": {"step": "one", "metrics_bytes": 0}}, {"state": {"step": 1, "metrics_bytes": -5}}])
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {"model": 5},
+        {"model": {"w": "text"}},
+        {
+            "model": {},
+            "optimizer": [],
+            "rng": torch.zeros(3, dtype=torch.uint8),
+            "state": {"step": 1, "metrics_bytes": 0},
+        },
+        {"rng": "x"},
+        {"state": {"step": "one", "metrics_bytes": 0}},
+        {"state": {"step": 1, "metrics_bytes": -5}},
+    ],
+)
 def test_crafted_weights_only_checkpoints_are_one_line(run, capsys, entries):
     checkpoint = torch.load(run / "ckpt.pt", weights_only=True)
     torch.save({**checkpoint, **entries}, run / "ckpt.pt")
@@ -227,12 +286,23 @@ def test_crafted_weights_only_checkpoints_are_one_line(run, capsys, entries):
         assert "ckpt.pt" in fails(capsys, ["probe", str(run), "--batches", "1", "--force"])
 
 
-SWEEP_SHAPES = [[], {"runs": {}}, {"runs": [1]}, {"runs": [{"status": "finished"}]}, {"runs": [{"name": "../x"}]},
-                {"runs": [{"name": "seed=0", "status": "done"}]}, {"runs": [{"name": "seed=0", "overrides": []}]},
-                {"runs": [{"name": "seed=0", "seed": "zero"}]}, {"runs": [{"name": "seed=0"}, {"name": "seed=0"}]},
-                {"runs": [], "grid": [1]}, {"runs": [{"name": "seed=0", "error": 3}]},
-                {"runs": [{"name": "seed=0", "status": "finished"}], "grid": {"model.residual": 5}},
-                {"runs": [{"name": "x" * 300}]}, {"runs": [{"name": "a\0b"}]}, {"runs": [{"name": "\ud800"}]}]
+SWEEP_SHAPES = [
+    [],
+    {"runs": {}},
+    {"runs": [1]},
+    {"runs": [{"status": "finished"}]},
+    {"runs": [{"name": "../x"}]},
+    {"runs": [{"name": "seed=0", "status": "done"}]},
+    {"runs": [{"name": "seed=0", "overrides": []}]},
+    {"runs": [{"name": "seed=0", "seed": "zero"}]},
+    {"runs": [{"name": "seed=0"}, {"name": "seed=0"}]},
+    {"runs": [], "grid": [1]},
+    {"runs": [{"name": "seed=0", "error": 3}]},
+    {"runs": [{"name": "seed=0", "status": "finished"}], "grid": {"model.residual": 5}},
+    {"runs": [{"name": "x" * 300}]},
+    {"runs": [{"name": "a\0b"}]},
+    {"runs": [{"name": "\ud800"}]},
+]
 
 
 @pytest.mark.parametrize("shape", SWEEP_SHAPES)
@@ -254,17 +324,31 @@ def test_non_numeric_metric_values_are_one_line_in_plot_and_report(run, tmp_path
         assert "metrics.jsonl, line 2" in fails(capsys, command)
 
 
-@pytest.mark.parametrize("summary", ['[]', '{"status": 1}', '{"status": "finished", "final": {"val_loss": "x"}}',
-                                     '{"status": "finished", "steps": "ten"}'])
+@pytest.mark.parametrize(
+    "summary",
+    [
+        "[]",
+        '{"status": 1}',
+        '{"status": "finished", "final": {"val_loss": "x"}}',
+        '{"status": "finished", "steps": "ten"}',
+    ],
+)
 def test_a_malformed_summary_is_one_line(run, tmp_path, capsys, summary):
     (run / "summary.json").write_text(summary)
     assert "summary.json" in fails(capsys, ["plot", str(run), "--out", str(tmp_path / "p.png")])
 
 
-@pytest.mark.parametrize("saved", [[], {"key": 1}, {"key": 1, "fitted": [], "curves": [], "log_errors": {}},
-                                   {"key": 1, "fitted": {}, "curves": [1], "log_errors": {}},
-                                   {"key": 1, "fitted": {}, "curves": [], "log_errors": {"no tab": [1.0]}},
-                                   {"key": 1, "fitted": {}, "curves": [], "log_errors": {"a\tb": ["x"]}}])
+@pytest.mark.parametrize(
+    "saved",
+    [
+        [],
+        {"key": 1},
+        {"key": 1, "fitted": [], "curves": [], "log_errors": {}},
+        {"key": 1, "fitted": {}, "curves": [1], "log_errors": {}},
+        {"key": 1, "fitted": {}, "curves": [], "log_errors": {"no tab": [1.0]}},
+        {"key": 1, "fitted": {}, "curves": [], "log_errors": {"a\tb": ["x"]}},
+    ],
+)
 def test_malformed_compare_seed_files_are_one_line(tmp_path, saved):
     path = tmp_path / "seed=0.json"
     path.write_text(json.dumps(saved))
@@ -313,11 +397,33 @@ def test_network_sweep_writes_only_into_its_out(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path / "runs" / "network-sweep")) == [MARKER, "network_sweep.md", "network_sweep.png"]
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**20) | st.floats(allow_nan=True) |
-                    st.text(max_size=8), lambda inner: st.lists(inner, max_size=3) |
-                    st.dictionaries(st.sampled_from(["step", "val_loss", "train_loss", "status", "runs", "name",
-                                                     "final", "seed", "key", "fitted", "curves", "log_errors"]),
-                                    inner, max_size=4), max_leaves=8)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**20) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "step",
+                    "val_loss",
+                    "train_loss",
+                    "status",
+                    "runs",
+                    "name",
+                    "final",
+                    "seed",
+                    "key",
+                    "fitted",
+                    "curves",
+                    "log_errors",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=8,
+)
 
 
 def one_line_or_success(capsys, argv):
@@ -350,6 +456,7 @@ def test_any_run_file_content_is_success_or_one_line(finished, tmp_path, capsys,
 
 # Found by attacking a fresh clone (issue 29, review): each failed before its fix.
 
+
 def test_a_hard_linked_metrics_file_is_refused_and_the_other_name_untouched(run, tmp_path, capsys):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -371,8 +478,13 @@ def test_a_named_pipe_in_a_run_is_one_line_not_a_reader_waiting_for_ever(run, tm
     sweep = sweep_of(run, tmp_path)
     (sweep / "seed=0" / "config.toml").unlink()
     os.mkfifo(sweep / "seed=0" / "config.toml")
-    result = subprocess.run([sys.executable, "-m", "experiments", "report", str(sweep)], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments", "report", str(sweep)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 2 and "not a regular file" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -383,7 +495,9 @@ def test_plot_without_out_draws_into_its_one_directory_never_the_current_one(run
     assert main(["plot", str(run)]) == 0 and (run / "plot_val_loss.png").is_file()
     assert "--out" in fails(capsys, ["plot", str(run), str(run), "--force"])
     assert os.listdir(here) == []
-    assert "no run logs" in fails(capsys, ["plot", str(run), "--metric", "nothing", "--out", str(tmp_path / "new/p.png")])
+    assert "no run logs" in fails(
+        capsys, ["plot", str(run), "--metric", "nothing", "--out", str(tmp_path / "new/p.png")]
+    )
     assert not (tmp_path / "new").exists()
 
 
@@ -401,8 +515,9 @@ def wrong_rng_size(checkpoint):
 
 
 def wrong_rng_bytes(checkpoint):
-    checkpoint["rng"] = torch.randint(0, 256, checkpoint["rng"].shape, dtype=torch.uint8,
-                                      generator=torch.Generator().manual_seed(0))
+    checkpoint["rng"] = torch.randint(
+        0, 256, checkpoint["rng"].shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
 
 
 @pytest.mark.parametrize("craft", [wrong_optimizer_shape, wrong_optimizer_setting, wrong_rng_size, wrong_rng_bytes])
@@ -425,9 +540,15 @@ def test_a_malformed_meta_json_is_one_line(run, tmp_path, capsys, meta):
     assert "meta.json" in fails(capsys, ["report", str(sweep_of(run, tmp_path))])
 
 
-@pytest.mark.parametrize("edit", [lambda text: "train = 5\n", lambda text: text.replace("seed = 0", 'seed = "x"'),
-                                  lambda text: text.replace("max_iters = 4", 'max_iters = "x"'),
-                                  lambda text: "a = " + "[" * 100_000 + "]" * 100_000])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda text: "train = 5\n",
+        lambda text: text.replace("seed = 0", 'seed = "x"'),
+        lambda text: text.replace("max_iters = 4", 'max_iters = "x"'),
+        lambda text: "a = " + "[" * 100_000 + "]" * 100_000,
+    ],
+)
 def test_a_malformed_config_toml_in_a_sweep_is_one_line(run, tmp_path, capsys, edit):
     sweep = sweep_of(run, tmp_path)
     shutil.copytree(sweep / "seed=0", sweep / "seed=1")
@@ -464,8 +585,14 @@ def limit_memory():
 
 def run_limited(argv):
     """`pdmm-bridge argv` in a child process under limit_memory; its CompletedProcess."""
-    return subprocess.run([sys.executable, "-m", "experiments", *argv], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=limit_memory)
+    return subprocess.run(
+        [sys.executable, "-m", "experiments", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=limit_memory,
+    )
 
 
 def refused(argv):
@@ -488,11 +615,16 @@ def test_an_absurd_config_is_refused_before_allocating_and_leaves_no_directory(t
 
 
 def test_an_allocation_failure_is_one_line_exit_1(tmp_path):
-    assert out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
-                                      "allocate memory: you tried to allocate 120000000000 bytes."))
+    assert out_of_memory(
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+            "allocate memory: you tried to allocate 120000000000 bytes."
+        )
+    )
     # under limit_memory the 4e10-byte weights of d_model = 100000 cannot be had, whatever the machine
-    result = run_limited([*TRAIN, "--set=model.d_model=100000", "--set=train.memory_check=false", "--out",
-                          str(tmp_path / "run")])
+    result = run_limited(
+        [*TRAIN, "--set=model.d_model=100000", "--set=train.memory_check=false", "--out", str(tmp_path / "run")]
+    )
     assert result.returncode == 1 and "out of memory" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
 
@@ -511,9 +643,14 @@ def test_a_path_over_path_max_is_one_line(tmp_path, capsys):
         assert "a path may hold" in fails(capsys, argv)
 
 
-@pytest.mark.parametrize("text", ["<!-- begin repro-sweep -->\nhalf\n",
-                                  '<!-- begin repro-sweep {bad} -->\n<!-- end repro-sweep -->\n',
-                                  '<!-- begin repro-sweep {"steps": "x"} -->\n<!-- end repro-sweep -->\n'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<!-- begin repro-sweep -->\nhalf\n",
+        "<!-- begin repro-sweep {bad} -->\n<!-- end repro-sweep -->\n",
+        '<!-- begin repro-sweep {"steps": "x"} -->\n<!-- end repro-sweep -->\n',
+    ],
+)
 def test_a_hand_edited_results_section_is_refused_before_the_report(run, tmp_path, capsys, text):
     sweep = sweep_of(run, tmp_path)
     results = tmp_path / "RESULTS.md"
@@ -533,9 +670,14 @@ def test_a_results_file_that_is_a_link_is_refused_before_the_report(run, tmp_pat
     assert not (sweep / "report.md").exists() and target.read_text() == "# theirs\n"
 
 
-@pytest.mark.parametrize("config, history", [("[]", "method,iteration,residual\npdmm,1,0.5\n"),
-                                             ('{"methods": {"pdmm": 5}}', "method,iteration,residual\npdmm,1,0.5\n"),
-                                             ("{}", "method,iteration,residual\npdmm,1,0.5,7\n")])
+@pytest.mark.parametrize(
+    "config, history",
+    [
+        ("[]", "method,iteration,residual\npdmm,1,0.5\n"),
+        ('{"methods": {"pdmm": 5}}', "method,iteration,residual\npdmm,1,0.5\n"),
+        ("{}", "method,iteration,residual\npdmm,1,0.5,7\n"),
+    ],
+)
 def test_a_malformed_solve_directory_is_one_line_in_plot(tmp_path, capsys, config, history):
     solve = tmp_path / "solve"
     solve.mkdir()
@@ -544,12 +686,13 @@ def test_a_malformed_solve_directory_is_one_line_in_plot(tmp_path, capsys, confi
     assert str(solve) in fails(capsys, ["plot", str(solve), "--out", str(tmp_path / "p.png")])
 
 
-SEED_SHAPES = [{"key": 1, "fitted": {}, "curves": [], "log_errors": {}},
-               {"key": 1, "fitted": {}, "curves": [{"method": 1}], "log_errors": {"a\tb": [1.0]}},
-               {"key": 1, "fitted": {"training": 5}, "curves": [], "log_errors": {"a\tb": [1.0]}},
-               {"key": 1, "fitted": {"pdmm: rho per round": {"1": "x"}}, "curves": [], "log_errors": {"a\tb": [1.0]}},
-               {"key": 1, "fitted": {"best classical per round": {"1": 2.0}}, "curves": [],
-                "log_errors": {"a\tb": [1.0]}}]
+SEED_SHAPES = [
+    {"key": 1, "fitted": {}, "curves": [], "log_errors": {}},
+    {"key": 1, "fitted": {}, "curves": [{"method": 1}], "log_errors": {"a\tb": [1.0]}},
+    {"key": 1, "fitted": {"training": 5}, "curves": [], "log_errors": {"a\tb": [1.0]}},
+    {"key": 1, "fitted": {"pdmm: rho per round": {"1": "x"}}, "curves": [], "log_errors": {"a\tb": [1.0]}},
+    {"key": 1, "fitted": {"best classical per round": {"1": 2.0}}, "curves": [], "log_errors": {"a\tb": [1.0]}},
+]
 
 
 @pytest.mark.parametrize("saved", SEED_SHAPES)
@@ -568,12 +711,45 @@ def test_a_compare_seed_file_with_rows_of_another_length_is_refused(tmp_path):
         saved_seed(path, key=1, horizon=3)
 
 
-COMPARE = ["compare", str(CONFIGS / "graph_consensus.toml"), "--residuals", "standard", "--tied", "none", "--widths",
-           "none", "--seeds", "0", "--rounds", "2", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps", "1",
-           "--finetune-steps", "1", *[f"--set={s}" for s in (
-               "train.max_iters=6", "train.eval_interval=3", "train.checkpoint_interval=3", "model.n_layer=2",
-               "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=2", "task.n_min=8",
-               "task.n_max=12", "task.radius=0")], "--no-progress"]
+COMPARE = [
+    "compare",
+    str(CONFIGS / "graph_consensus.toml"),
+    "--residuals",
+    "standard",
+    "--tied",
+    "none",
+    "--widths",
+    "none",
+    "--seeds",
+    "0",
+    "--rounds",
+    "2",
+    "--test-graphs",
+    "1",
+    "--tune-graphs",
+    "1",
+    "--learned-steps",
+    "1",
+    "--finetune-steps",
+    "1",
+    *[
+        f"--set={s}"
+        for s in (
+            "train.max_iters=6",
+            "train.eval_interval=3",
+            "train.checkpoint_interval=3",
+            "model.n_layer=2",
+            "model.d_model=16",
+            "model.n_head=2",
+            "train.batch_size=4",
+            "task.val_graphs=2",
+            "task.n_min=8",
+            "task.n_max=12",
+            "task.radius=0",
+        )
+    ],
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
@@ -603,11 +779,16 @@ def test_a_compare_directory_edited_by_hand_is_one_line(compared, tmp_path, caps
             (trained_run(out) / "summary.json").write_text("[1]")
         else:
             metrics = trained_run(out) / "metrics.jsonl"
-            metrics.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "val_error"}) + "\n"
-                                       for line in metrics.read_text().splitlines()))
+            metrics.write_text(
+                "".join(
+                    json.dumps({k: v for k, v in json.loads(line).items() if k != "val_error"}) + "\n"
+                    for line in metrics.read_text().splitlines()
+                )
+            )
         argv = [*COMPARE, "--out", str(out)]
-    assert {"summary": "summary.json", "val_error": "val_error", "seed files": "hold different rows"}[edit] in \
-        fails(capsys, argv)
+    assert {"summary": "summary.json", "val_error": "val_error", "seed files": "hold different rows"}[edit] in fails(
+        capsys, argv
+    )
 
 
 def test_compare_refuses_absurd_rounds_before_anything(tmp_path):
@@ -621,15 +802,19 @@ def edit_json(path, change):
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("edit", [
-    lambda d: (d / "compare.json").write_text("[]"),
-    lambda d: edit_json(d / "compare.json", lambda meta: meta.update(rounds="x")),
-    lambda d: edit_json(d / "compare.json", lambda meta: meta.update(fitted={"0": {"training": 5}})),
-    lambda d: (d / "seeds.csv").write_text((d / "seeds.csv").read_text().replace(",0,1,", ",0,0,", 1)),
-    lambda d: (d / "seeds.csv").write_text((d / "seeds.csv").read_text().replace(",0,1,", ",0,100000000000,", 1)),
-    lambda d: (d / "curves.csv").write_text("method,seed\na,0\n"),
-    lambda d: (d / "seeds.csv").write_text((d / "seeds.csv").read_text() + "a" * 200_000 + "\n")],
-    ids=["meta list", "rounds text", "fitted", "round 0", "round 1e11", "curves columns", "huge field"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: (d / "compare.json").write_text("[]"),
+        lambda d: edit_json(d / "compare.json", lambda meta: meta.update(rounds="x")),
+        lambda d: edit_json(d / "compare.json", lambda meta: meta.update(fitted={"0": {"training": 5}})),
+        lambda d: (d / "seeds.csv").write_text((d / "seeds.csv").read_text().replace(",0,1,", ",0,0,", 1)),
+        lambda d: (d / "seeds.csv").write_text((d / "seeds.csv").read_text().replace(",0,1,", ",0,100000000000,", 1)),
+        lambda d: (d / "curves.csv").write_text("method,seed\na,0\n"),
+        lambda d: (d / "seeds.csv").write_text((d / "seeds.csv").read_text() + "a" * 200_000 + "\n"),
+    ],
+    ids=["meta list", "rounds text", "fitted", "round 0", "round 1e11", "curves columns", "huge field"],
+)
 def test_compare_from_a_hand_edited_directory_is_one_line(compared, tmp_path, capsys, edit):
     source = tmp_path / "source"
     shutil.copytree(compared, source)

@@ -1,6 +1,7 @@
 """Inequality edge constraints A_ij x_i + A_ji x_j <= b_ij (docs/pdmm_inequality.md): every PDMM variant
 against cvxpy with active and inactive inequalities, the averaged operator's monotone fixed-point
 residual, the reflection itself, and bad input."""
+
 import numpy as np
 import pytest
 import torch
@@ -43,8 +44,13 @@ def make(kind, graph, constraints, seed=0):
 def slack(graph, constraints, x):
     """b_ij - A_ij x_i - A_ji x_j of every inequality row (>= 0 when feasible)."""
     row = {v: k for k, v in enumerate(graph.nodes)}
-    return np.concatenate([b - A_ij @ x[row[i]] - A_ji @ x[row[j]]
-                           for (i, j), (A_ij, A_ji, b, *relation) in constraints.items() if relation])
+    return np.concatenate(
+        [
+            b - A_ij @ x[row[i]] - A_ji @ x[row[j]]
+            for (i, j), (A_ij, A_ji, b, *relation) in constraints.items()
+            if relation
+        ]
+    )
 
 
 @pytest.mark.parametrize("kind", ["averaging", "least_squares"])
@@ -72,8 +78,7 @@ def test_every_pdmm_variant_matches_cvxpy_with_inequalities(graph, kind, method,
 def test_flipping_every_inequality_moves_the_optimum_and_pdmm_follows(graph):
     """A sign error in the reflection (the projection onto lambda <= 0) would solve the flipped problem."""
     constraints, flipped = mixed_constraints(graph), mixed_constraints(graph, sign=-1)
-    ours, theirs = (pdmm.solve(make("averaging", graph, c), theta=0.5, max_iter=5000).x
-                    for c in (constraints, flipped))
+    ours, theirs = (pdmm.solve(make("averaging", graph, c), theta=0.5, max_iter=5000).x for c in (constraints, flipped))
     assert np.abs(ours - theirs).max() > 1e-2
     np.testing.assert_allclose(theirs, pdmm.reference(make("averaging", graph, flipped)), atol=1e-6)
 
@@ -128,12 +133,15 @@ def test_admm_refuses_inequalities(graph):
         pdmm.solve(make("averaging", graph, mixed_constraints(graph)), method="admm")
 
 
-@pytest.mark.parametrize("entry, culprit", [
-    ((np.eye(D), -np.eye(D), np.zeros(D), ">="), "write >= as"),
-    ((np.eye(D), -np.eye(D), np.zeros(D), "<", 1), "5-tuple"),
-    ((np.eye(D), -np.eye(D)), "2-tuple"),
-    ((np.eye(D), -np.eye(D), np.zeros(D), 0.0), "relation 0.0"),
-])
+@pytest.mark.parametrize(
+    "entry, culprit",
+    [
+        ((np.eye(D), -np.eye(D), np.zeros(D), ">="), "write >= as"),
+        ((np.eye(D), -np.eye(D), np.zeros(D), "<", 1), "5-tuple"),
+        ((np.eye(D), -np.eye(D)), "2-tuple"),
+        ((np.eye(D), -np.eye(D), np.zeros(D), 0.0), "relation 0.0"),
+    ],
+)
 def test_a_bad_constraint_entry_is_named(graph, entry, culprit):
     constraints = {key: (np.eye(D), -np.eye(D), np.zeros(D)) for key in graph.edges}
     constraints[next(iter(graph.edges))] = entry

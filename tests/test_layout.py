@@ -1,5 +1,6 @@
 """The project's shape: no command module imports another (what two commands share lives in a library
 module), and the pdmm package imports nothing from attention, bridge or experiments."""
+
 import ast
 from pathlib import Path
 
@@ -27,15 +28,16 @@ def test_no_command_imports_another():
     commands = sorted((ROOT / "experiments").glob("*_command.py"))
     assert len(commands) >= 10
     names = {f"experiments.{path.stem}" for path in commands}
-    crossing = {path.name: sorted(imported_modules(path) & (names - {f"experiments.{path.stem}"}))
-                for path in commands}
+    crossing = {path.name: sorted(imported_modules(path) & (names - {f"experiments.{path.stem}"})) for path in commands}
     assert not any(crossing.values()), crossing
 
 
 def test_pdmm_imports_nothing_from_the_other_packages():
     others = ("attention", "bridge", "experiments")
-    leaks = {str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0] in others)
-             for path in (ROOT / "pdmm").rglob("*.py")}
+    leaks = {
+        str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0] in others)
+        for path in (ROOT / "pdmm").rglob("*.py")
+    }
     assert not any(leaks.values()), leaks
 
 

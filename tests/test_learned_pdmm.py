@@ -1,4 +1,5 @@
 """Learned PDMM (bridge.learned), the learn-pdmm command and generated RESULTS.md sections."""
+
 import json
 
 import numpy as np
@@ -19,8 +20,12 @@ def test_family_instances_have_the_consensus_solution():
 
 def test_relative_errors_against_a_direct_formula():
     xs, x_star = torch.randn(4, 3, 5, 2, dtype=torch.float64), torch.randn(3, 5, 2, dtype=torch.float64)
-    expected = torch.stack([torch.stack([torch.linalg.norm(xs[k, b] - x_star[b]) / torch.linalg.norm(x_star[b])
-                                         for b in range(3)]) for k in range(4)])
+    expected = torch.stack(
+        [
+            torch.stack([torch.linalg.norm(xs[k, b] - x_star[b]) / torch.linalg.norm(x_star[b]) for b in range(3)])
+            for k in range(4)
+        ]
+    )
     torch.testing.assert_close(relative_errors(xs, x_star), expected)
 
 
@@ -46,8 +51,21 @@ def test_best_constant_rho_is_the_grid_minimum():
 def test_learn_pdmm_command_writes_its_files_and_one_results_section(tmp_path):
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\nhand-written intro stays\n")
-    args = ["learn-pdmm", "--layers", "3", "--train-graphs", "1", "--test-graphs", "1", "--steps", "2",
-            "--out", str(tmp_path / "out"), "--results", str(results)]
+    args = [
+        "learn-pdmm",
+        "--layers",
+        "3",
+        "--train-graphs",
+        "1",
+        "--test-graphs",
+        "1",
+        "--steps",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+        "--results",
+        str(results),
+    ]
     assert main(args) == 0 and main(args) == 0
     record = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["set"] for r in record["results"]} >= {"training instances", "same family", "larger graphs (n 96-128)"}
@@ -70,6 +88,7 @@ def test_replace_section_refuses_a_lone_marker(tmp_path):
     import pytest
 
     from experiments.common import UsageError
+
     path = tmp_path / "R.md"
     path.write_text("<!-- begin a -->\nhalf a section\n")
     with pytest.raises(UsageError, match="only one of the markers"):

@@ -1,5 +1,6 @@
 """Each local function's pieces on their own: the x-update (prox) against cvxpy, the gradient
 against autograd of the value, and the smoothness / strong-convexity constants against Hessians."""
+
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -31,8 +32,9 @@ def prox_by_cvxpy(local, u, C):
         x = cp.Variable(D)
         xs = [x if k == i else np.zeros(D) for k in range(N)]  # f_k(0) for k != i is a constant
         objective = local.cvxpy_value(xs, 0) + u[i] @ x + 0.5 * cp.quad_form(x, C[i])
-        cp.Problem(cp.Minimize(objective)).solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11,
-                                                 tol_feas=1e-11)
+        cp.Problem(cp.Minimize(objective)).solve(
+            solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11
+        )
         out[i] = x.value
     return out
 
@@ -72,10 +74,12 @@ def test_constants_bound_the_hessian(name):
     for _ in range(5):
         x = torch.randn(D, dtype=torch.float64) * 3
         for i in range(N):
+
             def f_i(v):
                 xs = torch.zeros(N, 1, D, dtype=torch.float64)
                 xs[i, 0] = v
                 return local.value(xs).sum()
+
             eig = torch.linalg.eigvalsh(torch.autograd.functional.hessian(f_i, x))
             assert eig[-1] <= L[i] * (1 + 1e-10) and eig[0] >= m[i] * (1 - 1e-10) - 1e-12
 

@@ -5,6 +5,7 @@ QA-PDMM (docs/theory/qa_pdmm.md section 4, the paper's equations (2)-(4)); the e
 (docs/theory/pdmm.md section 4) and the non-recursive form (docs/theory/qa_pdmm.md section 5), so agreement
 also checks the equivalences derived in docs/theory/pdmm.md section 5 and docs/theory/qa_pdmm.md section 4.
 """
+
 import numpy as np
 import pytest
 
@@ -81,8 +82,10 @@ def loop_pdmm_z(G, P, q, edges, rho, theta, iterations, schedule=None):
             x[i] = np.linalg.solve(lhs, rhs)
         up = None if schedule is None else {frozenset(e) for e in schedule[k % len(schedule)]}
         y = {(i, j): z[(i, j)] + 2 * rho * (A[(i, j)] @ x[i] - b[(i, j)] / 2) for (i, j) in A}
-        z = {(j, i): (1 - theta) * z[(j, i)] + theta * y[(i, j)] if up is None or frozenset((i, j)) in up
-             else z[(j, i)] for (i, j) in A}
+        z = {
+            (j, i): (1 - theta) * z[(j, i)] + theta * y[(i, j)] if up is None or frozenset((i, j)) in up else z[(j, i)]
+            for (i, j) in A
+        }
         out.append(np.stack([x[i] for i in G]))
     return out
 
@@ -98,18 +101,30 @@ def loop_qa_pdmm(G, grad, eta, edges, rho, iterations, d):
     out = []
     for k in range(iterations):
         if k == 0:
-            g = {i: sum(A[(i, j)].T @ (lam[(j, i)] - rho * A[(j, i)] @ x[j] + rho * b[(i, j)]) for j in G[i]) for i in G}
+            g = {
+                i: sum(A[(i, j)].T @ (lam[(j, i)] - rho * A[(j, i)] @ x[j] + rho * b[(i, j)]) for j in G[i]) for i in G
+            }
             start = x  # x^{-1/2} = x^0
             half = {i: Binv[i] @ (eta * start[i] + g[i] - grad(i, start[i])) for i in G}
             new = {i: Binv[i] @ (eta * half[i] + g[i] - grad(i, half[i])) for i in G}
         else:
-            half = {i: x[i] + Binv[i] @ sum(A[(i, j)].T @ (lam[(j, i)] - lam_prev[(j, i)])
-                                            - rho * A[(i, j)].T @ A[(j, i)] @ (x[j] - x_prev[j]) for j in G[i])
-                    for i in G}
-            new = {i: half[i] + Binv[i] @ (eta * (half[i] - half_prev[i]) - (grad(i, half[i]) - grad(i, half_prev[i])))
-                   for i in G}
-        lam_prev, lam = lam, {(i, j): lam[(j, i)] + rho * (b[(i, j)] - A[(j, i)] @ x[j] - A[(i, j)] @ new[i])
-                              for (i, j) in A}
+            half = {
+                i: x[i]
+                + Binv[i]
+                @ sum(
+                    A[(i, j)].T @ (lam[(j, i)] - lam_prev[(j, i)]) - rho * A[(i, j)].T @ A[(j, i)] @ (x[j] - x_prev[j])
+                    for j in G[i]
+                )
+                for i in G
+            }
+            new = {
+                i: half[i] + Binv[i] @ (eta * (half[i] - half_prev[i]) - (grad(i, half[i]) - grad(i, half_prev[i])))
+                for i in G
+            }
+        lam_prev, lam = (
+            lam,
+            {(i, j): lam[(j, i)] + rho * (b[(i, j)] - A[(j, i)] @ x[j] - A[(i, j)] @ new[i]) for (i, j) in A},
+        )
         x_prev, x, half_prev = x, new, half
         out.append(np.stack([x[i] for i in G]))
     return out
@@ -122,7 +137,7 @@ def engine_iterates(problem, iterations, device="cpu", **params):
 
 def assert_iterates_equal(expected, actual, atol=1e-10):
     assert len(expected) == len(actual)
-    for k, (e, a) in enumerate(zip(expected, actual), start=1):
+    for k, (e, a) in enumerate(zip(expected, actual, strict=False), start=1):
         np.testing.assert_allclose(a, e, rtol=0, atol=atol * max(1.0, np.abs(e).max()), err_msg=f"iteration {k}")
     assert np.abs(expected[-1] - expected[0]).max() > 1e-3, "the iterates should move"
 
@@ -173,8 +188,10 @@ def test_qa_pdmm_matches_recursive_loop_logistic(device):
     X, y, reg = rng.normal(size=(6, 4, 3)), rng.choice([-1.0, 1.0], size=(6, 4)), 0.3
     grad = lambda i, x: -X[i].T @ (y[i] / (1 + np.exp(y[i] * (X[i] @ x)))) + reg * x  # noqa: E731
     _, _, _, edges = setup(seed=0, n=6, d=3, consensus=True)
-    edges = {(i, j): (np.eye(3) if i < j else -np.eye(3), -np.eye(3) if i < j else np.eye(3), np.zeros(3))
-             for i, j in G.edges}
+    edges = {
+        (i, j): (np.eye(3) if i < j else -np.eye(3), -np.eye(3) if i < j else np.eye(3), np.zeros(3))
+        for i, j in G.edges
+    }
     expected = loop_qa_pdmm(G, grad, 2.0, edges, 0.6, ITERATIONS, d=3)
     problem = pdmm.logistic(G, X, y, reg=reg)
     assert_iterates_equal(expected, engine_iterates(problem, ITERATIONS, device, method="qa-pdmm", rho=0.6, eta=2.0))

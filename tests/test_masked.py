@@ -1,5 +1,6 @@
 """pdmm.masked: the numba kernels against plain Python loops over the rows, bit for bit, and the torch path
 where autograd must see the selection."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,5 @@
 """Every constructor's PDMM / averaged PDMM / QA-PDMM / ADMM solution against the centralised cvxpy solve."""
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -26,8 +27,7 @@ def regression(n, rows=6, d=3, batch=None, seed=0):
 
 def check(problem, method, params, rho=1.0, max_iter=4000, device="cpu"):
     x_star = pdmm.reference(problem)
-    result = pdmm.solve(problem, method=method, rho=rho, max_iter=max_iter, device=device, reference=x_star,
-                        **params)
+    result = pdmm.solve(problem, method=method, rho=rho, max_iter=max_iter, device=device, reference=x_star, **params)
     assert result.converged, f"{method} {params} did not converge: {result}"
     error = np.linalg.norm(result.x - x_star) / np.linalg.norm(x_star)
     assert error < RTOL, f"{method} {params}: relative error {error:.2e}"

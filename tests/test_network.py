@@ -1,5 +1,6 @@
 """Simulated networks (pdmm.Network): the ideal network unchanged, each effect against plain loops,
 cvxpy and its own definition, the communication counts, privacy, and bad input."""
+
 import csv
 import json
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import binomtest
+from test_loop_reference import loop_pdmm_z
 
 import pdmm
 from bridge import UnrolledPDMM
@@ -16,7 +18,6 @@ from experiments.network_sweep import network_sweep, paired_interval
 from pdmm.methods import ADMM, PDMM
 from pdmm.network import Channel, Network
 from pdmm.synthetic import make_data, make_problem
-from test_loop_reference import loop_pdmm_z
 
 METHODS = [("pdmm", {}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {}), ("admm", {})]
 
@@ -102,8 +103,12 @@ def test_lost_messages_leave_z_and_sleeping_nodes_leave_x_unchanged(problems):
 def test_event_rates_follow_their_probabilities_and_edges_go_down_both_ways(problems):
     problem = problems["averaging"][0]
     E = problem.compiled.num_edges
-    for network, rate in ((Network(drop=0.3), 0.7), (Network(wake=0.6), 0.6), (Network(edge_up=0.4), 0.4),
-                          (Network(drop=0.5, wake=0.5, edge_up=0.5), 0.125)):
+    for network, rate in (
+        (Network(drop=0.3), 0.7),
+        (Network(wake=0.6), 0.6),
+        (Network(edge_up=0.4), 0.4),
+        (Network(drop=0.5, wake=0.5, edge_up=0.5), 0.125),
+    ):
         history = pdmm.solve(problem, max_iter=200, tol=0, network=network).history
         assert history["messages"][-1] / (200 * E) == pytest.approx(np.full(2, rate), abs=0.02)
     _, _, channel = channel_step(problem, Network(edge_up=0.5, seed=1))
@@ -122,9 +127,12 @@ def test_runs_are_seeded_and_instances_draw_independently(graph):
     assert not np.array_equal(first.x[0], first.x[1])  # the same data, different draws per instance
 
 
-EFFECTS = {"drop": Network(drop=0.3, seed=1), "wake": Network(wake=0.5, seed=2),
-           "edge_up": Network(edge_up=0.5, seed=3),
-           "all": Network(drop=0.2, wake=0.7, edge_up=0.7, seed=4)}
+EFFECTS = {
+    "drop": Network(drop=0.3, seed=1),
+    "wake": Network(wake=0.5, seed=2),
+    "edge_up": Network(edge_up=0.5, seed=3),
+    "all": Network(drop=0.2, wake=0.7, edge_up=0.7, seed=4),
+}
 
 
 @pytest.mark.parametrize("kind", ["averaging", "least_squares"])
@@ -152,8 +160,15 @@ def test_with_subtractive_dither_the_error_floor_falls_as_bits_rise(problems, th
     problem, x_star = problems["averaging"]
     floors = []
     for bits in (6, 10, 14, 18):
-        result = pdmm.solve(problem, theta=theta, max_iter=300, tol=0, reference=x_star,
-                            network=Network(bits=bits, dither=True), record_every=1)
+        result = pdmm.solve(
+            problem,
+            theta=theta,
+            max_iter=300,
+            tol=0,
+            reference=x_star,
+            network=Network(bits=bits, dither=True),
+            record_every=1,
+        )
         floors.append(np.median(result.history["error"][-100:]))
     ratios = np.array(floors[:-1]) / np.array(floors[1:])
     assert (ratios > 4).all() and floors[-1] < 1e-4, floors  # 4 more bits: a 16x finer step
@@ -176,13 +191,15 @@ def test_the_quantiser_levels_dither_and_stochastic_rounding(problems):
     error = (quantised(Network(bits=4, limit=3.0, dither=True), y, graph) - y)[inside]
     assert error.abs().max() <= step / 2 + 1e-12
     constant = torch.full_like(y, 0.13)  # nearest rounding errs by the same 0.07 on every entry
-    assert torch.allclose(quantised(Network(bits=4, limit=3.0), constant, graph) - constant,
-                          torch.tensor(0.2 - 0.13, dtype=torch.float64))
+    assert torch.allclose(
+        quantised(Network(bits=4, limit=3.0), constant, graph) - constant, torch.tensor(0.2 - 0.13, dtype=torch.float64)
+    )
     error = quantised(Network(bits=4, limit=3.0, dither=True), constant, graph) - constant
     assert abs(error.mean()) < 0.03 * step  # unbiased where nearest rounding is not
-    assert error.var() == pytest.approx(step ** 2 / 12, rel=0.1)  # uniform over one step
-    draws = torch.stack([quantised(Network(bits=4, limit=3.0, dither="stochastic", seed=s), y[:50], graph)
-                         for s in range(400)])
+    assert error.var() == pytest.approx(step**2 / 12, rel=0.1)  # uniform over one step
+    draws = torch.stack(
+        [quantised(Network(bits=4, limit=3.0, dither="stochastic", seed=s), y[:50], graph) for s in range(400)]
+    )
     assert (draws.mean(0) - y[:50])[y[:50].abs() < 3].abs().max() < 0.25 * step  # unbiased
     adaptive = quantised(Network(bits=8), y, graph)
     scale = graph.gather(graph.aggregate_max(y.abs().amax(-1, keepdim=True)))
@@ -204,12 +221,14 @@ def test_history_counts_messages_and_bits(problems):
 def test_subspace_perturbation_hides_a_i_early_and_reaches_the_same_optimum(problems):
     problem, x_star = problems["averaging"]
     a = problem.local.q.numpy().transpose(1, 0, 2)
-    open_run = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=0),
-                          record_every=1)
-    private = pdmm.solve(problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=1e3),
-                         record_every=1)
+    open_run = pdmm.solve(
+        problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=0), record_every=1
+    )
+    private = pdmm.solve(
+        problem, max_iter=3000, tol=1e-12, reference=x_star, network=Network(privacy=1e3), record_every=1
+    )
     assert private.converged and private.history["error"][-1].max() < 1e-8
-    gap = np.sqrt(((open_run.x - a) ** 2).sum(-1).mean(-1)) / np.sqrt((a ** 2).sum(-1).mean(-1))
+    gap = np.sqrt(((open_run.x - a) ** 2).sum(-1).mean(-1)) / np.sqrt((a**2).sum(-1).mean(-1))
     assert np.allclose(open_run.history["privacy_x"][-1], gap)  # relative to a_i = argmin f_i
     assert (private.history["privacy_x"][:5] > 50 * open_run.history["privacy_x"][:5]).all()
     assert (private.history["privacy_messages"] > 100).all()  # the perturbation never leaves the messages
@@ -227,26 +246,39 @@ def test_unrolled_pdmm_runs_the_same_network_draws_as_solve(problems):
         np.testing.assert_allclose(result.x, iterates[k - 1], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("options, culprit", [
-    ({"drop": -0.1}, "drop must be a probability"), ({"drop": 1.5}, "drop must be a probability"),
-    ({"wake": 2}, "wake must be a probability"), ({"wake": True}, "wake must be a probability"),
-    ({"edge_up": -1.0}, "edge_up must be a probability"), ({"bits": 0}, "bits must be"),
-    ({"bits": 2.5}, "bits must be"), ({"dither": "yes", "bits": 4}, "dither must be"), ({"dither": True}, "need bits"),
-    ({"limit": 1.0}, "need bits"), ({"bits": 4, "limit": -1.0}, "limit must be"),
-    ({"privacy": -1.0}, "privacy must be"), ({"edge_up": []}, "schedule"),
-    ({"drop": [0.1, 1.5]}, r"drop\[1\] must be a probability in \[0, 1\], got 1.5"),
-    ({"drop": [[0.1, 0.2]]}, "drop per directed edge must be a non-empty 1-D sequence"),
-    ({"drop": []}, "drop per directed edge must be a non-empty 1-D sequence"),
-    ({"drop": ["a"]}, "drop per directed edge must be"), ({"drop": "0.1"}, "drop must be a probability"),
-    ({"drop": {(0, 1): -0.1}}, r"drop\[\(0, 1\)\] must be a probability"),
-    ({"drop": {0: 0.1}}, r"drop keys must be directed edges \(i, j\)"),
-    ({"wake": "two"}, "wake must be a probability in \\[0, 1\\], per-node probabilities or 'one', got 'two'"),
-    ({"wake": [0.5, float("nan")]}, r"wake\[1\] must be a probability"),
-    ({"wake": {"a": 2}}, r"wake\['a'\] must be a probability"),
-    ({"burst": (0.0, 0.5)}, "burst p_gb must be > 0"), ({"burst": (0.5, 0)}, "burst p_bg must be > 0: "),
-    ({"burst": (0.5, 1.5)}, "burst p_bg must be a probability"), ({"burst": 0.5}, "burst must be None or a pair"),
-    ({"burst": (0.1, 0.2, 0.3)}, "burst must be None or a pair"),
-])
+@pytest.mark.parametrize(
+    "options, culprit",
+    [
+        ({"drop": -0.1}, "drop must be a probability"),
+        ({"drop": 1.5}, "drop must be a probability"),
+        ({"wake": 2}, "wake must be a probability"),
+        ({"wake": True}, "wake must be a probability"),
+        ({"edge_up": -1.0}, "edge_up must be a probability"),
+        ({"bits": 0}, "bits must be"),
+        ({"bits": 2.5}, "bits must be"),
+        ({"dither": "yes", "bits": 4}, "dither must be"),
+        ({"dither": True}, "need bits"),
+        ({"limit": 1.0}, "need bits"),
+        ({"bits": 4, "limit": -1.0}, "limit must be"),
+        ({"privacy": -1.0}, "privacy must be"),
+        ({"edge_up": []}, "schedule"),
+        ({"drop": [0.1, 1.5]}, r"drop\[1\] must be a probability in \[0, 1\], got 1.5"),
+        ({"drop": [[0.1, 0.2]]}, "drop per directed edge must be a non-empty 1-D sequence"),
+        ({"drop": []}, "drop per directed edge must be a non-empty 1-D sequence"),
+        ({"drop": ["a"]}, "drop per directed edge must be"),
+        ({"drop": "0.1"}, "drop must be a probability"),
+        ({"drop": {(0, 1): -0.1}}, r"drop\[\(0, 1\)\] must be a probability"),
+        ({"drop": {0: 0.1}}, r"drop keys must be directed edges \(i, j\)"),
+        ({"wake": "two"}, "wake must be a probability in \\[0, 1\\], per-node probabilities or 'one', got 'two'"),
+        ({"wake": [0.5, float("nan")]}, r"wake\[1\] must be a probability"),
+        ({"wake": {"a": 2}}, r"wake\['a'\] must be a probability"),
+        ({"burst": (0.0, 0.5)}, "burst p_gb must be > 0"),
+        ({"burst": (0.5, 0)}, "burst p_bg must be > 0: "),
+        ({"burst": (0.5, 1.5)}, "burst p_bg must be a probability"),
+        ({"burst": 0.5}, "burst must be None or a pair"),
+        ({"burst": (0.1, 0.2, 0.3)}, "burst must be None or a pair"),
+    ],
+)
 def test_bad_network_settings_are_named(options, culprit):
     with pytest.raises(ValueError, match=culprit):
         Network(**options)
@@ -264,24 +296,55 @@ def test_a_schedule_edge_outside_the_graph_and_a_wrong_network_are_refused(probl
 
 def test_solve_command_runs_every_method_over_the_same_network_and_plots_bits(tmp_path):
     lossy, ideal = tmp_path / "lossy", tmp_path / "ideal"
-    assert main(["solve", "--no-progress", "--nodes", "20", "--iters", "50", "--compare", "pdmm,pdmm:theta=0.5,admm",
-                 "--drop", "0.2", "--wake", "0.9", "--edge-up", "0.9", "--bits", "10", "--dither",
-                 "--out", str(lossy)]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "--no-progress",
+                "--nodes",
+                "20",
+                "--iters",
+                "50",
+                "--compare",
+                "pdmm,pdmm:theta=0.5,admm",
+                "--drop",
+                "0.2",
+                "--wake",
+                "0.9",
+                "--edge-up",
+                "0.9",
+                "--bits",
+                "10",
+                "--dither",
+                "--out",
+                str(lossy),
+            ]
+        )
+        == 0
+    )
     with open(lossy / "history.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert list(rows[0]) == ["method", "iteration", "residual", "objective", "error", "messages", "bits"]
     first = {row["method"]: float(row["bits"]) for row in rows if row["iteration"] == "1"}
     assert first["pdmm"] == first["pdmm:theta=0.5"] == first["admm"]  # the same draws: the same senders
     assert main(["solve", "--no-progress", "--nodes", "20", "--iters", "50", "--out", str(ideal)]) == 0
-    assert main(["plot", str(lossy), str(ideal), "--x", "bits", "--metric", "error", "--out",
-                 str(tmp_path / "bits.png")]) == 0
+    assert (
+        main(["plot", str(lossy), str(ideal), "--x", "bits", "--metric", "error", "--out", str(tmp_path / "bits.png")])
+        == 0
+    )
     assert (tmp_path / "bits.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("flags, culprit", [(["--drop", "-0.5"], "--drop: drop must be a probability"),
-                                            (["--wake", "1.5"], "--wake"), (["--bits", "0"], "--bits"),
-                                            (["--dither"], "need bits"),
-                                            (["--privacy", "1", "--compare", "pdmm,admm"], "not implemented for admm")])
+@pytest.mark.parametrize(
+    "flags, culprit",
+    [
+        (["--drop", "-0.5"], "--drop: drop must be a probability"),
+        (["--wake", "1.5"], "--wake"),
+        (["--bits", "0"], "--bits"),
+        (["--dither"], "need bits"),
+        (["--privacy", "1", "--compare", "pdmm,admm"], "not implemented for admm"),
+    ],
+)
 def test_solve_command_names_a_bad_network_flag(tmp_path, capsys, flags, culprit):
     with pytest.raises(SystemExit) as exit:
         main(["solve", "--no-progress", "--nodes", "10", *flags, "--out", str(tmp_path / "run")])
@@ -310,25 +373,59 @@ def test_network_sweep_counts_iterations_to_the_target_per_seed():
     assert by[("bits", "pdmm")] == [None, None]  # 4 bits: an error floor far above 1e-6
     a = np.random.default_rng(1).normal(size=(15, 1))
     problem = pdmm.averaging(pdmm.topology("random_geometric", n=15, seed=1), a)
-    errors = pdmm.solve(problem, reference=np.tile(a.mean(0), (15, 1)), tol=0, max_iter=400,
-                        network=Network(drop=0.3, seed=1), record_every=1).history["error"]
+    errors = pdmm.solve(
+        problem,
+        reference=np.tile(a.mean(0), (15, 1)),
+        tol=0,
+        max_iter=400,
+        network=Network(drop=0.3, seed=1),
+        record_every=1,
+    ).history["error"]
     assert by[("drop", "pdmm")][1] == int(np.argmax(errors <= 1e-6)) + 1  # the first iteration at the target
 
 
 def test_network_sweep_command_writes_its_section_and_figure(tmp_path):
     results = tmp_path / "RESULTS.md"
     out = tmp_path / "sweep"
-    assert main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "300", "--out", str(out),
-                 "--results", str(results)]) == 0
+    assert (
+        main(
+            [
+                "network-sweep",
+                "--nodes",
+                "12",
+                "--seeds",
+                "2",
+                "--iters",
+                "300",
+                "--out",
+                str(out),
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     assert (out / "network_sweep.png").is_file() and "](network_sweep.png)" in (out / "network_sweep.md").read_text()
     text = results.read_text()
     assert "<!-- begin network-sweep" in text and "pdmm-bridge network-sweep" in text and "| 0.5 |" in text
     assert (tmp_path / "figures" / "network_sweep.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(SystemExit) as exit:  # a smaller run does not replace a larger one without --force
-        main(["network-sweep", "--nodes", "12", "--seeds", "2", "--iters", "100", "--out", str(out),
-              "--results", str(results)])
+        main(
+            [
+                "network-sweep",
+                "--nodes",
+                "12",
+                "--seeds",
+                "2",
+                "--iters",
+                "100",
+                "--out",
+                str(out),
+                "--results",
+                str(results),
+            ]
+        )
     assert exit.value.code == 2
-
 
 
 def draws(network, graph, batch, iterations, *names):
@@ -375,7 +472,7 @@ def test_a_per_edge_dict_loses_the_named_transmission_i_to_j_only():
     before, after, channel = channel_step(problem, Network(drop={(i, j): 1.0}))
     kept = (after["z"] == before["z"]).all(-1)[:, 0]  # (E,): z_{j|i}, held by j (the edge j->i), is not updated
     nodes, src, dst = problem.compiled.nodes, problem.compiled.src.tolist(), problem.compiled.dst.tolist()
-    assert [(nodes[s], nodes[d]) for e, (s, d) in enumerate(zip(src, dst)) if kept[e]] == [(j, i)]
+    assert [(nodes[s], nodes[d]) for e, (s, d) in enumerate(zip(src, dst, strict=False)) if kept[e]] == [(j, i)]
     assert channel.messages.tolist() == [len(src) - 1]
 
 
@@ -437,16 +534,21 @@ def test_uniform_per_edge_and_per_node_probabilities_draw_what_one_probability_d
     each = pdmm.solve(problem, max_iter=30, tol=0, network=Network(drop=[0.3] * E, wake=np.full(n, 0.8), seed=5))
     assert np.array_equal(one.x, each.x) and np.array_equal(one.history["messages"], each.history["messages"])
     plain = pdmm.solve(problem, max_iter=30, tol=0)
-    for off in (Network(drop=np.zeros(E), wake=[1.0] * n), Network(drop={}, wake={}),
-                Network(drop={first_edge(problem): 0.0}, wake={problem.compiled.nodes[0]: 1.0})):
+    for off in (
+        Network(drop=np.zeros(E), wake=[1.0] * n),
+        Network(drop={}, wake={}),
+        Network(drop={first_edge(problem): 0.0}, wake={problem.compiled.nodes[0]: 1.0}),
+    ):
         ideal = pdmm.solve(problem, max_iter=30, tol=0, network=off)
         assert np.array_equal(plain.x, ideal.x)  # every new option off: bit for bit
 
 
-NEW_EFFECTS = {"burst": lambda E, n: Network(drop=0.1, burst=(0.1, 0.3), seed=1),
-               "per-edge drop": lambda E, n: Network(drop=np.random.default_rng(0).uniform(0, 0.6, E), seed=2),
-               "one node at a time": lambda E, n: Network(wake="one", seed=3),
-               "per-node wake": lambda E, n: Network(wake=np.linspace(0.2, 1, n), seed=4)}
+NEW_EFFECTS = {
+    "burst": lambda E, n: Network(drop=0.1, burst=(0.1, 0.3), seed=1),
+    "per-edge drop": lambda E, n: Network(drop=np.random.default_rng(0).uniform(0, 0.6, E), seed=2),
+    "one node at a time": lambda E, n: Network(wake="one", seed=3),
+    "per-node wake": lambda E, n: Network(wake=np.linspace(0.2, 1, n), seed=4),
+}
 
 
 @pytest.mark.parametrize("effect", list(NEW_EFFECTS))
@@ -463,20 +565,25 @@ def test_averaged_pdmm_reaches_the_optimum_under_bursts_per_edge_loss_and_asynch
 def test_unrolled_pdmm_runs_the_new_network_draws_as_solve(problems):
     problem = problems["least_squares"][0]
     E, n = problem.compiled.num_edges, problem.n
-    for network in (Network(drop=np.linspace(0, 0.5, E), burst=(0.2, 0.4), wake="one", seed=3),
-                    Network(drop={first_edge(problem): 1.0}, wake=np.linspace(0.3, 1, n), seed=4)):
+    for network in (
+        Network(drop=np.linspace(0, 0.5, E), burst=(0.2, 0.4), wake="one", seed=3),
+        Network(drop={first_edge(problem): 1.0}, wake=np.linspace(0.3, 1, n), seed=4),
+    ):
         iterates = UnrolledPDMM(layers=8, rho=1.0, network=network)(problem).detach().numpy()
         result = pdmm.solve(problem, max_iter=8, tol=0, network=network)
         np.testing.assert_allclose(result.x, iterates[-1], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("options, culprit", [
-    ({"drop": [0.1] * 5}, "drop has 5 per-edge probabilities, but the graph has 394 directed edges"),
-    ({"wake": [0.5] * 3}, "wake has 3 per-node probabilities, but the graph has 30 nodes"),
-    ({"drop": {(0, 99): 0.5}}, r"drop names \(0, 99\), but 99 is not a node of the graph"),
-    ({"drop": {(0, 0): 0.5}}, r"drop names \(0, 0\), which is not an edge of the graph"),
-    ({"wake": {99: 0.5}}, "wake names 99, which is not a node of the graph"),
-])
+@pytest.mark.parametrize(
+    "options, culprit",
+    [
+        ({"drop": [0.1] * 5}, "drop has 5 per-edge probabilities, but the graph has 394 directed edges"),
+        ({"wake": [0.5] * 3}, "wake has 3 per-node probabilities, but the graph has 30 nodes"),
+        ({"drop": {(0, 99): 0.5}}, r"drop names \(0, 99\), but 99 is not a node of the graph"),
+        ({"drop": {(0, 0): 0.5}}, r"drop names \(0, 0\), which is not an edge of the graph"),
+        ({"wake": {99: 0.5}}, "wake names 99, which is not a node of the graph"),
+    ],
+)
 def test_per_edge_and_per_node_settings_that_do_not_fit_the_graph_are_named(problems, options, culprit):
     problem = problems["averaging"][0]
     assert problem.compiled.num_edges == 394
@@ -486,8 +593,29 @@ def test_per_edge_and_per_node_settings_that_do_not_fit_the_graph_are_named(prob
 
 def test_solve_command_takes_bursts_and_one_node_at_a_time(tmp_path):
     out = tmp_path / "bursty"
-    assert main(["solve", "--no-progress", "--nodes", "20", "--iters", "30", "--method", "pdmm:theta=0.5",
-                 "--wake", "one", "--burst", "0.1,0.3", "--drop", "0.1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "--no-progress",
+                "--nodes",
+                "20",
+                "--iters",
+                "30",
+                "--method",
+                "pdmm:theta=0.5",
+                "--wake",
+                "one",
+                "--burst",
+                "0.1,0.3",
+                "--drop",
+                "0.1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     args = json.loads((out / "config.json").read_text())["args"]
     assert args["wake"] == "one" and args["burst"] == [0.1, 0.3]
     with open(out / "history.csv", newline="") as file:
@@ -496,9 +624,14 @@ def test_solve_command_takes_bursts_and_one_node_at_a_time(tmp_path):
     assert float(first["bits"]) <= 3 * 64 * max(d for _, d in G.degree)  # one node sent
 
 
-@pytest.mark.parametrize("flags, culprit", [(["--wake", "two"], "--wake: must be a probability or 'one'"),
-                                            (["--burst", "0,0.5"], "--burst: burst p_gb must be > 0"),
-                                            (["--burst", "0.1"], "--burst: expected P_GB,P_BG")])
+@pytest.mark.parametrize(
+    "flags, culprit",
+    [
+        (["--wake", "two"], "--wake: must be a probability or 'one'"),
+        (["--burst", "0,0.5"], "--burst: burst p_gb must be > 0"),
+        (["--burst", "0.1"], "--burst: expected P_GB,P_BG"),
+    ],
+)
 def test_solve_command_names_a_bad_burst_or_wake(tmp_path, capsys, flags, culprit):
     with pytest.raises(SystemExit) as exit:
         main(["solve", "--no-progress", "--nodes", "10", *flags, "--out", str(tmp_path / "run")])
@@ -514,8 +647,10 @@ def mask_or_none(mask, shape):
 EVENTS = {  # the Bernoulli(p) trials of each event, as (K, trials) in the channel's row order (i B + b)
     "drop": (lambda p: Network(drop=p, seed=11), lambda c, E, n: ~mask_or_none(c.delivered, (E, 2))),
     "sleep": (lambda p: Network(wake=1 - p, seed=12), lambda c, E, n: ~mask_or_none(c.awake, (n, 2))),
-    "down": (lambda p: Network(edge_up=1 - p, seed=13),
-             lambda c, E, n: ~mask_or_none(c.sending, (E, 2))[c.graph.forward]),  # one trial per undirected edge
+    "down": (
+        lambda p: Network(edge_up=1 - p, seed=13),
+        lambda c, E, n: ~mask_or_none(c.sending, (E, 2))[c.graph.forward],
+    ),  # one trial per undirected edge
 }
 
 
@@ -554,12 +689,12 @@ def test_rare_per_edge_and_per_node_events_follow_their_probabilities(problems):
     drop[:5], drop[5:10] = 0, 0.2
     (delivered,) = draws(Network(drop=drop, seed=5), graph, B, K, "delivered")
     lost = (~delivered).sum((0, 2))[graph.rev.numpy()]  # by transmission: entry e sends src[e] -> dst[e]
-    assert min(binomtest(int(k), K * B, q).pvalue for k, q in zip(lost, drop)) > 1e-3 / E and (lost[:5] == 0).all()
+    assert min(binomtest(int(k), K * B, q).pvalue for k, q in zip(lost, drop, strict=False)) > 1e-3 / E and (lost[:5] == 0).all()
     wake = np.random.default_rng(2).uniform(0.85, 1, n)
     wake[0] = 1
     (awake,) = draws(Network(wake=wake, seed=6), graph, B, K, "awake")
     asleep = (~awake).sum((0, 2))
-    assert min(binomtest(int(k), K * B, 1 - q).pvalue for k, q in zip(asleep, wake)) > 1e-3 / n and asleep[0] == 0
+    assert min(binomtest(int(k), K * B, 1 - q).pvalue for k, q in zip(asleep, wake, strict=False)) > 1e-3 / n and asleep[0] == 0
 
 
 class LoopChannel:
@@ -594,10 +729,15 @@ class LoopChannel:
 
 def mask_networks(E, n):
     """Rare and common events, per edge and per node probabilities, bursts and one awake node."""
-    return [Network(drop=0.1, seed=1), Network(wake=0.8, seed=2), Network(edge_up=0.85, seed=3),
-            Network(drop=0.05, wake=0.9, edge_up=0.9, burst=(0.05, 0.3), seed=4), Network(drop=0.5, wake=0.4, seed=5),
-            Network(drop=np.linspace(0, 0.2, E), wake=np.linspace(0.8, 1, n), seed=6),
-            Network(wake="one", drop=0.1, edge_up=0.8, burst=(0.2, 0.5), seed=7)]
+    return [
+        Network(drop=0.1, seed=1),
+        Network(wake=0.8, seed=2),
+        Network(edge_up=0.85, seed=3),
+        Network(drop=0.05, wake=0.9, edge_up=0.9, burst=(0.05, 0.3), seed=4),
+        Network(drop=0.5, wake=0.4, seed=5),
+        Network(drop=np.linspace(0, 0.2, E), wake=np.linspace(0.8, 1, n), seed=6),
+        Network(wake="one", drop=0.1, edge_up=0.8, burst=(0.2, 0.5), seed=7),
+    ]
 
 
 @pytest.mark.parametrize("d", [1, 3])

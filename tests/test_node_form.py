@@ -1,5 +1,6 @@
 """PDMM with its edge state summed out (pdmm.methods.NodeForm, solve's form="nodes"): step by step against the
 edge form it replaces, whole runs against the edge form and cvxpy, when solve uses it, and bad input."""
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -31,17 +32,24 @@ def test_each_node_step_is_the_edge_step_summed(graph, method, params):
     g, local, edges = problem.compile("cpu", torch.float64)
     edge_form = METHODS[method](g, local, edges, 0.7, **params)
     node_form = NodeForm(METHODS[method](g, local, edges, 0.7, **params))
-    state = edge_form.init(torch.randn(problem.n, problem.batch, problem.dim, dtype=torch.float64,
-                                       generator=torch.Generator().manual_seed(1)))
+    state = edge_form.init(
+        torch.randn(
+            problem.n, problem.batch, problem.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+        )
+    )
     for _ in range(60):
-        summed = {**{k: v for k, v in state.items() if k != "z"},
-                  "u": g.aggregate(state["z"]), "minus_v": -g.aggregate(g.exchange(state["z"]))}
+        summed = {
+            **{k: v for k, v in state.items() if k != "z"},
+            "u": g.aggregate(state["z"]),
+            "minus_v": -g.aggregate(g.exchange(state["z"])),
+        }
         state, node = edge_form.step(state), node_form.step(summed)
         scale = float(state["z"].abs().max())
         torch.testing.assert_close(node["x"], state["x"], rtol=0, atol=1e-13 * max(scale, 1))
         torch.testing.assert_close(node["u"], g.aggregate(state["z"]), rtol=0, atol=1e-13 * max(scale, 1))
-        torch.testing.assert_close(node["minus_v"], -g.aggregate(g.exchange(state["z"])), rtol=0,
-                                   atol=1e-13 * max(scale, 1))
+        torch.testing.assert_close(
+            node["minus_v"], -g.aggregate(g.exchange(state["z"])), rtol=0, atol=1e-13 * max(scale, 1)
+        )
 
 
 @pytest.mark.parametrize("method, params", [("pdmm", {}), ("pdmm", {"theta": 0.5}), ("qa-pdmm", {})])
@@ -61,7 +69,10 @@ def test_the_node_form_tests_and_records_every_50_iterations_by_default():
     assert list(nodes.history["iteration"]) == [50, 100, 120]
     assert list(edges.history["iteration"]) == list(range(10, 121, 10))
     assert list(pdmm.solve(problem, form="nodes", max_iter=30, tol=0, check_every=10).history["iteration"]) == [
-        10, 20, 30]
+        10,
+        20,
+        30,
+    ]
 
 
 def test_the_first_iterations_agree_to_rounding():
@@ -74,7 +85,9 @@ def test_the_first_iterations_agree_to_rounding():
 
 def test_solve_sums_the_edge_state_out_where_it_may():
     small = pdmm.averaging(nx.cycle_graph(50), np.arange(50.0))
-    large = pdmm.averaging(pdmm.Graph.random_regular(LARGE_GRAPH_EDGES // 4, degree=4), np.zeros(LARGE_GRAPH_EDGES // 4))
+    large = pdmm.averaging(
+        pdmm.Graph.random_regular(LARGE_GRAPH_EDGES // 4, degree=4), np.zeros(LARGE_GRAPH_EDGES // 4)
+    )
     assert _node_form(None, "pdmm", large, None) and _node_form(None, "qa-pdmm", large, None)
     assert not _node_form(None, "pdmm", small, None)  # small graphs keep today's edge form, bit for bit
     assert not _node_form(None, "admm", large, None)
@@ -83,11 +96,14 @@ def test_solve_sums_the_edge_state_out_where_it_may():
     assert _node_form("nodes", "pdmm", small, None)
 
 
-@pytest.mark.parametrize("method, network, constraints, culprit", [
-    ("admm", None, "consensus", "method 'pdmm' or 'qa-pdmm'"),
-    ("pdmm", pdmm.Network(drop=0.1), "consensus", "simulated network"),
-    ("pdmm", None, "matrices", "consensus constraints"),
-])
+@pytest.mark.parametrize(
+    "method, network, constraints, culprit",
+    [
+        ("admm", None, "consensus", "method 'pdmm' or 'qa-pdmm'"),
+        ("pdmm", pdmm.Network(drop=0.1), "consensus", "simulated network"),
+        ("pdmm", None, "matrices", "consensus constraints"),
+    ],
+)
 def test_form_nodes_where_it_cannot_apply_is_named(method, network, constraints, culprit):
     G = nx.path_graph(4)
     if constraints == "matrices":

@@ -1,6 +1,7 @@
 """What ships in the package: built-in configs and the corpus found by name, the configs command,
 --version and help defaults, and the wheel installed into a fresh venv, run from another directory
 ."""
+
 import argparse
 import os
 import shutil
@@ -19,11 +20,30 @@ from experiments.tasks.char_lm import DATA_DIR, read_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "pdmm", "attention", "bridge", "experiments")
-TINY_LM = ["model.n_layer=1", "model.n_head=2", "model.d_model=16", "train.block_size=16", "train.batch_size=4",
-           "train.max_iters=5", "train.eval_interval=5", "train.eval_iters=1", "task.sample_length=20"]
-TINY_COMPARE = ["train.max_iters=6", "train.eval_interval=3", "train.checkpoint_interval=3", "model.n_layer=2",
-                "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=2", "task.n_min=8",
-                "task.n_max=12", "task.radius=0"]
+TINY_LM = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.d_model=16",
+    "train.block_size=16",
+    "train.batch_size=4",
+    "train.max_iters=5",
+    "train.eval_interval=5",
+    "train.eval_iters=1",
+    "task.sample_length=20",
+]
+TINY_COMPARE = [
+    "train.max_iters=6",
+    "train.eval_interval=3",
+    "train.checkpoint_interval=3",
+    "model.n_layer=2",
+    "model.d_model=16",
+    "model.n_head=2",
+    "train.batch_size=4",
+    "task.val_graphs=2",
+    "task.n_min=8",
+    "task.n_max=12",
+    "task.radius=0",
+]
 
 
 def test_builtin_configs_are_found_by_name_and_an_existing_file_wins(tmp_path, monkeypatch):
@@ -76,8 +96,12 @@ def fresh_venv(path):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)], check=True)
     python = path / "bin" / "python"
     if sys.prefix != sys.base_prefix:  # in a venv, --system-site-packages reaches the base Python, not this venv
-        purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                 check=True, capture_output=True, text=True).stdout.strip()
+        purelib = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         (Path(purelib) / "outer-site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     return python
 
@@ -94,9 +118,11 @@ def venv(tmp_path_factory):
         else:
             shutil.copy(ROOT / name, source / name)
     pip = ["-m", "pip", "--disable-pip-version-check", "--quiet"]
-    subprocess.run([sys.executable, *pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", wheels,
-                    source], check=True)
-    wheel, = wheels.glob("pdmm_bridge-*.whl")
+    subprocess.run(
+        [sys.executable, *pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", wheels, source],
+        check=True,
+    )
+    (wheel,) = wheels.glob("pdmm_bridge-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"experiments/configs/repro/belief_char.toml", "experiments/data/tinyshakespeare.txt.gz"} <= names
     subprocess.run([fresh_venv(tmp / "venv"), *pip, "install", "--no-deps", "--no-index", wheel], check=True)
@@ -116,13 +142,44 @@ def run_in(venv, program, *args):
 def test_wheel_runs_configs_and_train_on_the_builtin_corpus_from_another_directory(venv, tmp_path):
     assert Path(run_in(venv, "python", "-c", "import experiments; print(experiments.__file__)")).is_relative_to(venv)
     assert "shakespeare_char_cpu" in run_in(venv, "pdmm-bridge", "configs")
-    run_in(venv, "pdmm-bridge", "train", "shakespeare_char_cpu", *[f"--set={s}" for s in TINY_LM],
-           "--out", tmp_path / "lm", "--no-progress")
+    run_in(
+        venv,
+        "pdmm-bridge",
+        "train",
+        "shakespeare_char_cpu",
+        *[f"--set={s}" for s in TINY_LM],
+        "--out",
+        tmp_path / "lm",
+        "--no-progress",
+    )
     assert (tmp_path / "lm" / "sample.txt").is_file()
 
 
 def test_wheel_runs_compare_on_the_builtin_graph_consensus(venv, tmp_path):
-    run_in(venv, "pdmm-bridge", "compare", "graph_consensus", "--residuals", "standard", "--tied", "none", "--seeds",
-           "0", "--rounds", "3", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps", "2",
-           "--finetune-steps", "2", *[f"--set={s}" for s in TINY_COMPARE], "--out", tmp_path / "cmp", "--no-progress")
+    run_in(
+        venv,
+        "pdmm-bridge",
+        "compare",
+        "graph_consensus",
+        "--residuals",
+        "standard",
+        "--tied",
+        "none",
+        "--seeds",
+        "0",
+        "--rounds",
+        "3",
+        "--test-graphs",
+        "1",
+        "--tune-graphs",
+        "1",
+        "--learned-steps",
+        "2",
+        "--finetune-steps",
+        "2",
+        *[f"--set={s}" for s in TINY_COMPARE],
+        "--out",
+        tmp_path / "cmp",
+        "--no-progress",
+    )
     assert (tmp_path / "cmp" / "compare.csv").is_file()

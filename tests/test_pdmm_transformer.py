@@ -1,5 +1,6 @@
 """PDMM as a GraphTransformer: hand-set weights reproduce pdmm.solve iterate by iterate; the options it needs
 (norm=None, bilinear MLP) on their own; fine-tuning from the PDMM weights."""
+
 import copy
 
 import networkx as nx
@@ -25,17 +26,23 @@ def shuffled_tree():
     return G
 
 
-GRAPHS = {"ring": lambda: nx.cycle_graph(9),
-          "random_geometric": lambda: pdmm.topology("random_geometric", n=20, seed=3),
-          "tree": shuffled_tree}
+GRAPHS = {
+    "ring": lambda: nx.cycle_graph(9),
+    "random_geometric": lambda: pdmm.topology("random_geometric", n=20, seed=3),
+    "tree": shuffled_tree,
+}
 
 
 def solve_iterates(G, a, rho, start, rounds):
     """(rounds, B, n) x^1..x^rounds of pdmm.solve (PDMM, theta 1, float64), one run per round."""
     problem = pdmm.averaging(G, a[..., None])  # (B, n, 1): batched
     x0 = a[..., None] if start == "a" else None
-    return torch.stack([torch.as_tensor(pdmm.solve(problem, rho=rho, max_iter=k, tol=0, x0=x0).x[..., 0])
-                        for k in range(1, rounds + 1)])
+    return torch.stack(
+        [
+            torch.as_tensor(pdmm.solve(problem, rho=rho, max_iter=k, tol=0, x0=x0).x[..., 0])
+            for k in range(1, rounds + 1)
+        ]
+    )
 
 
 def transformer_iterates(model, G, a, rho):
@@ -63,8 +70,9 @@ def test_one_number_pdmm_transformer_equals_pdmm_and_sends_one_number(graph, sta
     a = np.random.default_rng(2).normal(size=(2, G.number_of_nodes()))
     model = bridge.pdmm_transformer(rho, LAYERS, start, kernel="mean")
     assert model.numbers_sent == 1 and bridge.pdmm_transformer(rho, LAYERS, start).numbers_sent == 14
-    torch.testing.assert_close(transformer_iterates(model, G, a, rho)[..., 0], solve_iterates(G, a, rho, start, LAYERS),
-                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        transformer_iterates(model, G, a, rho)[..., 0], solve_iterates(G, a, rho, start, LAYERS), rtol=0, atol=1e-10
+    )
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "mean"])
@@ -123,8 +131,9 @@ def linear_model(norm):
     """A GraphTransformer with no biases, equal attention scores (W^Q = W^K = 0) and a GELU MLP switched off:
     linear in its input when there is no normalisation."""
     torch.manual_seed(0)
-    model = GraphTransformer(AttentionConfig(d_model=8, n_head=2, bias=False), n_layer=3, in_features=2,
-                             norm=norm).double()
+    model = GraphTransformer(
+        AttentionConfig(d_model=8, n_head=2, bias=False), n_layer=3, in_features=2, norm=norm
+    ).double()
     with torch.no_grad():
         for block in model.blocks:
             block.attn.c_attn.weight[:16].zero_()
@@ -154,8 +163,12 @@ def test_bilinear_mlp_is_w3_of_the_product_of_two_projections():
     mlp = BilinearMLP(AttentionConfig(d_model=4, n_head=1), hidden=6).double()
     x = torch.randn(3, 5, 4, dtype=torch.float64)
     (W1, b1), (W2, b2), (W3, b3) = ((m.weight, m.bias) for m in (mlp.c_fc, mlp.c_gate, mlp.c_proj))
-    expected = torch.einsum("oh,tbh->tbo", W3, torch.einsum("hi,tbi->tbh", W1, x).add(b1)
-                            * torch.einsum("hi,tbi->tbh", W2, x).add(b2)) + b3
+    expected = (
+        torch.einsum(
+            "oh,tbh->tbo", W3, torch.einsum("hi,tbi->tbh", W1, x).add(b1) * torch.einsum("hi,tbi->tbh", W2, x).add(b2)
+        )
+        + b3
+    )
     assert W1.shape == W2.shape == (6, 4) and W3.shape == (4, 6)
     torch.testing.assert_close(mlp(x), expected, rtol=0, atol=1e-14)
     model = GraphTransformer(AttentionConfig(d_model=4, n_head=1), 2, mlp="bilinear", hidden=6)
@@ -163,13 +176,21 @@ def test_bilinear_mlp_is_w3_of_the_product_of_two_projections():
     assert GraphTransformer(AttentionConfig(d_model=4, n_head=1), 1).blocks[0].mlp.c_fc.out_features == 16
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(rho=0.0), "rho must be a finite number > 0"), (dict(rho=-1.0), "rho must be"),
-    (dict(rho=float("inf")), "rho must be"), (dict(n_layer=0), "n_layer must be a positive integer"),
-    (dict(n_layer=2.5), "n_layer"), (dict(start="x0"), "start must be 'zero'"), (dict(init="xavier"), "init must be"),
-    (dict(kernel="linear"), "kernel must be 'softmax'"), (dict(tied=1), "tied must be true or false"),
-    (dict(tied=True, start="a"), "use start='zero'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(rho=0.0), "rho must be a finite number > 0"),
+        (dict(rho=-1.0), "rho must be"),
+        (dict(rho=float("inf")), "rho must be"),
+        (dict(n_layer=0), "n_layer must be a positive integer"),
+        (dict(n_layer=2.5), "n_layer"),
+        (dict(start="x0"), "start must be 'zero'"),
+        (dict(init="xavier"), "init must be"),
+        (dict(kernel="linear"), "kernel must be 'softmax'"),
+        (dict(tied=1), "tied must be true or false"),
+        (dict(tied=True, start="a"), "use start='zero'"),
+    ],
+)
 def test_pdmm_transformer_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         bridge.pdmm_transformer(**{"rho": 1.0, "n_layer": 2, **kwargs})
@@ -189,22 +210,28 @@ def test_bad_options_and_features_are_rejected():
         bridge.pdmm_features(nx.cycle_graph(9), np.zeros((2, 9)), 0)
     model, instances = bridge.pdmm_transformer(1.0, 2), [(nx.cycle_graph(5), np.ones((1, 5)))]
     features = lambda G, a: bridge.pdmm_features(G, a, 1.0)
-    for steps, lr, data, match in ((-1, 1e-3, instances, "steps must be"), (1, 0.0, instances, "lr must be > 0"),
-                                   (1, 1e-3, [], "at least one")):
+    for steps, lr, data, match in (
+        (-1, 1e-3, instances, "steps must be"),
+        (1, 0.0, instances, "lr must be > 0"),
+        (1, 1e-3, [], "at least one"),
+    ):
         with pytest.raises(ValueError, match=match):
             bridge.fit_graph_model(model, data, steps, lr, features)
 
 
 def test_fine_tuning_from_pdmm_lowers_the_loss_and_moves_the_weights():
     rng = np.random.default_rng(0)
-    instances = [(G, rng.normal(size=(4, G.number_of_nodes())))
-                 for G in (pdmm.topology("random_geometric", n=n, seed=n) for n in (12, 16))]
+    instances = [
+        (G, rng.normal(size=(4, G.number_of_nodes())))
+        for G in (pdmm.topology("random_geometric", n=n, seed=n) for n in (12, 16))
+    ]
     rho = 1.0
     model = bridge.pdmm_transformer(rho, 4, start="a")
     reference = copy.deepcopy(model)
     features = lambda G, a: bridge.pdmm_features(G, a, rho)
-    pdmm_errors = torch.cat([disagreement_error(solve_iterates(G, a, rho, "a", 4), torch.as_tensor(a))
-                             for G, a in instances], dim=1)
+    pdmm_errors = torch.cat(
+        [disagreement_error(solve_iterates(G, a, rho, "a", 4), torch.as_tensor(a)) for G, a in instances], dim=1
+    )
     torch.testing.assert_close(bridge.graph_errors(model, instances, features), pdmm_errors, rtol=1e-10, atol=0)
     losses = bridge.fit_graph_model(model, instances, steps=30, lr=1e-3, features_fn=features).losses
     assert len(losses) == 31 and losses[0] == pytest.approx(pdmm_errors.square().mean().item(), rel=1e-10)

@@ -1,5 +1,6 @@
 """Training until validation stops improving: the plateau rule (train.patience, min_delta, plateau_metric),
 best.pt, summary.json's stopped_by and best_step, and resume after a kill."""
+
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
 
 import experiments.train as train_module
 from experiments.cli import main
@@ -16,13 +18,22 @@ from experiments.config import load_config
 from experiments.plots import plot_training
 from experiments.runs import load_run
 from experiments.train import best_weights, has_checkpoint, load_checkpoint, plateau, train
-from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
-TINY = ["task.p=11", "task.train_fraction=0.8", "model.n_layer=1", "model.d_model=8", "model.n_head=2",
-        "train.lr=1e-2", "train.min_lr=1e-2",  # constant after warm-up: the schedule does not depend on max_iters
-        "train.warmup_iters=2", "train.eval_interval=2", "train.checkpoint_interval=3", "train.max_iters=100",
-        "train.patience=3"]
+TINY = [
+    "task.p=11",
+    "task.train_fraction=0.8",
+    "model.n_layer=1",
+    "model.d_model=8",
+    "model.n_head=2",
+    "train.lr=1e-2",
+    "train.min_lr=1e-2",  # constant after warm-up: the schedule does not depend on max_iters
+    "train.warmup_iters=2",
+    "train.eval_interval=2",
+    "train.checkpoint_interval=3",
+    "train.max_iters=100",
+    "train.patience=3",
+]
 ARGV = ["train", CONFIG, *[f"--set={s}" for s in TINY], "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TIMING = ("wall_seconds", "seconds_per_step", "tokens_per_second")  # what differs between identical runs
@@ -68,30 +79,36 @@ def assert_same_run(a, b):
     assert best_a["step"] == best_b["step"] and same_weights(best_a["model"], best_b["model"])
 
 
-@pytest.mark.parametrize("values,patience,min_delta,expected", [
-    ([], 2, 0.0, (False, None)),
-    ([3.0, 2.0, 1.0], 1, 0.0, (False, 2)),                   # every evaluation improves
-    ([1.0, 2.0, 3.0, 4.0], 0, 0.0, (False, 0)),              # patience 0: the rule is off
-    ([1.0, 2.0, 3.0, 0.5], 2, 0.0, (True, 0)),               # stops at the second without improvement
-    ([1.0, 1.0, 1.0], 2, 0.0, (True, 0)),                    # an equal value is no improvement
-    ([1.0, 1.0, 1.0], 3, 0.0, (False, 0)),
-    ([1.0, 2.0, 0.9, 2.0, 0.8, 2.0], 2, 0.0, (False, 4)),    # an improvement restarts the count
-    ([1.0, 2.0, 0.9, 2.0, 2.0, 0.1], 2, 0.0, (True, 2)),     # ... which counts evaluations in a row
-    ([1.0, 0.995, 0.991, 0.9905], 3, 0.01, (True, 0)),       # less than 1 % below the best does not count ...
-    ([1.0, 0.995, 0.991, 0.989], 3, 0.01, (False, 3)),       # ... measured from the best, not the last value
-    ([1.0, 0.5, 0.4999], 1, 0.01, (True, 1)),                # relative to the new best
-])
+@pytest.mark.parametrize(
+    "values,patience,min_delta,expected",
+    [
+        ([], 2, 0.0, (False, None)),
+        ([3.0, 2.0, 1.0], 1, 0.0, (False, 2)),  # every evaluation improves
+        ([1.0, 2.0, 3.0, 4.0], 0, 0.0, (False, 0)),  # patience 0: the rule is off
+        ([1.0, 2.0, 3.0, 0.5], 2, 0.0, (True, 0)),  # stops at the second without improvement
+        ([1.0, 1.0, 1.0], 2, 0.0, (True, 0)),  # an equal value is no improvement
+        ([1.0, 1.0, 1.0], 3, 0.0, (False, 0)),
+        ([1.0, 2.0, 0.9, 2.0, 0.8, 2.0], 2, 0.0, (False, 4)),  # an improvement restarts the count
+        ([1.0, 2.0, 0.9, 2.0, 2.0, 0.1], 2, 0.0, (True, 2)),  # ... which counts evaluations in a row
+        ([1.0, 0.995, 0.991, 0.9905], 3, 0.01, (True, 0)),  # less than 1 % below the best does not count ...
+        ([1.0, 0.995, 0.991, 0.989], 3, 0.01, (False, 3)),  # ... measured from the best, not the last value
+        ([1.0, 0.5, 0.4999], 1, 0.01, (True, 1)),  # relative to the new best
+    ],
+)
 def test_the_rule_for_lower_is_better_metrics(values, patience, min_delta, expected):
     assert plateau(values, patience, min_delta) == expected
 
 
-@pytest.mark.parametrize("values,patience,min_delta,expected", [
-    ([0.2, 0.5, 0.4, 0.5, 0.6], 2, 0.0, (True, 1)),          # an equal accuracy is no improvement
-    ([0.2, 0.5, 0.4, 0.6, 0.5], 2, 0.0, (False, 3)),
-    ([0.5, 0.504, 0.5049], 2, 0.01, (True, 0)),              # not 1 % above 0.5
-    ([0.5, 0.504, 0.506], 2, 0.01, (False, 2)),
-    ([0.5, 0.1, 0.2], 2, 0.0, (True, 0)),                    # lower values never improve
-])
+@pytest.mark.parametrize(
+    "values,patience,min_delta,expected",
+    [
+        ([0.2, 0.5, 0.4, 0.5, 0.6], 2, 0.0, (True, 1)),  # an equal accuracy is no improvement
+        ([0.2, 0.5, 0.4, 0.6, 0.5], 2, 0.0, (False, 3)),
+        ([0.5, 0.504, 0.5049], 2, 0.01, (True, 0)),  # not 1 % above 0.5
+        ([0.5, 0.504, 0.506], 2, 0.01, (False, 2)),
+        ([0.5, 0.1, 0.2], 2, 0.0, (True, 0)),  # lower values never improve
+    ],
+)
 def test_the_rule_for_higher_is_better_metrics(values, patience, min_delta, expected):
     assert plateau(values, patience, min_delta, lower=False) == expected
 
@@ -100,11 +117,11 @@ def test_the_rule_for_higher_is_better_metrics(values, patience, min_delta, expe
 def test_a_run_stops_at_the_plateau_and_best_pt_holds_the_best_evaluations_weights(tmp_path, min_delta):
     out = tmp_path / "run"
     result = train(tiny(f"train.min_delta={min_delta}"), out, progress=False)
-    steps, values = zip(*evaluations(out))
+    steps, values = zip(*evaluations(out), strict=False)
     stop, best = plateau(values, 3, min_delta)
     assert stop and not plateau(values[:-1], 3, min_delta)[0]  # it ran until the evaluation that ends the rule
     assert best == len(values) - 1 - 3  # ... three evaluations after the best
-    assert all(value >= values[best] * (1 - min_delta) for value in values[best + 1:])
+    assert all(value >= values[best] * (1 - min_delta) for value in values[best + 1 :])
     assert result["stopped_by"] == "plateau" and result["stopped_early"]
     assert result["steps"] == steps[-1] < 100 and result["best_step"] == steps[best]
     assert load_checkpoint(out / "best.pt", ("step",))["step"] == steps[best]
@@ -117,7 +134,7 @@ def test_a_run_stops_at_the_plateau_and_best_pt_holds_the_best_evaluations_weigh
 def test_the_cap_the_target_and_patience_zero_are_reported(tmp_path):
     capped = train(tiny("train.max_iters=12"), tmp_path / "capped", progress=False)
     assert (capped["stopped_by"], capped["steps"], capped["stopped_early"]) == ("max_iters", 12, False)
-    steps, values = zip(*evaluations(tmp_path / "capped"))
+    steps, values = zip(*evaluations(tmp_path / "capped"), strict=False)
     assert capped["best_step"] == steps[plateau(values, 3)[1]] and (tmp_path / "capped" / "best.pt").is_file()
     target = train(tiny("train.stop_metric=train_acc", "train.stop_value=0.0"), tmp_path / "target", progress=False)
     assert (target["stopped_by"], target["steps"], target["best_step"]) == ("stop_metric", 2, 2)
@@ -172,13 +189,15 @@ sys.exit(main(sys.argv[1:]))
 def test_a_real_sigkill_after_a_new_best_then_resume_gives_the_uninterrupted_run(tmp_path):
     python = [sys.executable, "-m", "experiments"]
     subprocess.run([*python, *ARGV, "--out", str(tmp_path / "whole")], check=True, capture_output=True, env=ENV)
-    killed = subprocess.run([sys.executable, "-c", KILLER, *ARGV, "--out", str(tmp_path / "killed")],
-                            capture_output=True, env=ENV)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLER, *ARGV, "--out", str(tmp_path / "killed")], capture_output=True, env=ENV
+    )
     assert killed.returncode == -signal.SIGKILL
     state = load_checkpoint(tmp_path / "killed" / "ckpt.pt", ("state",))["state"]
     assert state["best_step"] < state["step"] < load_checkpoint(tmp_path / "killed" / "best.pt", ("step",))["step"]
-    subprocess.run([*python, *ARGV, "--out", str(tmp_path / "killed"), "--resume"], check=True, capture_output=True,
-                   env=ENV)
+    subprocess.run(
+        [*python, *ARGV, "--out", str(tmp_path / "killed"), "--resume"], check=True, capture_output=True, env=ENV
+    )
     assert_same_run(tmp_path / "killed", tmp_path / "whole")
 
 
@@ -205,12 +224,19 @@ def test_extend_of_a_run_capped_before_its_plateau_trains_on_to_it(tmp_path):
     assert_same_run(out, tmp_path / "whole")
 
 
-@pytest.mark.parametrize("setting,message", [("train.patience=-1", "train.patience must be >= 0, got -1"),
-                                             ("train.patience=1.5", "train.patience must be an integer"),
-                                             ("train.min_delta=-0.1", "train.min_delta must be >= 0, got -0.1"),
-                                             ("train.min_delta=1", "train.min_delta must be < 1, got 1.0"),
-                                             ("train.plateau_metric=accuracy", "train.plateau_metric must be one of "
-                                              "the metrics task modular logs (val_loss, val_acc, train_acc)")])
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ("train.patience=-1", "train.patience must be >= 0, got -1"),
+        ("train.patience=1.5", "train.patience must be an integer"),
+        ("train.min_delta=-0.1", "train.min_delta must be >= 0, got -0.1"),
+        ("train.min_delta=1", "train.min_delta must be < 1, got 1.0"),
+        (
+            "train.plateau_metric=accuracy",
+            "train.plateau_metric must be one of the metrics task modular logs (val_loss, val_acc, train_acc)",
+        ),
+    ],
+)
 def test_bad_plateau_settings_are_one_line_errors(tmp_path, capsys, setting, message):
     with pytest.raises(SystemExit) as exit_info:
         main([*ARGV, f"--set={setting}", "--out", str(tmp_path / "run")])
@@ -219,8 +245,11 @@ def test_bad_plateau_settings_are_one_line_errors(tmp_path, capsys, setting, mes
 
 
 def test_curves_mark_the_best_step(tmp_path):
-    rows = [{"step": 1, "train_loss": 2.0}, {"step": 2, "train_loss": 1.5, "val_loss": 1.4},
-            {"step": 4, "train_loss": 1.0, "val_loss": 1.6}]
+    rows = [
+        {"step": 1, "train_loss": 2.0},
+        {"step": 2, "train_loss": 1.5, "val_loss": 1.4},
+        {"step": 4, "train_loss": 1.0, "val_loss": 1.6},
+    ]
     marked = plot_training(rows, tmp_path / "marked.png", "t", best_step=2)
     lines = {line.get_label(): list(line.get_xdata()) for line in marked.axes[0].get_lines()}
     assert lines["best (step 2)"] == [2, 2] and (tmp_path / "marked.png").is_file()

@@ -1,4 +1,5 @@
 """pdmm-bridge plot and report on synthetic run directories written in the trainer's format."""
+
 import json
 import statistics
 
@@ -17,32 +18,67 @@ def write_run(path, residual="standard", seed=0, last_step=100, finished=True, m
     rng = np.random.default_rng([seed, len(residual)])
     path.mkdir(parents=True)
     model = {"n_layer": 2, "residual": residual, "kernel": "softmax", "symmetric": False, **(model or {})}
-    tables = {"task": {"name": "char_lm", "data": "input.txt"}, "model": model,
-              "train": {"seed": seed, "max_iters": 100, "device": "cpu", "lr": 0.001}}
-    (path / "config.toml").write_text("".join(
-        f"[{table}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
-        for table, values in tables.items()))
+    tables = {
+        "task": {"name": "char_lm", "data": "input.txt"},
+        "model": model,
+        "train": {"seed": seed, "max_iters": 100, "device": "cpu", "lr": 0.001},
+    }
+    (path / "config.toml").write_text(
+        "".join(
+            f"[{table}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+            for table, values in tables.items()
+        )
+    )
     evals = {"val_loss": [], "val_acc": [], "train_acc": []}
     with open(path / "metrics.jsonl", "w") as file:
         for step in range(0, last_step + 1, 10):
-            row = {"step": step, "train_loss": 3 / (1 + step / 20) + rng.uniform(0, 0.1), "lr": 1e-3,
-                   "time": step * 0.05 * (1 + seed / 10)}
+            row = {
+                "step": step,
+                "train_loss": 3 / (1 + step / 20) + rng.uniform(0, 0.1),
+                "lr": 1e-3,
+                "time": step * 0.05 * (1 + seed / 10),
+            }
             if step in EVALS:
-                row.update(val_loss=3.2 / (1 + step / 25) + rng.uniform(0, 0.2),
-                           val_acc=0.2 + step / 200 + rng.uniform(0, 0.05), train_acc=0.25 + step / 200)
+                row.update(
+                    val_loss=3.2 / (1 + step / 25) + rng.uniform(0, 0.2),
+                    val_acc=0.2 + step / 200 + rng.uniform(0, 0.05),
+                    train_acc=0.25 + step / 200,
+                )
                 for key in evals:
                     evals[key].append(row[key])
             file.write(json.dumps(row) + "\n")
         if not finished:
             file.write('{"step": 40, "train_lo')  # killed mid-line
-    (path / "meta.json").write_text(json.dumps({"version": "0.1.0", "git_commit": "abc1234", "torch": "2.13.0",
-                                                "device": "cpu", "argv": ["train"], "started": "2025-01-01"}))
+    (path / "meta.json").write_text(
+        json.dumps(
+            {
+                "version": "0.1.0",
+                "git_commit": "abc1234",
+                "torch": "2.13.0",
+                "device": "cpu",
+                "argv": ["train"],
+                "started": "2025-01-01",
+            }
+        )
+    )
     if finished:
-        (path / "summary.json").write_text(json.dumps({
-            "status": "finished", "steps": 100, "params": 12345, "seconds_per_step": 0.05 * (1 + seed / 10),
-            "tokens_per_second": 1000.0 * (seed + 1), "final": {k: v[-1] for k, v in evals.items()},
-            "best": {"val_loss": min(evals["val_loss"]), "val_acc": max(evals["val_acc"]),
-                     "train_acc": max(evals["train_acc"])}}))
+        (path / "summary.json").write_text(
+            json.dumps(
+                {
+                    "status": "finished",
+                    "steps": 100,
+                    "params": 12345,
+                    "seconds_per_step": 0.05 * (1 + seed / 10),
+                    "tokens_per_second": 1000.0 * (seed + 1),
+                    "final": {k: v[-1] for k, v in evals.items()},
+                    "best": {
+                        "val_loss": min(evals["val_loss"]),
+                        "val_acc": max(evals["val_acc"]),
+                        "train_acc": max(evals["train_acc"]),
+                    },
+                }
+            )
+        )
     return evals
 
 
@@ -57,10 +93,25 @@ def sweep(tmp_path):
             status = "finished" if seed < 2 else "failed" if residual == "belief" else "pending"
             if status != "pending":
                 evals[name] = write_run(root / name, residual, seed, 100 if seed < 2 else 30, status == "finished")
-            entries.append({"name": name, "overrides": {"model.residual": residual}, "seed": seed, "status": status,
-                            "error": "RuntimeError: loss is nan" if status == "failed" else None})
-    (root / "sweep.json").write_text(json.dumps({"config": "char.toml", "grid": {"model.residual": [
-        "standard", "belief"]}, "seeds": [0, 1, 2], "runs": entries}))
+            entries.append(
+                {
+                    "name": name,
+                    "overrides": {"model.residual": residual},
+                    "seed": seed,
+                    "status": status,
+                    "error": "RuntimeError: loss is nan" if status == "failed" else None,
+                }
+            )
+    (root / "sweep.json").write_text(
+        json.dumps(
+            {
+                "config": "char.toml",
+                "grid": {"model.residual": ["standard", "belief"]},
+                "seeds": [0, 1, 2],
+                "runs": entries,
+            }
+        )
+    )
     return root, evals
 
 
@@ -68,13 +119,17 @@ def test_runs_group_by_the_config_keys_that_differ_seed_excepted(sweep, tmp_path
     root, _ = sweep
     groups = group_runs(expand([root]))
     assert {name: [run.seed for run in runs] for name, runs in groups.items()} == {
-        "residual=standard": [0, 1], "residual=belief": [0, 1, 2]}
+        "residual=standard": [0, 1],
+        "residual=belief": [0, 1, 2],
+    }
     for kernel, symmetric in (("softmax", False), ("diff", True)):
         write_run(tmp_path / f"{kernel}", seed=3, model={"kernel": kernel, "symmetric": symmetric})
     write_run(tmp_path / "diff_seed4", seed=4, model={"kernel": "diff", "symmetric": True})
     labels = group_runs(expand([tmp_path / "softmax", tmp_path / "diff", tmp_path / "diff_seed4"]))
     assert {name: len(runs) for name, runs in labels.items()} == {
-        "kernel=softmax, symmetric=False": 1, "kernel=diff, symmetric=True": 2}
+        "kernel=softmax, symmetric=False": 1,
+        "kernel=diff, symmetric=True": 2,
+    }
     assert list(group_runs(expand([tmp_path / "diff", tmp_path / "diff_seed4"]))) == ["char_lm"]
 
 
@@ -97,10 +152,13 @@ def test_report_has_one_row_per_variant_with_mean_and_std_over_finished_seeds(sw
     head, rule, *rows = cell_values(report)
     head = [h.strip() for h in head]
     assert head[:4] == ["variant", "seeds", "final val_loss", "best val_loss"] and head[-3:] == [
-        "params", "s/step", "tokens/s"]
+        "params",
+        "s/step",
+        "tokens/s",
+    ]
     assert "final train_acc" in head and len(rows) == 2
-    for row, residual in zip(rows, ("standard", "belief")):
-        cells = dict(zip(head, (c.strip() for c in row)))
+    for row, residual in zip(rows, ("standard", "belief"), strict=False):
+        cells = dict(zip(head, (c.strip() for c in row), strict=False))
         assert cells["variant"] == f"residual={residual}" and cells["seeds"] == "2/3"
         runs = [evals[f"residual={residual},seed={seed}"] for seed in (0, 1)]
         for metric, pick in (("val_loss", min), ("val_acc", max), ("train_acc", max)):
@@ -109,7 +167,7 @@ def test_report_has_one_row_per_variant_with_mean_and_std_over_finished_seeds(sw
                 assert cells[f"{kind} {metric}"] == expected
         assert cells["params"] == "12,345" and cells["tokens/s"] == "1,500"
         assert float(cells["s/step"]) == pytest.approx(0.0525, rel=1e-3)
-    below = report[report.index("Runs not finished"):]
+    below = report[report.index("Runs not finished") :]
     assert "`residual=belief,seed=2`: failed (last step 30; RuntimeError: loss is nan)" in below
     assert "`residual=standard,seed=2`: pending, no run directory" in below
     for metric in ("val_loss", "val_acc"):
@@ -136,14 +194,17 @@ def test_plot_draws_one_curve_per_variant_on_the_steps_all_seeds_logged(sweep, t
     assert (root / "plot_train_loss.png").is_file()
 
 
-@pytest.mark.parametrize("command, culprit", [
-    (["plot", "{tmp}"], "not a run directory"),
-    (["plot", "{tmp}/missing"], "no such directory"),
-    (["plot", "{broken}"], "cannot read the config"),
-    (["plot", "{sweep}", "--metric", "val_perplexity"], "val_perplexity"),
-    (["report", "{failed}"], "no finished run"),
-    (["report", "{sweep}", "--metrics", "val_perplexity"], "val_perplexity"),
-])
+@pytest.mark.parametrize(
+    "command, culprit",
+    [
+        (["plot", "{tmp}"], "not a run directory"),
+        (["plot", "{tmp}/missing"], "no such directory"),
+        (["plot", "{broken}"], "cannot read the config"),
+        (["plot", "{sweep}", "--metric", "val_perplexity"], "val_perplexity"),
+        (["report", "{failed}"], "no finished run"),
+        (["report", "{sweep}", "--metrics", "val_perplexity"], "val_perplexity"),
+    ],
+)
 def test_bad_input_is_one_error_line_and_exit_code_2(sweep, tmp_path, capsys, command, culprit):
     root, _ = sweep
     (tmp_path / "empty").mkdir()
@@ -152,7 +213,12 @@ def test_bad_input_is_one_error_line_and_exit_code_2(sweep, tmp_path, capsys, co
     write_run(tmp_path / "broken")
     (tmp_path / "broken" / "config.toml").write_text("[model\nresidual = belief\n")
     with pytest.raises(SystemExit) as exit:
-        main([arg.format(tmp=tmp_path / "empty", sweep=root, failed=failed, broken=tmp_path / "broken") for arg in command])
+        main(
+            [
+                arg.format(tmp=tmp_path / "empty", sweep=root, failed=failed, broken=tmp_path / "broken")
+                for arg in command
+            ]
+        )
     assert exit.value.code == 2
     message = capsys.readouterr().err.strip()
     assert message.startswith(f"pdmm-bridge {command[0]}: error: ") and "\n" not in message

@@ -1,12 +1,20 @@
 """bridge.polynomial: polynomial filters of a Metropolis matrix against eigendecompositions and least squares."""
+
 import mpmath
 import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from bridge.polynomial import (apply_filter, chebyshev_basis, distinct, expected_error, fit_filter, nontrivial_spectrum,
-                               oracle_filter)
+from bridge.polynomial import (
+    apply_filter,
+    chebyshev_basis,
+    distinct,
+    expected_error,
+    fit_filter,
+    nontrivial_spectrum,
+    oracle_filter,
+)
 
 
 def metropolis(G):
@@ -21,9 +29,9 @@ def metropolis(G):
 
 def monomial_best(spectrum, degree):
     """The best p (p(1) = 1) by least squares in the monomial basis: p(l) = 1 + sum_k b_k (l^k - 1)."""
-    columns = np.stack([spectrum ** k - 1 for k in range(1, degree + 1)], axis=1)
+    columns = np.stack([spectrum**k - 1 for k in range(1, degree + 1)], axis=1)
     b = np.linalg.lstsq(columns, -np.ones(len(spectrum)), rcond=None)[0]
-    return lambda lam: 1 + sum(b[k - 1] * (lam ** k - 1) for k in range(1, degree + 1))
+    return lambda lam: 1 + sum(b[k - 1] * (lam**k - 1) for k in range(1, degree + 1))
 
 
 def dense_filter(W, a, p):
@@ -36,14 +44,17 @@ def mp_best_error(spectrum, degree):
     """The smallest root mean p^2 over the spectrum, p(1) = 1, by least squares at 120 digits (mpmath)."""
     mpmath.mp.dps = 120
     lam = [mpmath.mpf(float(v)) for v in spectrum]
-    B = mpmath.matrix([[v ** k - 1 for k in range(1, degree + 1)] for v in lam])
+    B = mpmath.matrix([[v**k - 1 for k in range(1, degree + 1)] for v in lam])
     b = mpmath.lu_solve(B.T * B, B.T * mpmath.matrix([-1] * len(lam)))
-    values = [1 + sum(b[k - 1] * (v ** k - 1) for k in range(1, degree + 1)) for v in lam]
-    return float(mpmath.sqrt(sum(v ** 2 for v in values) / len(values)))
+    values = [1 + sum(b[k - 1] * (v**k - 1) for k in range(1, degree + 1)) for v in lam]
+    return float(mpmath.sqrt(sum(v**2 for v in values) / len(values)))
 
 
-GRAPHS = {"ring of 8": nx.cycle_graph(8), "3x3 grid": nx.grid_2d_graph(3, 3),
-          "geometric": nx.random_geometric_graph(30, 0.35, seed=3)}
+GRAPHS = {
+    "ring of 8": nx.cycle_graph(8),
+    "3x3 grid": nx.grid_2d_graph(3, 3),
+    "geometric": nx.random_geometric_graph(30, 0.35, seed=3),
+}
 
 
 @pytest.mark.parametrize("name", GRAPHS)
@@ -92,7 +103,9 @@ def test_the_fitted_filter_equals_the_oracle_on_the_graph_it_was_fitted_to():
         np.testing.assert_allclose(apply_filter(W, a, fitted), oracle_filter(spectrum, r).apply(W, a), atol=1e-8)
         assert expected_error(fitted, spectrum) == pytest.approx(oracle_filter(spectrum, r).expected_error(), rel=1e-8)
     other = nontrivial_spectrum(metropolis(nx.random_geometric_graph(30, 0.35, seed=4)))
-    assert expected_error(fit_filter([other], 3, safeguard=False), spectrum) > oracle_filter(spectrum, 3).expected_error()
+    assert (
+        expected_error(fit_filter([other], 3, safeguard=False), spectrum) > oracle_filter(spectrum, 3).expected_error()
+    )
 
 
 def test_the_safeguarded_filter_never_expands_and_the_unguarded_one_does_on_another_topology():

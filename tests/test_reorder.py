@@ -1,15 +1,16 @@
 """Renumbering nodes for locality (pdmm.compiled.locality_order, CompiledGraph.relabelled, solve's reorder=):
 the renumbered graph against one compiled from relabelled networkx nodes, and solve run renumbered against
 the same run as given, for every method, constraint kind and a deterministic network."""
+
 import networkx as nx
 import numpy as np
 import pytest
 import torch
+from test_inequality import mixed_constraints
 
 import pdmm
 from pdmm.compiled import CompiledGraph, locality_order
 from pdmm.solve import LARGE_GRAPH_EDGES, _node_order
-from test_inequality import mixed_constraints
 
 N, D = 40, 2
 
@@ -17,7 +18,7 @@ N, D = 40, 2
 def shuffled(G, seed=0):
     """G with its nodes inserted in a random order and relabelled at random (string labels)."""
     rng = np.random.default_rng(seed)
-    label = {v: f"v{k}" for v, k in zip(G, rng.permutation(len(G)))}
+    label = {v: f"v{k}" for v, k in zip(G, rng.permutation(len(G)), strict=False)}
     H = nx.Graph()
     H.add_nodes_from(label[v] for v in rng.permutation(list(G)))
     H.add_edges_from((label[u], label[v]) for u, v in G.edges)
@@ -37,8 +38,8 @@ def mean_distance(compiled, order=None):
 def test_reverse_cuthill_mckee_numbers_a_shuffled_ring_as_a_band_and_leaves_a_path_alone():
     ring = CompiledGraph.from_networkx(shuffled(nx.cycle_graph(500)))
     order = locality_order(ring)
-    assert mean_distance(ring) > 100                 # shuffled: neighbours far apart
-    assert mean_distance(ring, order) <= 2           # a ring numbered outwards from one node: band 2
+    assert mean_distance(ring) > 100  # shuffled: neighbours far apart
+    assert mean_distance(ring, order) <= 2  # a ring numbered outwards from one node: band 2
     assert locality_order(CompiledGraph.from_networkx(nx.path_graph(500))) is None  # mean distance 1 already
 
 
@@ -48,7 +49,7 @@ def test_the_relabelled_graph_is_the_graph_of_the_relabelled_nodes(graph):
     new, edge_of = compiled.relabelled(order)
     nodes = list(graph.nodes)
     reference = nx.Graph()
-    reference.add_nodes_from(nodes[k] for k in order)   # node k of the reference is nodes[order[k]]
+    reference.add_nodes_from(nodes[k] for k in order)  # node k of the reference is nodes[order[k]]
     reference.add_edges_from(graph.edges)
     expected = CompiledGraph.from_networkx(reference)
     assert list(new.nodes) == list(expected.nodes)
@@ -71,8 +72,14 @@ def problems(graph):
     }
 
 
-RUNS = [("averaging", "pdmm", {}), ("averaging", "admm", {}), ("least_squares", "qa-pdmm", {}),
-        ("lasso", "pdmm", {"theta": 0.5}), ("logistic", "qa-pdmm", {}), ("edge_matrices", "pdmm", {"theta": 0.5})]
+RUNS = [
+    ("averaging", "pdmm", {}),
+    ("averaging", "admm", {}),
+    ("least_squares", "qa-pdmm", {}),
+    ("lasso", "pdmm", {"theta": 0.5}),
+    ("logistic", "qa-pdmm", {}),
+    ("edge_matrices", "pdmm", {"theta": 0.5}),
+]
 
 
 @pytest.mark.parametrize("kind, method, params", RUNS)
@@ -80,8 +87,16 @@ RUNS = [("averaging", "pdmm", {}), ("averaging", "admm", {}), ("least_squares", 
 def test_a_renumbered_run_matches_the_run_as_given(graph, kind, method, params, how):
     problem = problems(graph)[kind]
     order = True if how == "rcm" else np.random.default_rng(4).permutation(N)
-    options = dict(method=method, max_iter=60, tol=0, record_every=1, x0="random", reference="cvxpy",
-                   history=("residual", "objective", "error"), **params)
+    options = dict(
+        method=method,
+        max_iter=60,
+        tol=0,
+        record_every=1,
+        x0="random",
+        reference="cvxpy",
+        history=("residual", "objective", "error"),
+        **params,
+    )
     given = pdmm.solve(problem, reorder=False, **options)
     renumbered = pdmm.solve(problem, reorder=order, **options)
     assert given.nodes == renumbered.nodes == list(graph.nodes)
@@ -129,8 +144,9 @@ def test_a_network_with_every_effect_off_is_the_ideal_network_when_renumbered(gr
 
 def test_by_default_only_large_graphs_are_renumbered():
     small = pdmm.averaging(shuffled(nx.cycle_graph(100)), np.arange(100.0))
-    large = pdmm.averaging(pdmm.Graph.from_networkx(shuffled(nx.cycle_graph(LARGE_GRAPH_EDGES // 2))),
-                           np.zeros(LARGE_GRAPH_EDGES // 2))
+    large = pdmm.averaging(
+        pdmm.Graph.from_networkx(shuffled(nx.cycle_graph(LARGE_GRAPH_EDGES // 2))), np.zeros(LARGE_GRAPH_EDGES // 2)
+    )
     assert _node_order(small, None) is None and _node_order(small, True) is not None
     order = _node_order(large, None)
     assert order is not None and mean_distance(large.compiled, order) <= 2

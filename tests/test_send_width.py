@@ -1,4 +1,5 @@
 """AttentionConfig.send_width: a token sends each neighbour w numbers per layer, keys w // 2 and values the rest."""
+
 import math
 from pathlib import Path
 
@@ -13,15 +14,24 @@ from experiments.tasks import build_task
 
 B, T, C = 2, 8, 16
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "graph_consensus.toml"
-TINY = ["model.n_layer=2", "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=1",
-        "task.n_min=8", "task.n_max=12", "task.radius=0"]
+TINY = [
+    "model.n_layer=2",
+    "model.d_model=16",
+    "model.n_head=2",
+    "train.batch_size=4",
+    "task.val_graphs=1",
+    "task.n_min=8",
+    "task.n_max=12",
+    "task.radius=0",
+]
 
 
 def layer(send_width, n_head=1, residual="standard", kernel="softmax", symmetric=False, seed=0):
     """A float64 MultiHeadAttention with non-trivial biases and gains."""
     torch.manual_seed(seed)
-    config = AttentionConfig(d_model=C, n_head=n_head, residual=residual, kernel=kernel, symmetric=symmetric,
-                             send_width=send_width)
+    config = AttentionConfig(
+        d_model=C, n_head=n_head, residual=residual, kernel=kernel, symmetric=symmetric, send_width=send_width
+    )
     module = MultiHeadAttention(config, layer_index=2).double()
     with torch.no_grad():
         for p in module.parameters():
@@ -51,7 +61,7 @@ def rows(module, w):
     k_start = 0 if module.config.symmetric else w_k
     v_start = k_start + w_k
     assert weight.shape[0] == v_start + w_v
-    part = lambda start, width: (weight[start:start + width], bias[start:start + width])
+    part = lambda start, width: (weight[start : start + width], bias[start : start + width])
     return part(0, w_k), part(k_start, w_k), part(v_start, w_v)
 
 
@@ -72,7 +82,9 @@ def null_space(matrix):
 
 
 @pytest.mark.parametrize("residual", RESIDUALS)
-@pytest.mark.parametrize("kernel,symmetric", [("softmax", False), ("softmax", True), ("linear", False), ("diff", False)])
+@pytest.mark.parametrize(
+    "kernel,symmetric", [("softmax", False), ("softmax", True), ("linear", False), ("diff", False)]
+)
 def test_default_keeps_todays_parameters_and_output(residual, kernel, symmetric):
     def build(**extra):
         torch.manual_seed(0)
@@ -89,7 +101,7 @@ def test_default_keeps_todays_parameters_and_output(residual, kernel, symmetric)
         assert shapes["blocks.0.attn.c_proj_s.weight"] == (C, C)
     if kernel == "diff":
         assert shapes["blocks.0.attn.lambda_q1"] == (hs // 2,) and shapes["blocks.0.attn.head_norm.weight"] == (hs,)
-    for (_, a), (_, b) in zip(today.state_dict().items(), explicit.state_dict().items()):
+    for (_, a), (_, b) in zip(today.state_dict().items(), explicit.state_dict().items(), strict=False):
         assert torch.equal(a, b)  # same initialisation from the same seed
     graph, _ = problem_graph()
     x = torch.randn(B, T, 2, generator=torch.Generator().manual_seed(3))
@@ -110,8 +122,10 @@ def neighbours():
 
 @pytest.mark.parametrize("layout", ["sparse", "dense"])
 @pytest.mark.parametrize("residual", RESIDUALS)
-@pytest.mark.parametrize("kernel,symmetric,w,n_head", [("softmax", False, 6, 1), ("softmax", True, 7, 1),
-                                                       ("linear", False, 8, 2), ("diff", False, 9, 1)])
+@pytest.mark.parametrize(
+    "kernel,symmetric,w,n_head",
+    [("softmax", False, 6, 1), ("softmax", True, 7, 1), ("linear", False, 8, 2), ("diff", False, 9, 1)],
+)
 def test_only_w_numbers_cross_an_edge(residual, kernel, symmetric, w, n_head, layout):
     module = layer(w, n_head, residual, kernel, symmetric)
     _, i, j = neighbours()
@@ -152,8 +166,11 @@ def head_output(q_i, keys, values, kernel, module):
     half = len(q_i) // 2  # diff: two softmax maps on the halves of q and k
     first = torch.softmax(keys[:, :half] @ q_i[:half] / math.sqrt(half), 0)
     second = torch.softmax(keys[:, half:] @ q_i[half:] / math.sqrt(half), 0)
-    lam = (torch.exp(module.lambda_q1 @ module.lambda_k1) - torch.exp(module.lambda_q2 @ module.lambda_k2)
-           + module.lambda_init)
+    lam = (
+        torch.exp(module.lambda_q1 @ module.lambda_k1)
+        - torch.exp(module.lambda_q2 @ module.lambda_k2)
+        + module.lambda_init
+    )
     o = (first - lam * second) @ values
     o = o / torch.sqrt(o.square().mean() + 1e-5) * module.head_norm.weight
     return o * (1 - module.lambda_init)
@@ -169,24 +186,46 @@ def reference(module, x, G, w):
     for b in range(x.shape[0]):
         for i in range(x.shape[1]):
             near = sorted({i, *G.neighbors(i)})
-            heads = [head_output(q[b, i, m * hk:(m + 1) * hk], k[b, near, m * hk:(m + 1) * hk],
-                                 v[b, near, m * hv:(m + 1) * hv], config.kernel, module) for m in range(config.n_head)]
+            heads = [
+                head_output(
+                    q[b, i, m * hk : (m + 1) * hk],
+                    k[b, near, m * hk : (m + 1) * hk],
+                    v[b, near, m * hv : (m + 1) * hv],
+                    config.kernel,
+                    module,
+                )
+                for m in range(config.n_head)
+            ]
             mh, v_i = torch.cat(heads), v[b, i]
-            r = {"standard": mh, "accumulated": mh, "attentionx": v_i - config.gamma * mh, "belief": reject(mh, v_i),
-                 "belief_star": reject(mh, v_i), "concat": torch.cat([mh, v_i])}[config.residual]
+            r = {
+                "standard": mh,
+                "accumulated": mh,
+                "attentionx": v_i - config.gamma * mh,
+                "belief": reject(mh, v_i),
+                "belief_star": reject(mh, v_i),
+                "concat": torch.cat([mh, v_i]),
+            }[config.residual]
             y = module.c_proj.weight @ r + module.c_proj.bias
             if config.residual == "belief_star":
-                per_head = torch.cat([reject(h, v_i[m * hv:(m + 1) * hv]) for m, h in enumerate(heads)])
+                per_head = torch.cat([reject(h, v_i[m * hv : (m + 1) * hv]) for m, h in enumerate(heads)])
                 y = y + module.c_proj_s.weight @ per_head + module.c_proj_s.bias
             out[b, i] = y
     return out
 
 
 @pytest.mark.parametrize("residual", RESIDUALS)
-@pytest.mark.parametrize("kernel,symmetric,w,n_head", [("softmax", False, 6, 1), ("softmax", True, 7, 1),
-                                                       ("softmax", False, 8, 2), ("linear", False, 9, 1),
-                                                       ("linear", True, 12, 2), ("diff", False, 9, 1),
-                                                       ("diff", True, 8, 2)])
+@pytest.mark.parametrize(
+    "kernel,symmetric,w,n_head",
+    [
+        ("softmax", False, 6, 1),
+        ("softmax", True, 7, 1),
+        ("softmax", False, 8, 2),
+        ("linear", False, 9, 1),
+        ("linear", True, 12, 2),
+        ("diff", False, 9, 1),
+        ("diff", True, 8, 2),
+    ],
+)
 @pytest.mark.parametrize("layout", ["sparse", "dense"])
 def test_every_residual_and_kernel_equals_a_per_node_reference(residual, kernel, symmetric, w, n_head, layout):
     module = layer(w, n_head, residual, kernel, symmetric)
@@ -240,19 +279,22 @@ def test_causal_and_full_graphs_run_with_send_width():
 # --- refusals -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(send_width=1), "integer >= 2"),
-    (dict(send_width=0), "integer >= 2"),
-    (dict(send_width=-4), "integer >= 2"),
-    (dict(send_width=True), "integer >= 2"),
-    (dict(send_width=6.0), "integer >= 2"),
-    (dict(send_width=6, n_head=2), "n_head = 1"),   # w_k = w_v = 3
-    (dict(send_width=7, n_head=2), "n_head = 1"),   # w_k = 3, w_v = 4
-    (dict(send_width=6, kernel="diff"), "even"),    # w_k = 3 in one head
-    (dict(send_width=12, n_head=2, kernel="diff"), "even"),  # 3 per head
-    (dict(send_width=2, residual="belief"), "orthogonal to V"),  # a 1-number MH minus its projection on V is 0
-    (dict(send_width=2, residual="belief_star"), "orthogonal to V"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(send_width=1), "integer >= 2"),
+        (dict(send_width=0), "integer >= 2"),
+        (dict(send_width=-4), "integer >= 2"),
+        (dict(send_width=True), "integer >= 2"),
+        (dict(send_width=6.0), "integer >= 2"),
+        (dict(send_width=6, n_head=2), "n_head = 1"),  # w_k = w_v = 3
+        (dict(send_width=7, n_head=2), "n_head = 1"),  # w_k = 3, w_v = 4
+        (dict(send_width=6, kernel="diff"), "even"),  # w_k = 3 in one head
+        (dict(send_width=12, n_head=2, kernel="diff"), "even"),  # 3 per head
+        (dict(send_width=2, residual="belief"), "orthogonal to V"),  # a 1-number MH minus its projection on V is 0
+        (dict(send_width=2, residual="belief_star"), "orthogonal to V"),
+    ],
+)
 def test_bad_send_widths_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as err:
         AttentionConfig(**{"d_model": C, "n_head": 1, **kwargs})
@@ -265,12 +307,15 @@ def test_graph_attention_refuses_send_width():
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("override,message", [
-    ("model.send_width=1", "model.send_width must be 0"),
-    ("model.send_width=-2", "model.send_width must be >= 0"),
-    ("model.send_width=2.5", "model.send_width must be an integer"),
-    ("model.send_width=wide", "model.send_width must be an integer"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model.send_width=1", "model.send_width must be 0"),
+        ("model.send_width=-2", "model.send_width must be >= 0"),
+        ("model.send_width=2.5", "model.send_width must be an integer"),
+        ("model.send_width=wide", "model.send_width must be an integer"),
+    ],
+)
 def test_config_loader_refuses_bad_send_widths(override, message):
     with pytest.raises(UsageError, match=message) as err:
         load_config(CONFIG, [*TINY, override])
@@ -316,8 +361,17 @@ def test_graph_consensus_trains_a_few_steps_with_send_width():
 
 
 @pytest.mark.parametrize("layout", ["sparse", "dense"])
-@pytest.mark.parametrize("residual,w,n_head", [("standard", 1, 1), ("attentionx", 3, 1), ("concat", 4, 2),
-                                               ("belief", 2, 1), ("belief_star", 6, 2), ("standard", None, 2)])
+@pytest.mark.parametrize(
+    "residual,w,n_head",
+    [
+        ("standard", 1, 1),
+        ("attentionx", 3, 1),
+        ("concat", 4, 2),
+        ("belief", 2, 1),
+        ("belief_star", 6, 2),
+        ("standard", None, 2),
+    ],
+)
 def test_mean_kernel_is_the_neighbour_mean_of_the_values(residual, w, n_head, layout):
     module = layer(w, n_head, residual, kernel="mean")
     w_v = C if w is None else w
@@ -330,13 +384,18 @@ def test_mean_kernel_is_the_neighbour_mean_of_the_values(residual, w, n_head, la
     for b in range(B):
         for i in range(T):
             near = sorted({i, *G.neighbors(i)})
-            heads = [v[b, near, m * hv:(m + 1) * hv].mean(0) for m in range(n_head)]
+            heads = [v[b, near, m * hv : (m + 1) * hv].mean(0) for m in range(n_head)]
             mh, v_i = torch.cat(heads), v[b, i]
-            r = {"standard": mh, "attentionx": v_i - config.gamma * mh, "belief": reject(mh, v_i),
-                 "belief_star": reject(mh, v_i), "concat": torch.cat([mh, v_i])}[residual]
+            r = {
+                "standard": mh,
+                "attentionx": v_i - config.gamma * mh,
+                "belief": reject(mh, v_i),
+                "belief_star": reject(mh, v_i),
+                "concat": torch.cat([mh, v_i]),
+            }[residual]
             y = module.c_proj.weight @ r + module.c_proj.bias
             if residual == "belief_star":
-                per_head = torch.cat([reject(h, v_i[m * hv:(m + 1) * hv]) for m, h in enumerate(heads)])
+                per_head = torch.cat([reject(h, v_i[m * hv : (m + 1) * hv]) for m, h in enumerate(heads)])
                 y = y + module.c_proj_s.weight @ per_head + module.c_proj_s.bias
             expected[b, i] = y
     with torch.no_grad():
@@ -360,11 +419,14 @@ def test_mean_kernel_sends_only_its_values():
     assert (y_generic[:, i] - y[:, i]).abs().max() > 1e-6
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(kernel="mean", send_width=0), "integer >= 1 for kernel 'mean'"),
-    (dict(kernel="mean", send_width=1, symmetric=True), "kernel 'mean' has neither"),
-    (dict(kernel="mean", send_width=1, residual="belief"), "orthogonal to V"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(kernel="mean", send_width=0), "integer >= 1 for kernel 'mean'"),
+        (dict(kernel="mean", send_width=1, symmetric=True), "kernel 'mean' has neither"),
+        (dict(kernel="mean", send_width=1, residual="belief"), "orthogonal to V"),
+    ],
+)
 def test_bad_mean_kernel_configs_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as err:
         AttentionConfig(**{"d_model": C, "n_head": 1, **kwargs})
@@ -372,8 +434,9 @@ def test_bad_mean_kernel_configs_are_refused_in_one_line(kwargs, message):
 
 
 def test_config_loader_allows_one_number_with_the_mean_kernel_only():
-    model = build_task(load_config(CONFIG, [*TINY, "model.kernel=mean", "model.send_width=1", "model.n_head=1"])
-                       ).build_model()
+    model = build_task(
+        load_config(CONFIG, [*TINY, "model.kernel=mean", "model.send_width=1", "model.n_head=1"])
+    ).build_model()
     assert model.numbers_sent == 1
-    with pytest.raises(UsageError, match="kernel = \"mean\""):
+    with pytest.raises(UsageError, match='kernel = "mean"'):
         load_config(CONFIG, [*TINY, "model.send_width=1"])

@@ -2,6 +2,7 @@
 default to the iterations of the stopping test), check_every= spaces the stopping and divergence
 tests, the residual is computed only where a row or a test needs it, and nothing is read back from
 the device between tests; checked against runs with other settings and a plain loop over PDMM.step."""
+
 import importlib
 
 import numpy as np
@@ -29,7 +30,7 @@ def loop_stop(problem, tol, every, max_iter=1000, rho=1.0):
     state = algorithm.init(torch.zeros(problem.n, 1, problem.dim, dtype=torch.float64))
     index = {v: k for k, v in enumerate(G.nodes)}
     i, j = np.array([(index[u], index[v]) for u, v in G.edges]).T
-    rms = lambda v: np.sqrt((v ** 2).sum(-1).mean())  # noqa: E731
+    rms = lambda v: np.sqrt((v**2).sum(-1).mean())  # noqa: E731
     for k in range(1, max_iter + 1):
         old, state = state["x"][:, 0].numpy(), algorithm.step(state)
         x = state["x"][:, 0].numpy()
@@ -74,8 +75,10 @@ def test_record_every_keeps_exactly_every_kth_row(network):
     np.testing.assert_array_equal(thin.x, full.x)
 
 
-@pytest.mark.parametrize("network, max_iter, tol", [
-    (None, 45, 0), (Network(drop=0.3, bits=12, dither=True, seed=3), 45, 0), (None, 1000, 1e-10)])
+@pytest.mark.parametrize(
+    "network, max_iter, tol",
+    [(None, 45, 0), (Network(drop=0.3, bits=12, dither=True, seed=3), 45, 0), (None, 1000, 1e-10)],
+)
 def test_the_default_history_holds_the_rows_of_a_full_run_at_the_tests(network, max_iter, tol):
     """Default: rows at iterations 10, 20, ... and the last, no objective, each bitwise a record_every=1 row."""
     problem = averaging(batch=2)
@@ -96,17 +99,25 @@ def test_the_default_record_interval_follows_the_test_interval():
     problem = averaging()
     assert list(pdmm.solve(problem, max_iter=30, tol=0, check_every=7).history["iteration"]) == [7, 14, 21, 28, 30]
     assert list(pdmm.solve(problem, max_iter=30, tol=0, check_every=7, record_every=None).history["iteration"]) == [
-        7, 14, 21, 28, 30]
+        7,
+        14,
+        21,
+        28,
+        30,
+    ]
 
 
-@pytest.mark.parametrize("options, iterations", [
-    ({}, [1, 10, 20, 30, 40, 45]),  # the divergence baseline, then the tests (which record the rows)
-    ({"history": ()}, [1, 10, 20, 30, 40, 45]),
-    ({"history": ("messages",)}, [1, 10, 20, 30, 40, 45]),
-    ({"record_every": 7}, [1, 7, 10, 14, 20, 21, 28, 30, 35, 40, 42, 45]),
-    ({"record_every": 1}, list(range(1, 46))),
-    ({"check_every": 1, "history": ()}, list(range(1, 46))),
-])
+@pytest.mark.parametrize(
+    "options, iterations",
+    [
+        ({}, [1, 10, 20, 30, 40, 45]),  # the divergence baseline, then the tests (which record the rows)
+        ({"history": ()}, [1, 10, 20, 30, 40, 45]),
+        ({"history": ("messages",)}, [1, 10, 20, 30, 40, 45]),
+        ({"record_every": 7}, [1, 7, 10, 14, 20, 21, 28, 30, 35, 40, 42, 45]),
+        ({"record_every": 1}, list(range(1, 46))),
+        ({"check_every": 1, "history": ()}, list(range(1, 46))),
+    ],
+)
 def test_the_residual_is_computed_once_where_a_row_or_a_test_needs_it(monkeypatch, options, iterations):
     calls = []
     residual = pdmm.constraints.Consensus.residual
@@ -127,8 +138,9 @@ def test_the_residual_is_the_rms_consensus_discrepancy_of_the_iterate():
     for k in (1, 5, 23):
         result = pdmm.solve(problem, max_iter=k, tol=0, history=("residual", "objective"), check_every=4)
         x = result.x
-        np.testing.assert_allclose(result.history["residual"][-1], np.sqrt(((x[i] - x[j]) ** 2).sum(-1).mean()),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            result.history["residual"][-1], np.sqrt(((x[i] - x[j]) ** 2).sum(-1).mean()), rtol=1e-12
+        )
         a = problem.local.q[:, 0].numpy()
         np.testing.assert_allclose(result.history["objective"][-1], 0.5 * ((x - a) ** 2).sum(), rtol=1e-12)
 
@@ -137,25 +149,34 @@ def test_history_records_only_what_was_asked():
     problem, x_star = averaging(), np.zeros((30, 3))
     assert set(pdmm.solve(problem, max_iter=5, tol=0).history) == {"iteration", "residual", "messages", "bits"}
     assert set(pdmm.solve(problem, max_iter=5, tol=0, reference=x_star).history) == {
-        "iteration", "residual", "messages", "bits", "error"}
+        "iteration",
+        "residual",
+        "messages",
+        "bits",
+        "error",
+    }
     assert set(pdmm.solve(problem, max_iter=5, tol=0, history=()).history) == {"iteration"}
     assert set(pdmm.solve(problem, max_iter=5, tol=0, history="bits").history) == {"iteration", "bits"}
-    picked = pdmm.solve(problem, max_iter=5, tol=0, reference=x_star, history=["error", "residual"],
-                        record_every=1).history
+    picked = pdmm.solve(
+        problem, max_iter=5, tol=0, reference=x_star, history=["error", "residual"], record_every=1
+    ).history
     assert set(picked) == {"iteration", "residual", "error"} and picked["error"].shape == (5,)
     private = pdmm.solve(problem, max_iter=5, tol=0, network=Network(privacy=1.0), history={"privacy_x"})
     assert set(private.history) == {"iteration", "privacy_x"}
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"history": ("residual", "cost")}, r"unknown history entries \['cost'\]; choose from residual, objective"),
-    ({"history": 3}, "history must be None or a collection of names"),
-    ({"history": ("error",)}, "history 'error' needs a reference"),
-    ({"history": ("privacy_messages",)}, r"need network=pdmm.Network\(privacy=...\)"),
-    ({"record_every": 0}, "record_every must be None or an integer >= 1, got 0"),
-    ({"record_every": True}, "record_every must be None or an integer >= 1, got True"),
-    ({"check_every": 2.5}, "check_every must be None or an integer >= 1, got 2.5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"history": ("residual", "cost")}, r"unknown history entries \['cost'\]; choose from residual, objective"),
+        ({"history": 3}, "history must be None or a collection of names"),
+        ({"history": ("error",)}, "history 'error' needs a reference"),
+        ({"history": ("privacy_messages",)}, r"need network=pdmm.Network\(privacy=...\)"),
+        ({"record_every": 0}, "record_every must be None or an integer >= 1, got 0"),
+        ({"record_every": True}, "record_every must be None or an integer >= 1, got True"),
+        ({"check_every": 2.5}, "check_every must be None or an integer >= 1, got 2.5"),
+    ],
+)
 def test_bad_bookkeeping_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         pdmm.solve(averaging(), **kwargs)
@@ -177,8 +198,9 @@ def test_no_host_read_between_tests(monkeypatch):
     reads = []
     for name in ("__bool__", "__float__", "__int__", "item", "tolist", "numpy", "cpu"):
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: reads.append(_n)
-                            or _f(self, *a, **k))
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: reads.append(_n) or _f(self, *a, **k)
+        )
     counts = {}
     for max_iter in (100, 200):
         reads.clear()
@@ -206,8 +228,7 @@ def test_divergence_is_found_at_the_next_test_with_the_run_so_far(history):
     if history is None:  # rows at the tests, grown 10^6-fold from iteration 1's residual
         np.testing.assert_array_equal(result.history["iteration"], np.arange(10, result.iterations + 1, 10))
         assert result.history["residual"][-1] > 1e6 * full.history["residual"][0]
-        np.testing.assert_array_equal(result.history["residual"][:first // 10],
-                                      full.history["residual"][9:first:10])
+        np.testing.assert_array_equal(result.history["residual"][: first // 10], full.history["residual"][9:first:10])
 
 
 @pytest.mark.parametrize("where", ["step", "objective", "test"])
@@ -221,6 +242,7 @@ def test_an_interrupt_keeps_state_and_rows_in_step(monkeypatch, where):
             if len(calls) == 13:
                 raise KeyboardInterrupt
             return original(*args, **kwargs)
+
         return wrapped
 
     problem = averaging()

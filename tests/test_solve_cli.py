@@ -1,4 +1,5 @@
 """pdmm-bridge solve: method specs, Ctrl-C, output safety, graph input checks, and plotting solve directories."""
+
 import csv
 import json
 import os
@@ -25,21 +26,36 @@ def methods_in(out):
 
 def test_compare_specs_are_separate_labelled_runs_with_their_own_parameters(tmp_path):
     out = tmp_path / "run"
-    assert solve(out, "--nodes", "20", "--theta", "0.5",
-                 "--compare", "pdmm:theta=1,pdmm,admm,qa-pdmm:eta=safe:rho=2") == 0
+    assert (
+        solve(out, "--nodes", "20", "--theta", "0.5", "--compare", "pdmm:theta=1,pdmm,admm,qa-pdmm:eta=safe:rho=2") == 0
+    )
     labels = ["pdmm:theta=1", "pdmm", "admm", "qa-pdmm:eta=safe:rho=2"]
     assert methods_in(out) == labels
-    params = {label: entry["params"] for label, entry in json.loads((out / "config.json").read_text())["methods"].items()}
-    assert params == {"pdmm:theta=1": {"rho": 1.0, "theta": 1.0}, "pdmm": {"rho": 1.0, "theta": 0.5},
-                      "admm": {"rho": 1.0}, "qa-pdmm:eta=safe:rho=2": {"rho": 2.0, "theta": 0.5, "eta": "safe"}}
+    params = {
+        label: entry["params"] for label, entry in json.loads((out / "config.json").read_text())["methods"].items()
+    }
+    assert params == {
+        "pdmm:theta=1": {"rho": 1.0, "theta": 1.0},
+        "pdmm": {"rho": 1.0, "theta": 0.5},
+        "admm": {"rho": 1.0},
+        "qa-pdmm:eta=safe:rho=2": {"rho": 2.0, "theta": 0.5, "eta": "safe"},
+    }
     with np.load(out / "result.npz") as result:
         assert set(result) == {*(f"x_{label}" for label in labels), "x_star"}
         np.testing.assert_allclose(result["x_pdmm"], result["x_admm"], atol=1e-8)  # theta 1/2 is ADMM
 
 
-@pytest.mark.parametrize("spec, culprit", [("pdmm:theta=2", "theta must be in (0, 1]"), ("pdmm:eta=L", "eta=L"),
-                                           ("pdmm,pdmm", "distinct"), ("newton", "unknown method 'newton'"),
-                                           ("admm:rho=-1", "rho"), ("qa-pdmm:eta=fast", "eta")])
+@pytest.mark.parametrize(
+    "spec, culprit",
+    [
+        ("pdmm:theta=2", "theta must be in (0, 1]"),
+        ("pdmm:eta=L", "eta=L"),
+        ("pdmm,pdmm", "distinct"),
+        ("newton", "unknown method 'newton'"),
+        ("admm:rho=-1", "rho"),
+        ("qa-pdmm:eta=fast", "eta"),
+    ],
+)
 def test_bad_specs_are_one_error_line_and_write_nothing(tmp_path, capsys, spec, culprit):
     with pytest.raises(SystemExit) as exit:
         solve(tmp_path / "run", "--nodes", "10", "--compare", spec)
@@ -61,10 +77,32 @@ def test_an_existing_output_is_refused_without_force(tmp_path, capsys):
 
 def test_ctrl_c_writes_what_ran_marked_interrupted_and_exits_130(tmp_path):
     out = tmp_path / "run"
-    victim = subprocess.Popen([sys.executable, "-m", "experiments", "solve", "--graph", "ring", "--nodes", "2000",
-                               "--iters", "100000000", "--tol", "0", "--reference", "none", "--compare", "pdmm,admm",
-                               "--no-progress", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    victim = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "experiments",
+            "solve",
+            "--graph",
+            "ring",
+            "--nodes",
+            "2000",
+            "--iters",
+            "100000000",
+            "--tol",
+            "0",
+            "--reference",
+            "none",
+            "--compare",
+            "pdmm,admm",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     while not any(out.glob(".*")) and time.time() < deadline:  # claimed just before the first method starts
         time.sleep(0.05)
@@ -98,6 +136,7 @@ def test_plot_draws_several_solve_directories_one_line_per_method(tmp_path, caps
     assert solve(tmp_path / "b", "--nodes", "10", "--reference", "none") == 0
     from experiments.plot_command import plot_convergence
     from experiments.runs import load_solve
+
     runs = [load_solve(tmp_path / name) for name in ("a", "b")]
     assert main(["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").is_file()
@@ -112,29 +151,38 @@ def test_plot_draws_several_solve_directories_one_line_per_method(tmp_path, caps
     assert "residual, error, objective" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="torch.distributed with gloo is not available")
+@pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="torch.distributed with gloo is not available",
+)
 def test_nproc_runs_the_partitioned_engine_as_one_job_and_matches_one_process(tmp_path):
     common = ["--nodes", "40", "--problem", "least_squares", "--iters", "300", "--no-progress"]
     run = [sys.executable, "-m", "experiments", "solve", *common]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    two = subprocess.run([*run, "--nproc", "2", "--out", str(tmp_path / "two")], env=env, capture_output=True,
-                         text=True, timeout=300)
+    two = subprocess.run(
+        [*run, "--nproc", "2", "--out", str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert two.returncode == 0, two.stderr
     assert main(["solve", *common, "--out", str(tmp_path / "one")]) == 0
     split, whole = (np.load(tmp_path / name / "result.npz") for name in ("two", "one"))
     np.testing.assert_allclose(split["x_pdmm"], whole["x_pdmm"], rtol=0, atol=1e-12)
     rows = {name: list(csv.DictReader(open(tmp_path / name / "history.csv"))) for name in ("two", "one")}
     assert len(rows["two"]) == len(rows["one"]) > 10
-    np.testing.assert_allclose([float(r["residual"]) for r in rows["two"]], [float(r["residual"]) for r in rows["one"]],
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        [float(r["residual"]) for r in rows["two"]], [float(r["residual"]) for r in rows["one"]], rtol=1e-9
+    )
     assert json.loads((tmp_path / "two" / "config.json").read_text())["args"]["nproc"] == 2
 
 
-@pytest.mark.parametrize("option, culprit", [(["--method", "admm"], "method='admm'"),
-                                             (["--problem", "logistic"], "Logistic local functions"),
-                                             (["--drop", "0.1"], "network="), (["--nodes", "3", "--nproc", "4"],
-                                                                             "more than the graph's 3 nodes")])
+@pytest.mark.parametrize(
+    "option, culprit",
+    [
+        (["--method", "admm"], "method='admm'"),
+        (["--problem", "logistic"], "Logistic local functions"),
+        (["--drop", "0.1"], "network="),
+        (["--nodes", "3", "--nproc", "4"], "more than the graph's 3 nodes"),
+    ],
+)
 def test_nproc_refuses_what_the_partitioned_engine_does_not_run_before_starting(tmp_path, capsys, option, culprit):
     with pytest.raises(SystemExit) as exit:
         main(["solve", "--nodes", "20", "--nproc", "2", *option, "--out", str(tmp_path / "out"), "--no-progress"])

@@ -1,5 +1,6 @@
 """The edge-list attention path in blocks of edges (attention.sparse) against the unblocked path, the
 dense mask, torch's attention, finite differences, and a count of what autograd keeps."""
+
 import itertools
 
 import networkx as nx
@@ -35,9 +36,12 @@ def graphs():
     number of edges, where whole-token blocks take the broadcast path)."""
     regular = nx.random_regular_graph(3, T + 1, seed=3)
     regular.remove_node(T)  # T tokens, degrees 2 and 3
-    return {"unequal": unequal_graph(True), "unequal-no-self-loops": unequal_graph(False),
-            "regular": TokenGraph.from_networkx(nx.random_regular_graph(4, T, seed=3), layout="sparse"),
-            "almost-regular": TokenGraph.from_networkx(regular, self_loops=False, layout="sparse")}
+    return {
+        "unequal": unequal_graph(True),
+        "unequal-no-self-loops": unequal_graph(False),
+        "regular": TokenGraph.from_networkx(nx.random_regular_graph(4, T, seed=3), layout="sparse"),
+        "almost-regular": TokenGraph.from_networkx(regular, self_loops=False, layout="sparse"),
+    }
 
 
 def make(residual="standard", kernel="softmax", symmetric=False, cls=MultiHeadAttention, dropout=0.0):
@@ -73,10 +77,15 @@ def inputs(seed=1):
     return torch.randn(B, T, C, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 
 
-VARIANTS = ([(r, "softmax", False, MultiHeadAttention) for r in RESIDUALS]
-            + [("standard", k, s, MultiHeadAttention) for k, s in itertools.product(["softmax", "diff", "linear"], [False, True])
-               if (k, s) != ("softmax", False)]
-            + [("belief", "softmax", False, GraphAttention)])
+VARIANTS = (
+    [(r, "softmax", False, MultiHeadAttention) for r in RESIDUALS]
+    + [
+        ("standard", k, s, MultiHeadAttention)
+        for k, s in itertools.product(["softmax", "diff", "linear"], [False, True])
+        if (k, s) != ("softmax", False)
+    ]
+    + [("belief", "softmax", False, GraphAttention)]
+)
 
 
 @pytest.mark.parametrize("graph_name", list(graphs()))
@@ -103,8 +112,23 @@ def test_blocked_path_equals_unblocked_path_with_attention_dropout(block):
 
 def tiny_graph():
     """6 tokens with 1 to 4 edges: token 0 attends only to itself, token 5 is attended by no other token."""
-    pairs = [(0, 0), (1, 1), (1, 0), (1, 2), (1, 3), (2, 2), (2, 4), (3, 3), (3, 0), (3, 1), (4, 4), (4, 1), (5, 5),
-             (5, 2), (5, 3)]
+    pairs = [
+        (0, 0),
+        (1, 1),
+        (1, 0),
+        (1, 2),
+        (1, 3),
+        (2, 2),
+        (2, 4),
+        (3, 3),
+        (3, 0),
+        (3, 1),
+        (4, 4),
+        (4, 1),
+        (5, 5),
+        (5, 2),
+        (5, 3),
+    ]
     return TokenGraph.from_edges(6, *np.array(pairs).T, layout="sparse")
 
 
@@ -128,7 +152,9 @@ def test_regular_graph_blocks_of_whole_tokens_pass_gradcheck():
     graph = TokenGraph.from_networkx(nx.random_regular_graph(2, 6, seed=0), layout="sparse")  # 3 edges per token
     q, k, v = (torch.randn(1, 2, 6, 2, dtype=torch.float64, requires_grad=True) for _ in range(3))
     for block in (3, 6, 18):
-        assert torch.autograd.gradcheck(lambda q, k, v: softmax_attention(q, k, v, graph.sparse(block=block)), (q, k, v))
+        assert torch.autograd.gradcheck(
+            lambda q, k, v: softmax_attention(q, k, v, graph.sparse(block=block)), (q, k, v)
+        )
 
 
 @pytest.mark.parametrize("block", [1, 5, None])
@@ -141,8 +167,9 @@ def test_dense_graph_as_edge_list_equals_torch_attention(block, device):
     q, k, v = (torch.randn(B, NH, T, 4, dtype=torch.float64, generator=generator).to(device) for _ in range(3))
     mask = torch.zeros(T, T, dtype=torch.bool, device=device)
     mask[torch.as_tensor(src, device=device), torch.as_tensor(dst, device=device)] = True
-    torch.testing.assert_close(softmax_attention(q, k, v, graph), F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        softmax_attention(q, k, v, graph), F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=0, atol=1e-12
+    )
     module = make().to(device)
     ref = torch.nn.MultiheadAttention(C, NH, batch_first=True, dtype=torch.float64, device=device)
     with torch.no_grad():
@@ -157,8 +184,13 @@ def test_dense_graph_as_edge_list_equals_torch_attention(block, device):
 
 @pytest.mark.parametrize("self_loops", [True, False])
 def test_sparse_graph_with_and_without_self_loops_equals_the_masked_sdpa(self_loops, device):
-    graph = TokenGraph.from_networkx(nx.gnm_random_graph(T, 20, seed=4, directed=True).reverse(), self_loops=self_loops,
-                                     layout="sparse") if self_loops else unequal_graph(False)
+    graph = (
+        TokenGraph.from_networkx(
+            nx.gnm_random_graph(T, 20, seed=4, directed=True).reverse(), self_loops=self_loops, layout="sparse"
+        )
+        if self_loops
+        else unequal_graph(False)
+    )
     q, k, v = (torch.randn(B, NH, T, 4, dtype=torch.float64).to(device) for _ in range(3))
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=graph.mask(device))
     for block in BLOCKS:
@@ -206,8 +238,11 @@ def test_autograd_keeps_order_n_d_plus_e_heads_bytes_in_blocks_not_e_d(kernel):
         g = graph.sparse(block=block)
         g._cache[("edges", "cpu", torch.float64)] = edges  # share the graph's index tensors
         held = saved_bytes(lambda: attend(q, k, v, g))
-        return sum(size for ptr, size in held.items() if ptr not in inputs | {edges.src.untyped_storage().data_ptr(),
-                                                                                edges.dst.untyped_storage().data_ptr()})
+        return sum(
+            size
+            for ptr, size in held.items()
+            if ptr not in inputs | {edges.src.untyped_storage().data_ptr(), edges.dst.untyped_storage().data_ptr()}
+        )
 
     unblocked = kept(0)
     assert unblocked > 3 * E * batch * nh * hs * itemsize  # gathered q_i, k_j, v_j at least

@@ -1,4 +1,5 @@
 """The experiment runner: configs, tasks, the training loop, determinism, resume, sweeps and bad input."""
+
 import json
 import signal
 import subprocess
@@ -17,9 +18,19 @@ from experiments.train import learning_rate, load_weights, train
 
 CORPUS = "builtin:tinyshakespeare"  # the corpus shipped in experiments/data
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
-TINY = ["model.n_layer=1", "model.n_head=2", "model.d_model=16", "train.block_size=16", "train.batch_size=4",
-        "train.warmup_iters=2", "train.eval_interval=5", "train.eval_iters=2", "train.checkpoint_interval=5",
-        "train.max_iters=10", "task.sample_length=20"]
+TINY = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.d_model=16",
+    "train.block_size=16",
+    "train.batch_size=4",
+    "train.warmup_iters=2",
+    "train.eval_interval=5",
+    "train.eval_iters=2",
+    "train.checkpoint_interval=5",
+    "train.max_iters=10",
+    "task.sample_length=20",
+]
 
 
 def tiny_config(tmp_path, *extra):
@@ -38,18 +49,31 @@ def losses(run):
 @pytest.mark.parametrize("name", ["shakespeare_char_cpu", "modular97", "digits_vit"])
 def test_shipped_configs_load_and_round_trip_through_toml(name):
     import tomllib
+
     config = load_config(CONFIGS / f"{name}.toml")
     assert from_tables(tomllib.loads(to_toml(config))) == config
     assert config.task.name in TASKS
 
 
 def test_set_overrides_parse_toml_values_and_unknown_keys_are_errors():
-    config = load_config(CONFIGS / "modular97.toml", ["model.residual=belief", "train.lr=3e-3", "model.symmetric=true",
-                                                      "task.op=/", "train.max_iters=7"])
-    assert (config.model.residual, config.train.lr, config.model.symmetric, config.task.options["op"],
-            config.train.max_iters) == ("belief", 3e-3, True, "/", 7)
-    for bad, message in [("model.residul=belief", "unknown key"), ("optim.lr=1", "unknown table"),
-                         ("train.lr=-1", "must be > 0"), ("train.max_iters=2.5", "integer"), ("lr=1", "table.key")]:
+    config = load_config(
+        CONFIGS / "modular97.toml",
+        ["model.residual=belief", "train.lr=3e-3", "model.symmetric=true", "task.op=/", "train.max_iters=7"],
+    )
+    assert (
+        config.model.residual,
+        config.train.lr,
+        config.model.symmetric,
+        config.task.options["op"],
+        config.train.max_iters,
+    ) == ("belief", 3e-3, True, "/", 7)
+    for bad, message in [
+        ("model.residul=belief", "unknown key"),
+        ("optim.lr=1", "unknown table"),
+        ("train.lr=-1", "must be > 0"),
+        ("train.max_iters=2.5", "integer"),
+        ("lr=1", "table.key"),
+    ]:
         with pytest.raises(UsageError, match=message):
             load_config(CONFIGS / "modular97.toml", [bad])
     with pytest.raises(UsageError, match="unknown key.*task.colour"):
@@ -65,13 +89,20 @@ def test_learning_rate_warms_up_then_decays_to_min_lr():
     assert learning_rate(middle, train_cfg) == pytest.approx((train_cfg.lr + train_cfg.min_lr) / 2)
 
 
-@pytest.mark.parametrize("op,expected", [("+", lambda a, b, p: (a + b) % p), ("-", lambda a, b, p: (a - b) % p),
-                                         ("*", lambda a, b, p: a * b % p), ("/", lambda a, b, p: a * pow(b, p - 2, p) % p)])
+@pytest.mark.parametrize(
+    "op,expected",
+    [
+        ("+", lambda a, b, p: (a + b) % p),
+        ("-", lambda a, b, p: (a - b) % p),
+        ("*", lambda a, b, p: a * b % p),
+        ("/", lambda a, b, p: a * pow(b, p - 2, p) % p),
+    ],
+)
 def test_modular_task_targets(op, expected):
     task = build_task(load_config(CONFIGS / "modular97.toml", ["task.p=7", f'task.op="{op}"']))
-    inputs, targets = (torch.cat(parts) for parts in zip(*task.splits.values()))
+    inputs, targets = (torch.cat(parts) for parts in zip(*task.splits.values(), strict=False))
     assert len(targets) == 7 * (6 if op == "/" else 7)
-    assert all(expected(a, b, 7) == c for (a, _, b, _), c in zip(inputs.tolist(), targets.tolist()))
+    assert all(expected(a, b, 7) == c for (a, _, b, _), c in zip(inputs.tolist(), targets.tolist(), strict=False))
     assert (inputs[:, 1] == 7).all() and (inputs[:, 3] == 8).all()  # the op and "=" tokens
 
 
@@ -79,7 +110,8 @@ def test_char_lm_run_writes_every_file(tmp_path):
     out = tmp_path / "run"
     summary = train(tiny_config(tmp_path), out, progress=False)
     assert {"config.toml", "meta.json", "metrics.jsonl", "ckpt.pt", "summary.json", "curves.png", "sample.txt"} <= {
-        p.name for p in out.iterdir()}
+        p.name for p in out.iterdir()
+    }
     table = rows(out)
     assert [r["step"] for r in table] == list(range(1, 11))
     assert all({"step", "train_loss", "time", "lr"} <= set(r) for r in table)
@@ -108,7 +140,7 @@ def test_classification_tasks_train_and_report_accuracy(tmp_path, config):
             inputs, labels = task.splits[split]
             logits = [model(x[None])[0] for x in inputs]
             predicted = [int((out[0, -1] if config == "modular97" else out[0]).argmax()) for out in logits]
-            expected = sum(p == int(y) for p, y in zip(predicted, labels)) / len(labels)
+            expected = sum(p == int(y) for p, y in zip(predicted, labels, strict=False)) / len(labels)
             assert summary["final"][f"{split}_acc"] == pytest.approx(expected, abs=1e-12)
 
 
@@ -122,12 +154,24 @@ def test_same_seed_gives_identical_losses_and_another_seed_does_not(tmp_path):
 
 
 def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_metrics(tmp_path):
-    command = [sys.executable, "-m", "experiments", "train", str(CONFIGS / "shakespeare_char_cpu.toml"),
-               "--data", str(CORPUS), "--no-progress", *[f"--set={s}" for s in TINY],
-               "--set=train.max_iters=1500", "--set=train.checkpoint_interval=50", "--set=model.dropout=0.1"]
+    command = [
+        sys.executable,
+        "-m",
+        "experiments",
+        "train",
+        str(CONFIGS / "shakespeare_char_cpu.toml"),
+        "--data",
+        str(CORPUS),
+        "--no-progress",
+        *[f"--set={s}" for s in TINY],
+        "--set=train.max_iters=1500",
+        "--set=train.checkpoint_interval=50",
+        "--set=model.dropout=0.1",
+    ]
     subprocess.run([*command, "--out", str(tmp_path / "whole")], check=True, capture_output=True)
-    victim = subprocess.Popen([*command, "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(
+        [*command, "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     metrics = tmp_path / "killed" / "metrics.jsonl"
     deadline = time.time() + 120
     while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 230) and time.time() < deadline:
@@ -144,6 +188,7 @@ def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_metrics(tmp_path):
 
 def test_ctrl_c_after_the_last_steps_check_finishes_the_run_and_still_stops_the_caller(tmp_path, monkeypatch, capsys):
     import experiments.train as train_module
+
     write_row = train_module.write_row
 
     def ctrl_c_at_the_last_row(file, row):  # SIGINT lands during the last step's evaluation
@@ -157,22 +202,64 @@ def test_ctrl_c_after_the_last_steps_check_finishes_the_run_and_still_stops_the_
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 10
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     (tmp_path / "run" / "summary.json").unlink()
-    code = main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--no-progress", *[f"--set={s}" for s in TINY],
-                 f'--set=task.data="{CORPUS}"', "--out", str(tmp_path / "cli")])
+    code = main(
+        [
+            "train",
+            str(CONFIGS / "shakespeare_char_cpu.toml"),
+            "--no-progress",
+            *[f"--set={s}" for s in TINY],
+            f'--set=task.data="{CORPUS}"',
+            "--out",
+            str(tmp_path / "cli"),
+        ]
+    )
     assert code == 130 and "the run finished, results in" in capsys.readouterr().err
+
 
 def test_sweep_report_and_plot_over_four_residuals_and_two_seeds(tmp_path, capsys):
     out = tmp_path / "sweep"
-    code = main(["sweep", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
-                 *[f"--set={s}" for s in TINY], "--set=task.sample_length=0", "--set=train.max_iters=6",
-                 "--grid", "model.residual=standard,attentionx,belief,belief_star", "--seeds", "0,1", "--out", str(out)])
+    code = main(
+        [
+            "sweep",
+            str(CONFIGS / "shakespeare_char_cpu.toml"),
+            "--data",
+            str(CORPUS),
+            "--no-progress",
+            *[f"--set={s}" for s in TINY],
+            "--set=task.sample_length=0",
+            "--set=train.max_iters=6",
+            "--grid",
+            "model.residual=standard,attentionx,belief,belief_star",
+            "--seeds",
+            "0,1",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     record = json.loads((out / "sweep.json").read_text())
     assert [r["status"] for r in record["runs"]] == ["finished"] * 8
-    assert main(["sweep", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
-                 *[f"--set={s}" for s in TINY], "--set=task.sample_length=0", "--set=train.max_iters=6",
-                 "--grid", "model.residual=standard,attentionx,belief,belief_star", "--seeds", "0,1",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(CONFIGS / "shakespeare_char_cpu.toml"),
+                "--data",
+                str(CORPUS),
+                "--no-progress",
+                *[f"--set={s}" for s in TINY],
+                "--set=task.sample_length=0",
+                "--set=train.max_iters=6",
+                "--grid",
+                "model.residual=standard,attentionx,belief,belief_star",
+                "--seeds",
+                "0,1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.count("finished earlier, skipped") == 8
     assert main(["report", str(out)]) == 0
     report = (out / "report.md").read_text()
@@ -181,17 +268,35 @@ def test_sweep_report_and_plot_over_four_residuals_and_two_seeds(tmp_path, capsy
         assert "2/2" in row and " ± " in row
     from experiments.plot_command import plot_metric
     from experiments.runs import expand
+
     figure = plot_metric(expand([out]), "val_loss", tmp_path / "curves.png")
     assert (tmp_path / "curves.png").is_file() and (out / "plot_val_loss.png").is_file()
     assert sorted(line.get_label().split(" (")[0] for line in figure.axes[0].get_lines()) == [
-        "residual=attentionx", "residual=belief", "residual=belief_star", "residual=standard"]
+        "residual=attentionx",
+        "residual=belief",
+        "residual=belief_star",
+        "residual=standard",
+    ]
 
 
 def test_a_failing_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     out = tmp_path / "sweep"
-    code = main(["sweep", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
-                 *[f"--set={s}" for s in TINY], "--set=train.max_iters=2", "--set=task.sample_length=0",
-                 "--grid", "model.n_head=3,2", "--out", str(out)])  # 3 heads do not divide d_model 16
+    code = main(
+        [
+            "sweep",
+            str(CONFIGS / "shakespeare_char_cpu.toml"),
+            "--data",
+            str(CORPUS),
+            "--no-progress",
+            *[f"--set={s}" for s in TINY],
+            "--set=train.max_iters=2",
+            "--set=task.sample_length=0",
+            "--grid",
+            "model.n_head=3,2",
+            "--out",
+            str(out),
+        ]
+    )  # 3 heads do not divide d_model 16
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert code == 1 and [r["status"] for r in runs] == ["failed", "finished"]
     assert "divisible" in runs[0]["error"]
@@ -205,26 +310,61 @@ def test_bad_corpus_is_a_clear_error(tmp_path, capsys, problem):
     if problem != "missing":
         path.write_text({"empty": "", "one character": "a", "one distinct character": "a" * 1000}[problem])
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(path), *[f"--set={s}" for s in TINY],
-              "--out", str(tmp_path / "r")])
+        main(
+            [
+                "train",
+                str(CONFIGS / "shakespeare_char_cpu.toml"),
+                "--data",
+                str(path),
+                *[f"--set={s}" for s in TINY],
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and ("not found" in error if problem == "missing" else "distinct" in error)
 
 
-@pytest.mark.parametrize("setting,message", [("task.name=poetry", "unknown task 'poetry'"), ("train.device=gpu", "torch device"),
-                                             ("model.n_head=3", "divisible"), ("model.residual=beleif", "unknown residual")])
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ("task.name=poetry", "unknown task 'poetry'"),
+        ("train.device=gpu", "torch device"),
+        ("model.n_head=3", "divisible"),
+        ("model.residual=beleif", "unknown residual"),
+    ],
+)
 def test_bad_config_values_are_clear_errors(tmp_path, capsys, setting, message):
     with pytest.raises(SystemExit):
-        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), *[f"--set={s}" for s in TINY],
-              "--set", setting, "--out", str(tmp_path / "r")])
+        main(
+            [
+                "train",
+                str(CONFIGS / "shakespeare_char_cpu.toml"),
+                "--data",
+                str(CORPUS),
+                *[f"--set={s}" for s in TINY],
+                "--set",
+                setting,
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
     assert message in capsys.readouterr().err
 
 
 def test_run_directories_are_never_overwritten_without_force(tmp_path, capsys):
     out = tmp_path / "run"
-    args = ["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), "--no-progress",
-            *[f"--set={s}" for s in TINY], "--out", str(out)]
+    args = [
+        "train",
+        str(CONFIGS / "shakespeare_char_cpu.toml"),
+        "--data",
+        str(CORPUS),
+        "--no-progress",
+        *[f"--set={s}" for s in TINY],
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     before = (out / "metrics.jsonl").read_text()
     with pytest.raises(SystemExit):
@@ -236,9 +376,11 @@ def test_run_directories_are_never_overwritten_without_force(tmp_path, capsys):
 def test_resume_and_output_errors(tmp_path, capsys):
     base = ["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), *[f"--set={s}" for s in TINY]]
     (tmp_path / "empty").mkdir()
-    for out, extra, message in [(tmp_path / "empty", ["--resume"], "no ckpt.pt"),
-                                (tmp_path / "nothing", ["--resume"], "no ckpt.pt"),
-                                (tmp_path / "file.txt" / "run", [], "cannot write")]:
+    for out, extra, message in [
+        (tmp_path / "empty", ["--resume"], "no ckpt.pt"),
+        (tmp_path / "nothing", ["--resume"], "no ckpt.pt"),
+        (tmp_path / "file.txt" / "run", [], "cannot write"),
+    ]:
         (tmp_path / "file.txt").write_text("a file, not a directory")
         with pytest.raises(SystemExit):
             main([*base, "--out", str(out), *extra])
@@ -254,9 +396,10 @@ def test_resume_and_output_errors(tmp_path, capsys):
 def test_compiled_training_matches_eager(tmp_path, residual):
     """torch.compile (train.compile = true) changes speed, not the losses (to float32 rounding). ~1 min."""
     eager = train(tiny_config(tmp_path, f"model.residual={residual}"), tmp_path / "eager", progress=False)
-    compiled = train(tiny_config(tmp_path, f"model.residual={residual}", "train.compile=true"), tmp_path / "compiled",
-                     progress=False)
-    for (step, a, va), (_, b, vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled")):
+    compiled = train(
+        tiny_config(tmp_path, f"model.residual={residual}", "train.compile=true"), tmp_path / "compiled", progress=False
+    )
+    for (step, a, va), (_, b, vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=False):
         assert a == pytest.approx(b, rel=1e-4), step
     assert compiled["final"]["val_loss"] == pytest.approx(eager["final"]["val_loss"], rel=1e-4)
 
@@ -265,15 +408,38 @@ def test_force_refuses_to_delete_a_directory_that_is_not_a_run(tmp_path, capsys)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "precious.txt").write_text("keep me")
     with pytest.raises(SystemExit):
-        main(["train", str(CONFIGS / "shakespeare_char_cpu.toml"), "--data", str(CORPUS), *[f"--set={s}" for s in TINY],
-              "--out", str(tmp_path / "data"), "--force"])
+        main(
+            [
+                "train",
+                str(CONFIGS / "shakespeare_char_cpu.toml"),
+                "--data",
+                str(CORPUS),
+                *[f"--set={s}" for s in TINY],
+                "--out",
+                str(tmp_path / "data"),
+                "--force",
+            ]
+        )
     assert "also holds precious.txt" in capsys.readouterr().err and (tmp_path / "data" / "precious.txt").is_file()
 
 
 def test_grid_values_become_safe_directory_names(tmp_path):
     out = tmp_path / "sweep"
-    code = main(["sweep", str(CONFIGS / "modular97.toml"), "--no-progress", "--set=task.p=5", "--set=train.max_iters=2",
-                 "--set=model.d_model=8", "--set=model.n_head=2", "--grid", "task.op=+,/", "--out", str(out)])
+    code = main(
+        [
+            "sweep",
+            str(CONFIGS / "modular97.toml"),
+            "--no-progress",
+            "--set=task.p=5",
+            "--set=train.max_iters=2",
+            "--set=model.d_model=8",
+            "--set=model.n_head=2",
+            "--grid",
+            "task.op=+,/",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["op=%2F,seed=0", "op=+,seed=0"]
     assert main(["report", str(out)]) == 0
@@ -283,8 +449,10 @@ def test_grid_values_become_safe_directory_names(tmp_path):
 def test_training_and_resume_run_on_the_device(tmp_path, device, monkeypatch):
     """A crash at step 5 (after the checkpoint at 3), then --resume: the uninterrupted run's metrics."""
     from experiments.tasks.char_lm import CharLM
-    config = tiny_config(tmp_path, f'train.device="{device}"', "train.max_iters=6", "train.checkpoint_interval=3",
-                         "model.dropout=0.1")
+
+    config = tiny_config(
+        tmp_path, f'train.device="{device}"', "train.max_iters=6", "train.checkpoint_interval=3", "model.dropout=0.1"
+    )
     train(config, tmp_path / "whole", progress=False)
     draw = CharLM.train_batch
     calls = []

@@ -1,4 +1,5 @@
 """bridge.UnrolledPDMM: the iterates of pdmm.solve layer by layer, and gradients through them."""
+
 import numpy as np
 import pytest
 import torch
@@ -36,6 +37,7 @@ def test_layers_equal_pdmm_solve_iterate_by_iterate(kind, topology, params, meth
 def test_per_layer_rho_equals_lambda_form_pdmm_with_rho_k_in_iteration_k(consensus, start):
     """Changing rho between layers keeps the multipliers: the lambda-form loop with rho_k per iteration."""
     from test_loop_reference import loop_pdmm_lambda, setup
+
     G, P, q, edges = setup(seed=2, consensus=consensus)
     x0 = np.random.default_rng(1).normal(size=q.shape) if start else np.zeros_like(q)
     rhos = np.array([0.4, 1.3, 0.7, 2.0, 0.9, 0.5])
@@ -84,8 +86,15 @@ def test_learnable_parameters_stay_in_range():
     assert theta[0] > 0 and float(theta[2]) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("kwargs,message", [(dict(layers=0), "layers"), (dict(method="admm"), "unknown method"),
-                                            (dict(rho=0.0), "rho"), (dict(theta=1.5), "theta")])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(layers=0), "layers"),
+        (dict(method="admm"), "unknown method"),
+        (dict(rho=0.0), "rho"),
+        (dict(theta=1.5), "theta"),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         UnrolledPDMM(**kwargs)

@@ -1,4 +1,5 @@
 """Files from someone else never run code: checkpoints, --data archives, graph files and sweep run names."""
+
 import json
 import os
 import pickle
@@ -21,12 +22,41 @@ from experiments.runs import sweep_runs
 from experiments.train import CHECKPOINT, best_weights, load_checkpoint, train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
-TINY = ["train.max_iters=6", "train.eval_interval=3", "train.checkpoint_interval=3", "model.n_layer=2",
-        "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=2", "task.n_min=8",
-        "task.n_max=12", "task.radius=0"]  # graph_consensus in seconds, as in test_compare.py
-COMPARE = ["compare", str(CONFIGS / "graph_consensus.toml"), "--residuals", "standard", "--tied", "none", "--seeds",
-           "0", "--rounds", "2", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps", "1",
-           "--finetune-steps", "1", *[f"--set={s}" for s in TINY], "--no-progress"]
+TINY = [
+    "train.max_iters=6",
+    "train.eval_interval=3",
+    "train.checkpoint_interval=3",
+    "model.n_layer=2",
+    "model.d_model=16",
+    "model.n_head=2",
+    "train.batch_size=4",
+    "task.val_graphs=2",
+    "task.n_min=8",
+    "task.n_max=12",
+    "task.radius=0",
+]  # graph_consensus in seconds, as in test_compare.py
+COMPARE = [
+    "compare",
+    str(CONFIGS / "graph_consensus.toml"),
+    "--residuals",
+    "standard",
+    "--tied",
+    "none",
+    "--seeds",
+    "0",
+    "--rounds",
+    "2",
+    "--test-graphs",
+    "1",
+    "--tune-graphs",
+    "1",
+    "--learned-steps",
+    "1",
+    "--finetune-steps",
+    "1",
+    *[f"--set={s}" for s in TINY],
+    "--no-progress",
+]
 
 
 class Payload:
@@ -61,19 +91,34 @@ def planted(tmp_path_factory):
         torch.save(checkpoint, path)
         assert unpickles_code(lambda: torch.load(path, weights_only=False), marker)  # the plant is live
     (out / "seeds" / "seed=0.json").unlink()  # compare must load the trained model again
-    (out / "runs" / "sweep.json").write_text(json.dumps({"report": {"probe": True}, "runs": [
-        {"name": run_dir.name, "overrides": {}, "seed": 0, "status": "finished", "error": None}]}))
+    (out / "runs" / "sweep.json").write_text(
+        json.dumps(
+            {
+                "report": {"probe": True},
+                "runs": [{"name": run_dir.name, "overrides": {}, "seed": 0, "status": "finished", "error": None}],
+            }
+        )
+    )
     return out, run_dir, marker
 
 
 @pytest.mark.parametrize("command", ["probe", "report", "compare", "train --resume"])
 def test_a_pickled_payload_in_ckpt_pt_is_refused_by_every_command_that_opens_it(planted, command):
     out, run_dir, marker = planted
-    args = {"probe": ["probe", str(run_dir)], "report": ["report", str(out / "runs")],
-            "compare": [*COMPARE, "--out", str(out)],
-            "train --resume": ["train", str(run_dir / "config.toml"), "--out", str(run_dir), "--resume", "--no-progress"]}
-    result = subprocess.run([sys.executable, "-m", "experiments", *args[command]], capture_output=True, text=True,
-                            cwd=out.parent, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    args = {
+        "probe": ["probe", str(run_dir)],
+        "report": ["report", str(out / "runs")],
+        "compare": [*COMPARE, "--out", str(out)],
+        "train --resume": ["train", str(run_dir / "config.toml"), "--out", str(run_dir), "--resume", "--no-progress"],
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments", *args[command]],
+        capture_output=True,
+        text=True,
+        cwd=out.parent,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
     error = result.stderr.strip()
     assert not marker.exists()
     assert result.returncode != 0 and "Traceback" not in result.stderr
@@ -82,8 +127,9 @@ def test_a_pickled_payload_in_ckpt_pt_is_refused_by_every_command_that_opens_it(
 
 
 def test_a_checkpoint_holds_only_what_weights_only_loading_accepts(tmp_path):
-    config = load_config(CONFIGS / "modular97.toml", ["task.p=5", "train.max_iters=2", "model.d_model=8",
-                                                      "model.n_head=2"])
+    config = load_config(
+        CONFIGS / "modular97.toml", ["task.p=5", "train.max_iters=2", "model.d_model=8", "model.n_head=2"]
+    )
     train(config, tmp_path / "run", progress=False)
     checkpoint = torch.load(tmp_path / "run" / CHECKPOINT, weights_only=True)
     assert set(checkpoint) == {"model", "optimizer", "rng", "cuda_rng", "state", "config", "run_id", "config_hash"}
@@ -92,8 +138,9 @@ def test_a_checkpoint_holds_only_what_weights_only_loading_accepts(tmp_path):
 
 
 def test_weights_that_do_not_fit_the_model_are_one_line_errors(tmp_path, capsys):
-    config = load_config(CONFIGS / "modular97.toml", ["task.p=5", "train.max_iters=2", "model.d_model=8",
-                                                      "model.n_head=2"])
+    config = load_config(
+        CONFIGS / "modular97.toml", ["task.p=5", "train.max_iters=2", "model.d_model=8", "model.n_head=2"]
+    )
     train(config, tmp_path / "run", progress=False)
     checkpoint = torch.load(tmp_path / "run" / CHECKPOINT, weights_only=True)
     name = next(iter(checkpoint["model"]))
@@ -108,10 +155,16 @@ def test_weights_that_do_not_fit_the_model_are_one_line_errors(tmp_path, capsys)
     assert "does not fit" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "empty, truncated"), (b"PK\x03\x04 not really a zip", "empty, truncated"),
-    (pickle.dumps({"model": Payload("MARKER")}), "refusing to load"), (b"just some text", "empty, truncated")],
-    ids=["empty", "bad zip", "plain pickle", "text"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "empty, truncated"),
+        (b"PK\x03\x04 not really a zip", "empty, truncated"),
+        (pickle.dumps({"model": Payload("MARKER")}), "refusing to load"),
+        (b"just some text", "empty, truncated"),
+    ],
+    ids=["empty", "bad zip", "plain pickle", "text"],
+)
 def test_unreadable_or_foreign_checkpoints_are_one_line_errors(tmp_path, monkeypatch, content, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / CHECKPOINT).write_bytes(content)
@@ -134,8 +187,20 @@ def test_a_pickled_object_array_in_the_data_archive_is_refused(tmp_path, capsys)
     data, marker = tmp_path / "data.npz", tmp_path / "marker"
     np.savez(data, a=np.array([Payload(marker)], dtype=object))
     with pytest.raises(SystemExit) as exit:
-        main(["solve", "--no-progress", "--graph", "ring", "--nodes", "4", "--data", str(data), "--out",
-              str(tmp_path / "out")])
+        main(
+            [
+                "solve",
+                "--no-progress",
+                "--graph",
+                "ring",
+                "--nodes",
+                "4",
+                "--data",
+                str(data),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     message = capsys.readouterr().err.strip()
     assert exit.value.code == 2 and not marker.exists()
     assert message.startswith(f"pdmm-bridge solve: error: could not read data file {data}: Object arrays")
@@ -143,17 +208,23 @@ def test_a_pickled_object_array_in_the_data_archive_is_refused(tmp_path, capsys)
     assert unpickles_code(lambda: np.load(data, allow_pickle=True)["a"], marker)  # the payload was live
 
 
-GRAPHML = ('<graphml xmlns="http://graphml.graphdrawing.org/xmlns"><key id="d0" for="node" attr.name="label" '
-           'attr.type="string"/><graph edgedefault="undirected"><node id="a"><data key="d0">{body}</data></node>'
-           '<node id="b"/><edge source="a" target="b"/></graph></graphml>')
+GRAPHML = (
+    '<graphml xmlns="http://graphml.graphdrawing.org/xmlns"><key id="d0" for="node" attr.name="label" '
+    'attr.type="string"/><graph edgedefault="undirected"><node id="a"><data key="d0">{body}</data></node>'
+    '<node id="b"/><edge source="a" target="b"/></graph></graphml>'
+)
 LAUGHS = "".join(f'<!ENTITY e{i} "{f"&e{i - 1};" * 10}">' for i in range(1, 10))  # e9: 10^9 "lol"s
 
 
-@pytest.mark.parametrize("doctype, body", [
-    ('<!DOCTYPE graphml [<!ENTITY e SYSTEM "file://{secret}">]>', "&e;"),
-    (f'<!DOCTYPE graphml [<!ENTITY e0 "lol">{LAUGHS}]>', "&e9;"),
-    ('<!DOCTYPE graphml SYSTEM "http://127.0.0.1:9/graphml.dtd">', "a")], ids=["external entity", "billion laughs",
-                                                                              "external dtd"])
+@pytest.mark.parametrize(
+    "doctype, body",
+    [
+        ('<!DOCTYPE graphml [<!ENTITY e SYSTEM "file://{secret}">]>', "&e;"),
+        (f'<!DOCTYPE graphml [<!ENTITY e0 "lol">{LAUGHS}]>', "&e9;"),
+        ('<!DOCTYPE graphml SYSTEM "http://127.0.0.1:9/graphml.dtd">', "a"),
+    ],
+    ids=["external entity", "billion laughs", "external dtd"],
+)
 def test_graphml_with_a_doctype_is_refused_in_bounded_time_and_memory(tmp_path, doctype, body):
     secret = tmp_path / "secret.txt"
     secret.write_text("the secret")
@@ -184,13 +255,26 @@ def test_a_run_name_is_one_path_component_inside_out(tmp_path, value):
 
 def test_hostile_grid_values_make_run_directories_only_inside_out(tmp_path):
     out, outside = tmp_path / "sweep", tmp_path / "abs"
-    code = main(["sweep", str(CONFIGS / "modular97.toml"), "--no-progress", "--set=task.p=5", "--set=train.max_iters=2",
-                 "--set=model.d_model=8", "--set=model.n_head=2", "--grid", f"task.data=../../escape,{outside},.,..",
-                 "--out", str(out)])
+    code = main(
+        [
+            "sweep",
+            str(CONFIGS / "modular97.toml"),
+            "--no-progress",
+            "--set=task.p=5",
+            "--set=train.max_iters=2",
+            "--set=model.d_model=8",
+            "--set=model.n_head=2",
+            "--grid",
+            f"task.data=../../escape,{outside},.,..",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0  # modular reads no task.data: every run trains, each into its own directory
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
-        run_name({"task.data": v}, 0) for v in ["../../escape", str(outside), ".", ".."])
+        run_name({"task.data": v}, 0) for v in ["../../escape", str(outside), ".", ".."]
+    )
 
 
 @pytest.mark.parametrize("name", ["../elsewhere", "/tmp", "..", "a/b"])

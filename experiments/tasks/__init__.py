@@ -1,4 +1,5 @@
 """The task registry: name -> Task class. Other packages add theirs with `register`."""
+
 from ..common import UsageError
 from ..memory import check_memory
 from .base import Task

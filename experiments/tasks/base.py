@@ -1,4 +1,5 @@
 """What every task gives the training loop: a model, training batches, a loss and an evaluation."""
+
 import dataclasses
 
 import torch
@@ -45,20 +46,33 @@ def parse_options(cls, values, task):
     unknown = set(values) - set(fields)
     if unknown:
         accepted = ", ".join(["name", "data", *fields])
-        raise UsageError(f"unknown key(s) {', '.join(f'task.{k}' for k in sorted(unknown))} for task {task}; "
-                         f"[task] accepts {accepted}")
+        raise UsageError(
+            f"unknown key(s) {', '.join(f'task.{k}' for k in sorted(unknown))} for task {task}; "
+            f"[task] accepts {accepted}"
+        )
     return cls(**{key: checked(f"task.{key}", value, fields[key].type) for key, value in values.items()})
 
 
 def attention_config(model):
     """attention.AttentionConfig from the [model] table; its errors become usage errors."""
     if model.kind != "transformer":
-        raise UsageError(f"model.kind = {model.kind!r} is only available for task modular; this task trains transformers")
+        raise UsageError(
+            f"model.kind = {model.kind!r} is only available for task modular; this task trains transformers"
+        )
     try:
-        return attention.AttentionConfig(d_model=model.d_model, n_head=model.n_head, residual=model.residual,
-                                         gamma=model.gamma, beta=model.beta, kernel=model.kernel, symmetric=model.symmetric,
-                                         dropout=model.dropout, bias=model.bias, self_loops=model.self_loops,
-                                         send_width=model.send_width or None)
+        return attention.AttentionConfig(
+            d_model=model.d_model,
+            n_head=model.n_head,
+            residual=model.residual,
+            gamma=model.gamma,
+            beta=model.beta,
+            kernel=model.kernel,
+            symmetric=model.symmetric,
+            dropout=model.dropout,
+            bias=model.bias,
+            self_loops=model.self_loops,
+            send_width=model.send_width or None,
+        )
     except ValueError as err:
         raise UsageError(f"[model]: {err}") from None
 
@@ -77,7 +91,7 @@ def classification_metrics(task, model, splits, device, batch_size=4096):
     for split, (inputs, targets) in splits.items():
         total_loss, correct = 0.0, 0
         for start in range(0, len(targets), batch_size):
-            batch = tuple(t[start:start + batch_size].to(device) for t in (inputs, targets))
+            batch = tuple(t[start : start + batch_size].to(device) for t in (inputs, targets))
             loss, logits = task.loss(model, batch)
             total_loss += loss.item() * len(batch[1])
             correct += (logits.argmax(-1) == batch[1]).sum().item()

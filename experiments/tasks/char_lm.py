@@ -3,6 +3,7 @@
 task.data is a UTF-8 text file, or `builtin:NAME` for a corpus shipped gzipped in the package's
 experiments/data/ (`builtin:tinyshakespeare`: the 1.1 MB tiny Shakespeare of char-rnn).
 """
+
 import gzip
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,6 @@ import attention
 
 from ..common import UsageError
 from .base import Task, attention_config
-
 
 BUILTIN = "builtin:"
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -27,13 +27,16 @@ def builtin_corpora():
 def read_corpus(data):
     """The text task.data names: builtin:NAME (DATA_DIR/NAME.txt.gz, decompressed) or a UTF-8 file."""
     if not data:
-        raise UsageError("task char_lm needs a text file: set task.data (e.g. --set task.data=corpus.txt, "
-                         f"or {BUILTIN}tinyshakespeare)")
+        raise UsageError(
+            "task char_lm needs a text file: set task.data (e.g. --set task.data=corpus.txt, "
+            f"or {BUILTIN}tinyshakespeare)"
+        )
     if data.startswith(BUILTIN):
         name = data.removeprefix(BUILTIN)
         if name not in builtin_corpora():
-            raise UsageError(f"unknown built-in corpus {data!r}; built-in: "
-                             f"{', '.join(BUILTIN + n for n in builtin_corpora())}")
+            raise UsageError(
+                f"unknown built-in corpus {data!r}; built-in: {', '.join(BUILTIN + n for n in builtin_corpora())}"
+            )
         return gzip.decompress((DATA_DIR / f"{name}.txt.gz").read_bytes()).decode("utf-8")
     path = Path(data)
     if not path.is_file():
@@ -46,8 +49,8 @@ def read_corpus(data):
 
 @dataclass
 class CharLMOptions:
-    val_fraction: float = 0.1     # the last 10 % of the file is the validation split
-    sample_length: int = 500      # characters generated into sample.txt at the end (0: none)
+    val_fraction: float = 0.1  # the last 10 % of the file is the validation split
+    sample_length: int = 500  # characters generated into sample.txt at the end (0: none)
 
 
 class CharLM(Task):
@@ -61,11 +64,15 @@ class CharLM(Task):
         text = read_corpus(source)
         self.chars = sorted(set(text))
         if len(self.chars) < 2:
-            raise UsageError(f"{source} has {len(text)} characters and {len(self.chars)} distinct ones; "
-                             "a language model needs at least 2 distinct characters")
+            raise UsageError(
+                f"{source} has {len(text)} characters and {len(self.chars)} distinct ones; "
+                "a language model needs at least 2 distinct characters"
+            )
         if config.train.batch_size < 1:
-            raise UsageError("task char_lm samples windows: train.batch_size must be >= 1 (0 means full batch, "
-                             "which only the finite tasks have)")
+            raise UsageError(
+                "task char_lm samples windows: train.batch_size must be >= 1 (0 means full batch, "
+                "which only the finite tasks have)"
+            )
         if not 0 < self.options.val_fraction < 1:
             raise UsageError(f"task.val_fraction must be in (0, 1), got {self.options.val_fraction}")
         index = {c: i for i, c in enumerate(self.chars)}
@@ -75,8 +82,10 @@ class CharLM(Task):
         block = config.train.block_size
         for split, tokens in self.splits.items():
             if len(tokens) <= block + 1:
-                raise UsageError(f"{source}: the {split} split has {len(tokens)} characters; block_size {block} "
-                                 f"needs more than {block + 1} (a longer file or a smaller train.block_size)")
+                raise UsageError(
+                    f"{source}: the {split} split has {len(tokens)} characters; block_size {block} "
+                    f"needs more than {block + 1} (a longer file or a smaller train.block_size)"
+                )
         self.tokens_per_example = block
 
     @property
@@ -84,15 +93,19 @@ class CharLM(Task):
         return len(self.chars)
 
     def build_model(self):
-        return attention.GPT(attention_config(self.config.model), self.vocab_size, self.config.train.block_size,
-                             self.config.model.n_layer)
+        return attention.GPT(
+            attention_config(self.config.model),
+            self.vocab_size,
+            self.config.train.block_size,
+            self.config.model.n_layer,
+        )
 
     def batch(self, split, batch_size, generator):
         """Random windows: x = data[i : i + T], y = data[i + 1 : i + 1 + T]."""
         data, T = self.splits[split], self.config.train.block_size
         starts = torch.randint(len(data) - T - 1, (batch_size,), generator=generator)
-        x = torch.stack([data[i:i + T] for i in starts.tolist()])
-        y = torch.stack([data[i + 1:i + 1 + T] for i in starts.tolist()])
+        x = torch.stack([data[i : i + T] for i in starts.tolist()])
+        y = torch.stack([data[i + 1 : i + 1 + T] for i in starts.tolist()])
         return x, y
 
     def train_batch(self, generator):
@@ -104,9 +117,12 @@ class CharLM(Task):
 
     @torch.no_grad()
     def evaluate(self, model, generator, device):
-        losses = [self.loss(model, tuple(t.to(device) for t in self.batch("val", self.config.train.batch_size,
-                                                                           generator)))[0].item()
-                  for _ in range(self.config.train.eval_iters)]
+        losses = [
+            self.loss(model, tuple(t.to(device) for t in self.batch("val", self.config.train.batch_size, generator)))[
+                0
+            ].item()
+            for _ in range(self.config.train.eval_iters)
+        ]
         return {"val_loss": sum(losses) / len(losses)}
 
     @torch.no_grad()

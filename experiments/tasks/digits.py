@@ -1,4 +1,5 @@
 """digits: scikit-learn's bundled 8 x 8 handwritten digits (1797 images), classified by a ViT."""
+
 from dataclasses import dataclass
 
 import torch
@@ -12,8 +13,8 @@ from .base import Task, attention_config, classification_metrics, sample_rows
 
 @dataclass
 class DigitsOptions:
-    val_fraction: float = 0.2     # stratified by class
-    patch_size: int = 2           # 2 x 2 patches: 16 patch tokens + the class token
+    val_fraction: float = 0.2  # stratified by class
+    patch_size: int = 2  # 2 x 2 patches: 16 patch tokens + the class token
 
 
 class Digits(Task):
@@ -34,15 +35,25 @@ class Digits(Task):
         images = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)  # (N, 1, 8, 8) in [0, 1]
         labels = torch.tensor(digits.target)
         try:
-            train, val = train_test_split(range(len(labels)), test_size=self.options.val_fraction,
-                                          stratify=digits.target, random_state=config.train.seed)
+            train, val = train_test_split(
+                range(len(labels)),
+                test_size=self.options.val_fraction,
+                stratify=digits.target,
+                random_state=config.train.seed,
+            )
         except ValueError as err:  # e.g. fewer validation images than classes
             raise UsageError(f"task.val_fraction {self.options.val_fraction}: {err}") from None
         self.splits = {"train": (images[train], labels[train]), "val": (images[val], labels[val])}
 
     def build_model(self):
-        return attention.ViT(attention_config(self.config.model), self.config.model.n_layer, image_size=8,
-                             patch_size=self.options.patch_size, channels=1, num_classes=10)
+        return attention.ViT(
+            attention_config(self.config.model),
+            self.config.model.n_layer,
+            image_size=8,
+            patch_size=self.options.patch_size,
+            channels=1,
+            num_classes=10,
+        )
 
     def train_batch(self, generator):
         images, labels = self.splits["train"]

@@ -8,6 +8,7 @@ iteration l. The model reads out after every layer; the loss is the mean over la
 instances of e^2, e = ||x - x*||_F / ||a - x*||_F, and evaluation reports the geometric mean of
 e after the last layer.
 """
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,10 +26,10 @@ class GraphConsensusOptions:
     topology: str = "random_geometric"
     n_min: int = 16
     n_max: int = 32
-    radius: float = 0.0           # random_geometric connection radius; 0: pdmm.topology's default
-    val_graphs: int = 8           # held-out graphs, each with train.batch_size instances
-    mu_scale: float = 1.0         # offsets mu ~ N(0, mu_scale^2)
-    tied: bool = False            # one block for every round, like an iteration
+    radius: float = 0.0  # random_geometric connection radius; 0: pdmm.topology's default
+    val_graphs: int = 8  # held-out graphs, each with train.batch_size instances
+    mu_scale: float = 1.0  # offsets mu ~ N(0, mu_scale^2)
+    tied: bool = False  # one block for every round, like an iteration
 
 
 def graph_family(options):
@@ -60,12 +61,18 @@ class GraphConsensus(Task):
         if config.train.batch_size < 1 or o.val_graphs < 1 or o.mu_scale < 0:
             raise UsageError("graph_consensus needs train.batch_size >= 1, task.val_graphs >= 1, task.mu_scale >= 0")
         rng = np.random.default_rng(10_000 + config.train.seed)
-        self.val = [sample_instances(self.family, config.train.batch_size, rng, o.mu_scale)
-                    for _ in range(o.val_graphs)]
+        self.val = [
+            sample_instances(self.family, config.train.batch_size, rng, o.mu_scale) for _ in range(o.val_graphs)
+        ]
 
     def build_model(self):
-        return attention.GraphTransformer(attention_config(self.config.model), self.config.model.n_layer, in_features=2,
-                                          out_features=1, tied=self.options.tied)
+        return attention.GraphTransformer(
+            attention_config(self.config.model),
+            self.config.model.n_layer,
+            in_features=2,
+            out_features=1,
+            tied=self.options.tied,
+        )
 
     def train_batch(self, generator):
         rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))

@@ -6,6 +6,7 @@ embeddings of the four tokens (the convexity check); model.kind = "convex_blocks
 blocks of convex attention + FCN over trained embeddings (the source's grokking model). Both convex kinds
 take model.gates gates and add the group-lasso weight model.group_lasso times the penalty to the training loss.
 """
+
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +28,7 @@ class ModularOptions:
 
 
 def is_prime(p):
-    return p >= 2 and all(p % k for k in range(2, int(p ** 0.5) + 1))
+    return p >= 2 and all(p % k for k in range(2, int(p**0.5) + 1))
 
 
 class Modular(Task):
@@ -53,19 +54,23 @@ class Modular(Task):
         order = torch.randperm(len(c), generator=torch.Generator().manual_seed(config.train.seed))
         n_train = int(round(self.options.train_fraction * len(c)))
         if not 1 <= n_train < len(c):
-            raise UsageError(f"task.train_fraction {self.options.train_fraction} of {len(c)} pairs leaves an empty "
-                             "split; choose a fraction that keeps both splits non-empty")
+            raise UsageError(
+                f"task.train_fraction {self.options.train_fraction} of {len(c)} pairs leaves an empty "
+                "split; choose a fraction that keeps both splits non-empty"
+            )
         train, val = order[:n_train], order[n_train:]
         self.splits = {"train": (inputs[train], c[train]), "val": (inputs[val], c[val])}
 
     def build_model(self):
         model, vocab = self.config.model, self.options.p + 2
         if model.kind == "convex":
-            return attention.ConvexTokenClassifier(vocab, 4, model.d_model, self.options.p, model.gates,
-                                                   seed=self.config.train.seed)
+            return attention.ConvexTokenClassifier(
+                vocab, 4, model.d_model, self.options.p, model.gates, seed=self.config.train.seed
+            )
         if model.kind == "convex_blocks":
-            return attention.ConvexTransformer(vocab, 4, model.d_model, self.options.p, model.n_layer, model.gates,
-                                               seed=self.config.train.seed)
+            return attention.ConvexTransformer(
+                vocab, 4, model.d_model, self.options.p, model.n_layer, model.gates, seed=self.config.train.seed
+            )
         return attention.GPT(attention_config(model), vocab, 4, model.n_layer)
 
     def train_batch(self, generator):

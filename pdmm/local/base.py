@@ -4,6 +4,7 @@ Tensors are node-major: x is (n, B, d) for n nodes, B independent instances, x_i
 A per-node curvature C_i is either a scalar multiple of I, stored (n, 1) or (n, B), or a
 matrix, stored (n, 1, d, d) or (n, B, d, d).
 """
+
 from collections.abc import Callable
 
 import torch
@@ -46,8 +47,9 @@ class LocalFunction:
         or is refused (ValueError)."""
         if self.smooth:
             return self, None
-        raise ValueError(f"{type(self).__name__} is not smooth and has no proximal split f_i = s_i + r_i "
-                         "(LocalFunction.composite)")
+        raise ValueError(
+            f"{type(self).__name__} is not smooth and has no proximal split f_i = s_i + r_i (LocalFunction.composite)"
+        )
 
     def cvxpy_value(self, xs, b):
         """sum_i f_i(xs[i]) for instance b as a cvxpy expression (xs: n expressions of shape (d,))."""
@@ -58,16 +60,24 @@ class LocalFunction:
         tensor (first axis n) indexed, the others shared."""
         n = self.shape[0]
         part = object.__new__(type(self))
-        part.__dict__.update({k: v.index_select(0, rows) if torch.is_tensor(v) and v.dim() and v.shape[0] == n else v
-                              for k, v in self.__dict__.items()})
+        part.__dict__.update(
+            {
+                k: v.index_select(0, rows) if torch.is_tensor(v) and v.dim() and v.shape[0] == n else v
+                for k, v in self.__dict__.items()
+            }
+        )
         part.shape = (len(rows), *self.shape[1:])
         return part
 
     def to(self, device, dtype):
         """A copy with every tensor on `device` in `dtype`."""
         moved = object.__new__(type(self))
-        moved.__dict__.update({k: v.to(device, dtype) if torch.is_tensor(v) and v.is_floating_point() else v
-                               for k, v in self.__dict__.items()})
+        moved.__dict__.update(
+            {
+                k: v.to(device, dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+                for k, v in self.__dict__.items()
+            }
+        )
         return moved
 
 
@@ -99,8 +109,10 @@ def spd_solver(M):
     L, info = torch.linalg.cholesky_ex(M)
     if bool((info != 0).any()):
         bad = int(torch.nonzero(info.reshape(info.shape[0], -1).any(1))[0])
-        raise ValueError(f"node {bad}: f_i's Hessian + rho sum_j A_ij^T A_ij is not positive definite, so the "
-                         "x-update has no unique minimiser; add a ridge term or use full-rank edge matrices")
+        raise ValueError(
+            f"node {bad}: f_i's Hessian + rho sum_j A_ij^T A_ij is not positive definite, so the "
+            "x-update has no unique minimiser; add a ridge term or use full-rank edge matrices"
+        )
     return lambda v: torch.cholesky_solve(v.unsqueeze(-1), L).squeeze(-1)
 
 

@@ -1,4 +1,5 @@
 """Lasso local functions f_i(x) = 1/2 ||H_i x - y_i||^2 + t ||x||_1 (least squares + l1)."""
+
 from collections.abc import Callable
 
 import torch

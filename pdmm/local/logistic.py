@@ -1,4 +1,5 @@
 """Logistic-regression local functions f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2."""
+
 import torch
 import torch.nn.functional as F
 

@@ -1,4 +1,5 @@
 """Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x (averaging, least squares, general)."""
+
 import numpy as np
 import torch
 

@@ -17,7 +17,9 @@ PROBE_STREAM = 3  # generator stream of probe batches (0: training, 1: evaluatio
 
 
 def probe_layers(run_dir, batches=4):
-    """(config, [{statistic: value} per layer]) of the run's checkpoint (bridge.probe.STATISTICS), over `batches` batches."""
+    """(config, [{statistic: value} per layer]) of the run's checkpoint (bridge.probe.STATISTICS).
+
+    The statistics are averaged over `batches` batches."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
         raise UsageError(f"{run_dir} is not a run directory (no config.toml)")

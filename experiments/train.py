@@ -2,17 +2,18 @@
 
     summary = train(load_config("experiments/configs/modular97.toml"), "runs/mod97")
 
-A run directory holds config.toml (resolved), meta.json (package version, git commit, torch,
-device, command line, extensions), metrics.jsonl (one row per logged step), ckpt.pt (every
+A run directory holds config.toml (resolved), meta.json (package version, git commit, torch, device,
+command line, extensions), metrics.jsonl (one row per logged step), ckpt.pt (every
 checkpoint_interval steps and at the end) with the one before it in ckpt.prev.pt, best.pt (the
 weights of the best evaluation, under the plateau rule: train.patience > 0), summary.json and
 curves.png at the end, and sample.txt for language models. Every file but metrics.jsonl is written
 to a temporary file, fsynced and renamed; metrics.jsonl is fsynced before each checkpoint, and a
-resume truncates it to the checkpoint's position, so a torn last row is dropped and recomputed. Batches are drawn from a generator seeded by
-(seed, step), and the checkpoint holds the model, optimiser and torch RNG states, so a resumed
-run continues exactly as if it had never stopped. A checkpoint holds only tensors, numbers, strings,
-lists and dicts and is read with torch.load(weights_only=True) (load_checkpoint), so opening a run
-directory from someone else never unpickles code.
+resume truncates it to the checkpoint's position, so a torn last row is dropped and recomputed.
+Batches are drawn from a generator seeded by (seed, step), and the checkpoint holds the model,
+optimiser and torch RNG states, so a resumed run continues exactly as if it had never stopped. A
+checkpoint holds only tensors, numbers, strings, lists and dicts and is read with
+torch.load(weights_only=True) (load_checkpoint), so opening a run directory from someone else never
+unpickles code.
 
 Under torchrun (`torchrun --nproc-per-node P -m experiments train ...`; world.process_group() starts the
 torch.distributed group) the P processes train one model with DistributedDataParallel: every

@@ -78,7 +78,7 @@ def parent(pid):
 
 real = train.write_row
 def killing(file, row):
-    if row["step"] == %d:
+    if row["step"] == KILL_AT:
         file.write(json.dumps(row)[:15])  # a torn row, as a kill mid-write leaves
         file.flush()
         kill_the_job()
@@ -87,8 +87,7 @@ train.write_row = killing
 from experiments.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-    % KILL_AT
-)
+).replace("KILL_AT", str(KILL_AT))
 
 
 def launch(processes, out, *extra, script=None):

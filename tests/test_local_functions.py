@@ -75,7 +75,7 @@ def test_constants_bound_the_hessian(name):
         x = torch.randn(D, dtype=torch.float64) * 3
         for i in range(N):
 
-            def f_i(v):
+            def f_i(v, i=i):
                 xs = torch.zeros(N, 1, D, dtype=torch.float64)
                 xs[i, 0] = v
                 return local.value(xs).sum()

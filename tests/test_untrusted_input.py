@@ -89,7 +89,7 @@ def planted(tmp_path_factory):
         checkpoint = torch.load(path, weights_only=True)
         checkpoint["extra"] = Payload(marker)
         torch.save(checkpoint, path)
-        assert unpickles_code(lambda: torch.load(path, weights_only=False), marker)  # the plant is live
+        assert unpickles_code(lambda path=path: torch.load(path, weights_only=False), marker)  # the plant is live
     (out / "seeds" / "seed=0.json").unlink()  # compare must load the trained model again
     (out / "runs" / "sweep.json").write_text(
         json.dumps(

@@ -1,12 +1,12 @@
 """graph_consensus: a GraphTransformer on a problem's graph learns distributed averaging, round by round.
 
 Instances come from bridge.consensus: a graph of the family (task.topology, n in [n_min, n_max],
-task.radius for random geometric graphs) and values a_i = mu + s z_i; the target is x* = mean(a)
-at every node (PDMM's averaging problem, docs/theory/pdmm.md section 8; docs/theory/attention.md
-section 6). The token graph is the problem graph with self loops, so layer l has had exactly l rounds of neighbour communication, the budget of PDMM
-iteration l. The model reads out after every layer; the loss is the mean over layers and
-instances of e^2, e = ||x - x*||_F / ||a - x*||_F, and evaluation reports the geometric mean of
-e after the last layer.
+task.radius for random geometric graphs) and values a_i = mu + s z_i; the target is x* = mean(a) at
+every node (PDMM's averaging problem, docs/theory/pdmm.md section 8; docs/theory/attention.md
+section 6). The token graph is the problem graph with self loops, so layer l has had exactly l
+rounds of neighbour communication, the budget of PDMM iteration l. The model reads out after every
+layer; the loss is the mean over layers and instances of e^2, e = ||x - x*||_F / ||a - x*||_F, and
+evaluation reports the geometric mean of e after the last layer.
 """
 
 from dataclasses import dataclass

@@ -2,9 +2,10 @@
 
 model.kind = "transformer" trains attention.GPT and reads its prediction after "="; model.kind =
 "convex" trains attention.ConvexTokenClassifier (docs/theory/convex.md section 8) over fixed random
-embeddings of the four tokens (the convexity check); model.kind = "convex_blocks" trains attention.ConvexTransformer, model.n_layer
-blocks of convex attention + FCN over trained embeddings (the source's grokking model). Both convex kinds
-take model.gates gates and add the group-lasso weight model.group_lasso times the penalty to the training loss.
+embeddings of the four tokens (the convexity check); model.kind = "convex_blocks" trains
+attention.ConvexTransformer, model.n_layer blocks of convex attention + FCN over trained embeddings
+(the source's grokking model). Both convex kinds take model.gates gates and add the group-lasso
+weight model.group_lasso times the penalty to the training loss.
 """
 
 from dataclasses import dataclass

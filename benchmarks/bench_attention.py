@@ -41,6 +41,9 @@ the second call, as a training loop repeats one path (in one kernel-only run the
     python benchmarks/bench_attention.py [--device cpu] [--graph causal] [--batch 8] [--tokens 256]
         [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3] [--sparse-tokens 1024,4096]
         [--sparse-paths dense,unblocked,blocked] [--sparse-degree 8] [--no-variants]
+        [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_attention.csv (tables "variants" and "sparse"; benchmarks/results.py).
 """
 
 import argparse
@@ -52,6 +55,7 @@ import time
 import networkx as nx
 import torch
 from machine import cpu_model
+from results import Recorder, add_arguments
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import attention
@@ -135,6 +139,7 @@ def main():
         "--sparse-degree", type=int, default=8, help="neighbours per token in the sparse-graph table, besides itself"
     )
     parser.add_argument("--no-variants", action="store_true", help="skip the residual / kernel table")
+    add_arguments(parser)
     args = parser.parse_args()
     tuned = args.allocator == "tuned" and tune_allocator()
     device = torch.device(args.device)
@@ -143,12 +148,13 @@ def main():
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
         + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "")
     )
+    recorder = Recorder("bench_attention", args.results_dir, args.shared)
     if not args.no_variants:
-        variants_table(args, device, tuned, load)
-    sparse_table(args, device, tuned)
+        variants_table(args, device, tuned, load, recorder)
+    sparse_table(args, device, tuned, recorder)
 
 
-def variants_table(args, device, tuned, load):
+def variants_table(args, device, tuned, load, recorder):
     """Every residual and kernel on the causal or full token graph, against standard softmax."""
     B, T, C = args.batch, args.tokens, args.d_model
     graph = attention.TokenGraph.causal(T) if args.graph == "causal" else attention.TokenGraph.full(T)
@@ -198,9 +204,27 @@ def variants_table(args, device, tuned, load):
             f"| {residual} | {kernel} | {'yes' if symmetric else 'no'} | {1e3 * statistics.median(samples):.2f} "
             f"| {ratio:.3f} | {peak / 2**20:.1f} | {'—' if target is None else f'{target:.2f}'} | {met} |"
         )
+        recorder.add(
+            "variants",
+            device=str(device),
+            token_graph=args.graph,
+            batch=B,
+            tokens=T,
+            d_model=C,
+            heads=args.heads,
+            allocator="tuned" if tuned else "default",
+            residual=residual,
+            kernel=kernel,
+            symmetric="yes" if symmetric else "no",
+            ms=1e3 * statistics.median(samples),
+            ratio_to_standard=ratio,
+            peak_mb=peak / 2**20,
+            target=target,
+            met=met,
+        )
 
 
-def sparse_table(args, device, tuned):
+def sparse_table(args, device, tuned, recorder):
     """Dense mask, unblocked and blocked edge list on one sparse token graph, same layer and input."""
     paths = [p for p in args.sparse_paths.split(",") if p]
     if not paths or set(paths) - {"dense", "unblocked", "blocked"}:
@@ -267,6 +291,25 @@ def sparse_table(args, device, tuned):
                 f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
                 f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
                 f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |"
+            )
+            recorder.add(
+                "sparse",
+                device=str(device),
+                degree=args.sparse_degree,
+                d_model=C,
+                heads=nh,
+                allocator="tuned" if tuned else "default",
+                tokens=T,
+                edges=E,
+                path=p,
+                block=block,
+                ms=1e3 * statistics.median(times[p]),
+                ratio_to_unblocked=ratio,
+                layer_peak_mb=layer_peak / 2**20,
+                layer_kb_per_edge=layer_peak / E / 1e3,
+                kernel_kb_per_edge=kernel_peak / E / 1e3,
+                kernel_beyond_kb_per_edge=(kernel_peak - node) / E / 1e3,
+                saved_kb_per_edge=kernel_saved / E / 1e3,
             )
 
 

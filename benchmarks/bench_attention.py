@@ -180,7 +180,7 @@ def variants_table(args, device, tuned, load, recorder):
     times = [[] for _ in ROWS]
     for r in range(args.warmup + args.repeats):
         for i in [(r + j) % len(ROWS) for j in range(len(ROWS))]:
-            seconds = timed(lambda: step(layers[i]), device)
+            seconds = timed(lambda i=i: step(layers[i]), device)
             if r >= args.warmup:
                 times[i].append(seconds)
     for layer in layers:
@@ -220,7 +220,7 @@ def variants_table(args, device, tuned, load, recorder):
             ratio_to_standard=ratio,
             peak_mb=peak / 2**20,
             target=target,
-            met=met,
+            met=None if target is None else met,
         )
 
 
@@ -240,77 +240,84 @@ def sparse_table(args, device, tuned, recorder):
         "| layer kB/edge | kernel kB/edge | kernel kB/edge beyond output and input grads | saved kB/edge |"
     )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    C, nh = args.d_model, args.heads
     for T in (int(t) for t in args.sparse_tokens.split(",") if t):
-        regular = attention.TokenGraph.from_networkx(
-            nx.random_regular_graph(args.sparse_degree, T, seed=0), layout="sparse"
+        sparse_rows(args, device, tuned, recorder, paths, T)
+
+
+def sparse_rows(args, device, tuned, recorder, paths, T):
+    """The sparse-graph table's rows for T tokens: each path timed, its peaks and saved bytes measured."""
+    C, nh = args.d_model, args.heads
+    regular = attention.TokenGraph.from_networkx(
+        nx.random_regular_graph(args.sparse_degree, T, seed=0), layout="sparse"
+    )
+    graphs = {"dense": regular.dense(), "unblocked": regular.sparse(block=0), "blocked": regular.sparse()}
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, T, C, generator=generator).to(device).requires_grad_()
+    g = torch.randn(1, T, C, generator=generator).to(device)
+    q, k, v = (
+        torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2).requires_grad_()
+        for _ in range(3)
+    )  # leaves laid out as the layer's heads
+    g_heads = torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2)
+    torch.manual_seed(0)
+    layer = attention.MultiHeadAttention(attention.AttentionConfig(C, nh)).to(device)
+
+    def clear():
+        layer.zero_grad(set_to_none=True)
+        x.grad = q.grad = k.grad = v.grad = None
+
+    def step(graph):
+        clear()
+        layer(x, graph).backward(g)
+
+    def kernel(graph):
+        softmax_attention(q, k, v, graph).backward(g_heads)
+
+    times = {p: [] for p in paths}
+    for r in range(args.warmup + max(3, args.repeats // 3)):
+        for p in paths[r % len(paths) :] + paths[: r % len(paths)]:
+            step(graphs[p])  # time the second of two calls: not right after another path's memory traffic
+            seconds = timed(lambda p=p: step(graphs[p]), device)
+            if r >= args.warmup:
+                times[p].append(seconds)
+    for p in paths:
+        graph = graphs[p]
+        clear()  # so that no measured call frees gradients left by an earlier one
+        layer_peak, kernel_peak = peak_bytes(
+            [lambda graph=graph: layer(x, graph).backward(g), lambda graph=graph: kernel(graph)], device
         )
-        graphs = {"dense": regular.dense(), "unblocked": regular.sparse(block=0), "blocked": regular.sparse()}
-        generator = torch.Generator().manual_seed(0)
-        x = torch.randn(1, T, C, generator=generator).to(device).requires_grad_()
-        g = torch.randn(1, T, C, generator=generator).to(device)
-        q, k, v = (
-            torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2).requires_grad_()
-            for _ in range(3)
-        )  # leaves laid out as the layer's heads
-        g_heads = torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2)
-        torch.manual_seed(0)
-        layer = attention.MultiHeadAttention(attention.AttentionConfig(C, nh)).to(device)
-
-        def clear():
-            layer.zero_grad(set_to_none=True)
-            x.grad = q.grad = k.grad = v.grad = None
-
-        def step(graph):
-            clear()
-            layer(x, graph).backward(g)
-
-        def kernel(graph):
-            softmax_attention(q, k, v, graph).backward(g_heads)
-
-        times = {p: [] for p in paths}
-        for r in range(args.warmup + max(3, args.repeats // 3)):
-            for p in paths[r % len(paths) :] + paths[: r % len(paths)]:
-                step(graphs[p])  # time the second of two calls: not right after another path's memory traffic
-                seconds = timed(lambda: step(graphs[p]), device)
-                if r >= args.warmup:
-                    times[p].append(seconds)
-        for p in paths:
-            graph = graphs[p]
-            clear()  # so that no measured call frees gradients left by an earlier one
-            layer_peak, kernel_peak = peak_bytes([lambda: layer(x, graph).backward(g), lambda: kernel(graph)], device)
-            kernel_saved = saved_bytes(lambda: softmax_attention(q, k, v, graph), [q, k, v], graph, device)
-            E, node = graph.num_edges, 4 * T * C * q.element_size()
-            ratio = (
-                statistics.median(t / t0 for t, t0 in zip(times[p], times["unblocked"], strict=False))
-                if "unblocked" in times
-                else float("nan")
-            )
-            block = "—" if p == "dense" else block_size(graph.block, graph.edge_list(device), (1, nh, C // nh))
-            print(
-                f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
-                f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
-                f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |"
-            )
-            recorder.add(
-                "sparse",
-                device=str(device),
-                degree=args.sparse_degree,
-                d_model=C,
-                heads=nh,
-                allocator="tuned" if tuned else "default",
-                tokens=T,
-                edges=E,
-                path=p,
-                block=block,
-                ms=1e3 * statistics.median(times[p]),
-                ratio_to_unblocked=ratio,
-                layer_peak_mb=layer_peak / 2**20,
-                layer_kb_per_edge=layer_peak / E / 1e3,
-                kernel_kb_per_edge=kernel_peak / E / 1e3,
-                kernel_beyond_kb_per_edge=(kernel_peak - node) / E / 1e3,
-                saved_kb_per_edge=kernel_saved / E / 1e3,
-            )
+        kernel_saved = saved_bytes(lambda graph=graph: softmax_attention(q, k, v, graph), [q, k, v], graph, device)
+        E, node = graph.num_edges, 4 * T * C * q.element_size()
+        ratio = (
+            statistics.median(t / t0 for t, t0 in zip(times[p], times["unblocked"], strict=False))
+            if "unblocked" in times
+            else float("nan")
+        )
+        block = "—" if p == "dense" else block_size(graph.block, graph.edge_list(device), (1, nh, C // nh))
+        print(
+            f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
+            f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
+            f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |"
+        )
+        recorder.add(
+            "sparse",
+            device=str(device),
+            degree=args.sparse_degree,
+            d_model=C,
+            heads=nh,
+            allocator="tuned" if tuned else "default",
+            tokens=T,
+            edges=E,
+            path=p,
+            block=None if p == "dense" else block,
+            ms=1e3 * statistics.median(times[p]),
+            ratio_to_unblocked=ratio,
+            layer_peak_mb=layer_peak / 2**20,
+            layer_kb_per_edge=layer_peak / E / 1e3,
+            kernel_kb_per_edge=kernel_peak / E / 1e3,
+            kernel_beyond_kb_per_edge=(kernel_peak - node) / E / 1e3,
+            saved_kb_per_edge=kernel_saved / E / 1e3,
+        )
 
 
 def saved_bytes(fn, inputs, graph, device):

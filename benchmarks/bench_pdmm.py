@@ -126,7 +126,8 @@ def setup(G, d, device):
 
 def renumbered(problem):
     """The problem as pdmm.solve runs it by default (from LARGE_GRAPH_EDGES directed edges on, renumbered by reverse
-    Cuthill-McKee where that brings neighbours closer), its node order (run node k = node order[k]) and the seconds renumbering took."""
+    Cuthill-McKee where that brings neighbours closer), its node order (run node k = node order[k]) and the
+    seconds renumbering took."""
     start = time.perf_counter()
     order = _node_order(problem, None)  # solve's own rule
     ran = problem if order is None else problem.relabelled(order)[0]
@@ -147,8 +148,8 @@ def solve_iterations(E, d):
 
 
 def bench(G, d, device, repeats, compiled=False):
-    """Medians (ms per iteration) of naive, given, edges, step, solve, every-iteration solve, lean solve and copy for one
-    graph and dimension, and the seconds renumbering took."""
+    """Medians (ms per iteration) of naive, given, edges, step, solve, every-iteration solve, lean solve and copy
+    for one graph and dimension, and the seconds renumbering took."""
     problem, given_graph, local, edges = setup(G, d, device)
     given = pdmm.METHODS["pdmm"](given_graph, local, edges, 1.0)
     ran, order, renumber_s = renumbered(problem)

@@ -142,6 +142,7 @@ def write_rows(path: Path | str, rows: list[Mapping[str, object]]) -> None:
         columns += [key for key in row if key not in columns]
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(temporary, path.stat().st_mode & 0o777 if path.exists() else 0o644)  # mkstemp's is 0o600
         with os.fdopen(handle, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, columns, lineterminator="\n")
             writer.writeheader()

@@ -113,7 +113,9 @@ def provenance(run: list[Row]) -> str:
         parts.append(f"load average {first['load_at_start']} at start")
     parts.append(f"other jobs: {first['shared'] or 'not recorded'}")
     parts.append(f"commit {first['commit']}" if first["commit"] else "commit not recorded")
-    if first["source"] != "measured":
+    if first["source"].startswith("transcribed"):
+        parts.append("*transcribed*" + first["source"].removeprefix("transcribed"))
+    elif first["source"] != "measured":
         parts.append(first["source"])
     return "- " + "; ".join(parts) + f": `{first['command']}`"
 
@@ -151,8 +153,8 @@ def render(results: Path = RESULTS) -> str:
         "CSVs, and earlier versions of this page are in git's history. Do not edit it by hand: run the",
         "script, then regenerate the page. Ratios are measured side by side in one run. The project",
         "machine has 2 cores and 24 GiB; no GPU has been lent to the project so far, so no CUDA figure is",
-        "recorded (bench_pdmm, bench_network and bench_attention take `--device cuda`). Rows marked",
-        "*transcribed* were copied from the hand-written page of commit fd7629f.",
+        "recorded (bench_pdmm, bench_network and bench_attention take `--device cuda`). Runs marked",
+        "*transcribed* were copied, values as recorded, from the hand-written page of commit fd7629f.",
         "",
     ]
     for section in SECTIONS:
@@ -293,15 +295,15 @@ machine's farm-bench tool the same way).
         "bench_pdmm",
         """
 Plain PDMM (theta = 1) on distributed averaging, consensus constraints, float64, CPU, one instance, on
-random 4-regular and random geometric graphs (average degree 2 ln n), sampled as arrays and numbered
-at random. *naive* is the four-line torch loop of the script's docstring (docs/theory/pdmm.md section 8),
-checked to give the step's iterates; *given* one bare `PDMM.step` on the graph as numbered; *step* the
-step as `pdmm.solve` runs it (from 2^16 directed edges on renumbered by reverse Cuthill-McKee and in
-the node form, docs/guide/solve.md, "Node form"); *solve* one iteration of `pdmm.solve(max_iter=K,
-tol=0)` with its defaults over K = 200-2,000 iterations. Times are medians per iteration, ns/edge per
-directed edge. The allocator table runs first: the step with glibc's default allocator, then after
-`pdmm.tune_allocator()`, beside a step into buffers allocated once. Single rows vary between runs by
-10-20 %: read ratios within a row. The CSV adds the edge-form step, every/lean histories, bandwidth.
+random 4-regular and random geometric graphs (average degree 2 ln n), sampled as arrays and numbered at
+random. *naive* is the four-line torch loop of the script's docstring (docs/theory/pdmm.md section 8) on
+the graph as numbered, checked to give the step's iterates; *given* one bare `PDMM.step` on the graph as
+numbered; *step* the step as `pdmm.solve` runs it (from 2^16 directed edges on renumbered by reverse
+Cuthill-McKee and in the node form, docs/guide/solve.md, "Node form"; below, the edge step as given);
+*solve* one iteration of `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults, K = 200-2,000.
+Medians per iteration; ns/edge is per directed edge. The allocator table runs first: the step with
+glibc's default allocator, then after `pdmm.tune_allocator()`, beside a step into buffers allocated
+once. Single rows vary by 10-20 % between runs: read ratios within a row; the CSV has every column.
 """,
         [
             Table(

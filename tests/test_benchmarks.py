@@ -154,3 +154,11 @@ def test_check_fails_on_a_page_that_drifted(tmp_path):
     assert report.main(["--check", "--out", str(drifted)]) == 1
     drifted.write_text(PAGE.read_text(encoding="utf-8"), encoding="utf-8")
     assert report.main(["--check", "--out", str(drifted)]) == 0
+
+
+def test_every_benchmark_script_writes_rows_that_a_section_shows():
+    scripts = sorted(path.stem for path in (ROOT / "benchmarks").glob("bench_*.py"))
+    assert scripts == sorted(section.script for section in report.SECTIONS)
+    for script in scripts:
+        text = (ROOT / "benchmarks" / f"{script}.py").read_text(encoding="utf-8")
+        assert f'Recorder("{script}"' in text and "add_arguments(parser)" in text, script

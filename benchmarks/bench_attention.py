@@ -41,6 +41,9 @@ the second call, as a training loop repeats one path (in one kernel-only run the
     python benchmarks/bench_attention.py [--device cpu] [--graph causal] [--batch 8] [--tokens 256]
         [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3] [--sparse-tokens 1024,4096]
         [--sparse-paths dense,unblocked,blocked] [--sparse-degree 8] [--no-variants]
+        [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_attention.csv (tables "variants" and "sparse"; benchmarks/results.py).
 """
 
 import argparse
@@ -52,6 +55,7 @@ import time
 import networkx as nx
 import torch
 from machine import cpu_model
+from results import Recorder, add_arguments
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import attention
@@ -135,6 +139,7 @@ def main():
         "--sparse-degree", type=int, default=8, help="neighbours per token in the sparse-graph table, besides itself"
     )
     parser.add_argument("--no-variants", action="store_true", help="skip the residual / kernel table")
+    add_arguments(parser)
     args = parser.parse_args()
     tuned = args.allocator == "tuned" and tune_allocator()
     device = torch.device(args.device)
@@ -143,12 +148,13 @@ def main():
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
         + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "")
     )
+    recorder = Recorder("bench_attention", args.results_dir, args.shared)
     if not args.no_variants:
-        variants_table(args, device, tuned, load)
-    sparse_table(args, device, tuned)
+        variants_table(args, device, tuned, load, recorder)
+    sparse_table(args, device, tuned, recorder)
 
 
-def variants_table(args, device, tuned, load):
+def variants_table(args, device, tuned, load, recorder):
     """Every residual and kernel on the causal or full token graph, against standard softmax."""
     B, T, C = args.batch, args.tokens, args.d_model
     graph = attention.TokenGraph.causal(T) if args.graph == "causal" else attention.TokenGraph.full(T)
@@ -174,7 +180,7 @@ def variants_table(args, device, tuned, load):
     times = [[] for _ in ROWS]
     for r in range(args.warmup + args.repeats):
         for i in [(r + j) % len(ROWS) for j in range(len(ROWS))]:
-            seconds = timed(lambda: step(layers[i]), device)
+            seconds = timed(lambda i=i: step(layers[i]), device)
             if r >= args.warmup:
                 times[i].append(seconds)
     for layer in layers:
@@ -198,9 +204,27 @@ def variants_table(args, device, tuned, load):
             f"| {residual} | {kernel} | {'yes' if symmetric else 'no'} | {1e3 * statistics.median(samples):.2f} "
             f"| {ratio:.3f} | {peak / 2**20:.1f} | {'—' if target is None else f'{target:.2f}'} | {met} |"
         )
+        recorder.add(
+            "variants",
+            device=str(device),
+            token_graph=args.graph,
+            batch=B,
+            tokens=T,
+            d_model=C,
+            heads=args.heads,
+            allocator="tuned" if tuned else "default",
+            residual=residual,
+            kernel=kernel,
+            symmetric="yes" if symmetric else "no",
+            ms=1e3 * statistics.median(samples),
+            ratio_to_standard=ratio,
+            peak_mb=peak / 2**20,
+            target=target,
+            met=None if target is None else met,
+        )
 
 
-def sparse_table(args, device, tuned):
+def sparse_table(args, device, tuned, recorder):
     """Dense mask, unblocked and blocked edge list on one sparse token graph, same layer and input."""
     paths = [p for p in args.sparse_paths.split(",") if p]
     if not paths or set(paths) - {"dense", "unblocked", "blocked"}:
@@ -216,58 +240,84 @@ def sparse_table(args, device, tuned):
         "| layer kB/edge | kernel kB/edge | kernel kB/edge beyond output and input grads | saved kB/edge |"
     )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    C, nh = args.d_model, args.heads
     for T in (int(t) for t in args.sparse_tokens.split(",") if t):
-        regular = attention.TokenGraph.from_networkx(
-            nx.random_regular_graph(args.sparse_degree, T, seed=0), layout="sparse"
+        sparse_rows(args, device, tuned, recorder, paths, T)
+
+
+def sparse_rows(args, device, tuned, recorder, paths, T):
+    """The sparse-graph table's rows for T tokens: each path timed, its peaks and saved bytes measured."""
+    C, nh = args.d_model, args.heads
+    regular = attention.TokenGraph.from_networkx(
+        nx.random_regular_graph(args.sparse_degree, T, seed=0), layout="sparse"
+    )
+    graphs = {"dense": regular.dense(), "unblocked": regular.sparse(block=0), "blocked": regular.sparse()}
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, T, C, generator=generator).to(device).requires_grad_()
+    g = torch.randn(1, T, C, generator=generator).to(device)
+    q, k, v = (
+        torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2).requires_grad_()
+        for _ in range(3)
+    )  # leaves laid out as the layer's heads
+    g_heads = torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2)
+    torch.manual_seed(0)
+    layer = attention.MultiHeadAttention(attention.AttentionConfig(C, nh)).to(device)
+
+    def clear():
+        layer.zero_grad(set_to_none=True)
+        x.grad = q.grad = k.grad = v.grad = None
+
+    def step(graph):
+        clear()
+        layer(x, graph).backward(g)
+
+    def kernel(graph):
+        softmax_attention(q, k, v, graph).backward(g_heads)
+
+    times = {p: [] for p in paths}
+    for r in range(args.warmup + max(3, args.repeats // 3)):
+        for p in paths[r % len(paths) :] + paths[: r % len(paths)]:
+            step(graphs[p])  # time the second of two calls: not right after another path's memory traffic
+            seconds = timed(lambda p=p: step(graphs[p]), device)
+            if r >= args.warmup:
+                times[p].append(seconds)
+    for p in paths:
+        graph = graphs[p]
+        clear()  # so that no measured call frees gradients left by an earlier one
+        layer_peak, kernel_peak = peak_bytes(
+            [lambda graph=graph: layer(x, graph).backward(g), lambda graph=graph: kernel(graph)], device
         )
-        graphs = {"dense": regular.dense(), "unblocked": regular.sparse(block=0), "blocked": regular.sparse()}
-        generator = torch.Generator().manual_seed(0)
-        x = torch.randn(1, T, C, generator=generator).to(device).requires_grad_()
-        g = torch.randn(1, T, C, generator=generator).to(device)
-        q, k, v = (
-            torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2).requires_grad_()
-            for _ in range(3)
-        )  # leaves laid out as the layer's heads
-        g_heads = torch.randn(1, T, nh, C // nh, generator=generator).to(device).transpose(1, 2)
-        torch.manual_seed(0)
-        layer = attention.MultiHeadAttention(attention.AttentionConfig(C, nh)).to(device)
-
-        def clear():
-            layer.zero_grad(set_to_none=True)
-            x.grad = q.grad = k.grad = v.grad = None
-
-        def step(graph):
-            clear()
-            layer(x, graph).backward(g)
-
-        def kernel(graph):
-            softmax_attention(q, k, v, graph).backward(g_heads)
-
-        times = {p: [] for p in paths}
-        for r in range(args.warmup + max(3, args.repeats // 3)):
-            for p in paths[r % len(paths) :] + paths[: r % len(paths)]:
-                step(graphs[p])  # time the second of two calls: not right after another path's memory traffic
-                seconds = timed(lambda: step(graphs[p]), device)
-                if r >= args.warmup:
-                    times[p].append(seconds)
-        for p in paths:
-            graph = graphs[p]
-            clear()  # so that no measured call frees gradients left by an earlier one
-            layer_peak, kernel_peak = peak_bytes([lambda: layer(x, graph).backward(g), lambda: kernel(graph)], device)
-            kernel_saved = saved_bytes(lambda: softmax_attention(q, k, v, graph), [q, k, v], graph, device)
-            E, node = graph.num_edges, 4 * T * C * q.element_size()
-            ratio = (
-                statistics.median(t / t0 for t, t0 in zip(times[p], times["unblocked"], strict=False))
-                if "unblocked" in times
-                else float("nan")
-            )
-            block = "—" if p == "dense" else block_size(graph.block, graph.edge_list(device), (1, nh, C // nh))
-            print(
-                f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
-                f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
-                f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |"
-            )
+        kernel_saved = saved_bytes(lambda graph=graph: softmax_attention(q, k, v, graph), [q, k, v], graph, device)
+        E, node = graph.num_edges, 4 * T * C * q.element_size()
+        ratio = (
+            statistics.median(t / t0 for t, t0 in zip(times[p], times["unblocked"], strict=False))
+            if "unblocked" in times
+            else float("nan")
+        )
+        block = "—" if p == "dense" else block_size(graph.block, graph.edge_list(device), (1, nh, C // nh))
+        print(
+            f"| {T} | {E:,} | {p} | {block} | {1e3 * statistics.median(times[p]):.2f} | {ratio:.3f} "
+            f"| {layer_peak / 2**20:.1f} | {layer_peak / E / 1e3:.2f} | {kernel_peak / E / 1e3:.2f} "
+            f"| {(kernel_peak - node) / E / 1e3:.2f} | {kernel_saved / E / 1e3:.3f} |"
+        )
+        recorder.add(
+            "sparse",
+            device=str(device),
+            degree=args.sparse_degree,
+            d_model=C,
+            heads=nh,
+            allocator="tuned" if tuned else "default",
+            tokens=T,
+            edges=E,
+            path=p,
+            block=None if p == "dense" else block,
+            ms=1e3 * statistics.median(times[p]),
+            ratio_to_unblocked=ratio,
+            layer_peak_mb=layer_peak / 2**20,
+            layer_kb_per_edge=layer_peak / E / 1e3,
+            kernel_kb_per_edge=kernel_peak / E / 1e3,
+            kernel_beyond_kb_per_edge=(kernel_peak - node) / E / 1e3,
+            saved_kb_per_edge=kernel_saved / E / 1e3,
+        )
 
 
 def saved_bytes(fn, inputs, graph, device):

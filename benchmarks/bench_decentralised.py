@@ -11,6 +11,9 @@ turn, so all see the same machine state; the table gives the median ms per itera
 the methods' set-up (W, its spectrum) are not timed.
 
     python benchmarks/bench_decentralised.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu]
+                                               [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_decentralised.csv (table "methods"; benchmarks/results.py).
 """
 
 import argparse
@@ -19,6 +22,7 @@ import statistics
 import numpy as np
 import torch
 from machine import cpu_model, timed
+from results import Recorder, add_arguments
 
 import pdmm
 from pdmm.compiled import locality_order
@@ -72,6 +76,7 @@ def main():
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
+    add_arguments(parser)
     args = parser.parse_args()
     print(
         f"{cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
@@ -83,6 +88,19 @@ def main():
     for row in ROWS:
         cells = [f"{results[d][row]:.2f} | {results[d][row] / results[d]['pdmm (nodes)']:.2f}x" for d in args.dims]
         print(f"| {row} | " + " | ".join(cells) + " |")
+    recorder = Recorder("bench_decentralised", args.results_dir, args.shared)
+    for d in args.dims:
+        for row in ROWS:
+            ms, pdmm_ms = results[d][row], results[d]["pdmm (nodes)"]
+            recorder.add(
+                "methods",
+                device=args.device,
+                directed_edges=args.edges,
+                d=d,
+                method=row,
+                ms=ms,
+                ratio_to_pdmm_nodes=ms / pdmm_ms,
+            )
 
 
 if __name__ == "__main__":

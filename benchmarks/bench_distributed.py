@@ -15,6 +15,9 @@ edges. For each P the script reports:
 Then a scaling model, time per iteration = E / P x (ns per edge) + exchange, fitted to these rows.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_distributed.py [--edges 1000000] [--dims 1 16] [--procs 1 2 4]
+        [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_distributed.csv (table "processes"; benchmarks/results.py).
 """
 
 import argparse
@@ -28,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from machine import cpu_model
+from results import Recorder, add_arguments
 
 K1, K2, TRIES = 10, 60, 3
 
@@ -102,6 +106,7 @@ def main():
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16], help="widths d")
     parser.add_argument("--batch", type=int, default=1, help="instances B")
     parser.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4], help="numbers of processes P")
+    add_arguments(parser)
     args = parser.parse_args()
     import pdmm
     import pdmm.distributed
@@ -117,6 +122,7 @@ def main():
         "exchange ms | ns per edge x P |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    recorder = Recorder("bench_distributed", args.results_dir, args.shared)
     fits = []
     for edges in args.edges:
         graph = graph_for(edges, args.degree)
@@ -135,6 +141,21 @@ def main():
                     f"{numbers:,.0f} ({8 * numbers / 1e6:.2f} MB) | {r['iteration_ms']:.2f} | "
                     f"{r['exchange_ms']:.2f} | {per_edge:.1f} |",
                     flush=True,
+                )
+                recorder.add(
+                    "processes",
+                    directed_edges=compiled.num_edges,
+                    n=compiled.n,
+                    d=d,
+                    batch=args.batch,
+                    processes=world,
+                    metis_cut=metis,
+                    random_cut=random,
+                    numbers_sent=numbers,
+                    mb_sent=8 * numbers / 1e6,
+                    iteration_ms=r["iteration_ms"],
+                    exchange_ms=r["exchange_ms"],
+                    ns_per_edge_times_p=per_edge,
                 )
     print(
         "\nScaling model: ms/iteration = c_d E / P + alpha + beta (numbers a rank sends); c_d from P = 1 (ns per "

@@ -21,6 +21,9 @@ one instance, float64) and adds ms per iteration (median) and the peak RSS inclu
 
     python benchmarks/bench_graph_build.py [--edges 1000000 10000000] [--degree 20] [--inputs ...]
                                            [--networkx-edges 1000000] [--iterations 10]
+                                           [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_graph_build.csv (table "build"; benchmarks/results.py).
 """
 
 import argparse
@@ -33,6 +36,7 @@ import time
 
 import numpy as np
 from machine import cpu_model
+from results import Recorder, add_arguments
 
 GENERATORS = ("random_geometric", "random_regular", "erdos_renyi", "grid")
 KINDS = ("random_geometric", "from_edges", "networkx", *GENERATORS[1:])
@@ -133,6 +137,7 @@ def main():
     parser.add_argument("--networkx-edges", type=int, default=10**6, help="largest graph also run through networkx")
     parser.add_argument("--iterations", type=int, default=0, help="PDMM steps to run on each compiled graph")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "EDGES"), help=argparse.SUPPRESS)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]), args.degree, args.iterations)
@@ -146,6 +151,7 @@ def main():
         + iterated
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.iterations else ""))
+    recorder = Recorder("bench_graph_build", args.results_dir, args.shared)
     for edges in args.edges:
         for kind in [k for k in args.inputs if k != "networkx" or edges <= args.networkx_edges]:
             out = subprocess.run(
@@ -171,6 +177,21 @@ def main():
                 f"| {kind} | {r['edges']:,} | {r['n']:,} | {r['build_s']:.2f} | {r['compile_s']:.2f} | "
                 f"{r['build_s'] + r['compile_s']:.2f} | {old} | {r['peak_gb']:.2f} | {r['import_gb']:.2f} |" + steps,
                 flush=True,
+            )
+            recorder.add(
+                "build",
+                input=kind,
+                degree=args.degree,
+                directed_edges=r["edges"],
+                n=r["n"],
+                build_s=r["build_s"] if kind != "networkx" else None,
+                compile_s=r["compile_s"],
+                total_s=r["build_s"] + r["compile_s"],
+                old_loop_s=r.get("old_s"),
+                peak_gb=r["peak_gb"],
+                import_gb=r["import_gb"],
+                iteration_ms=r.get("iteration_ms"),
+                iterated_peak_gb=r.get("iterated_peak_gb"),
             )
 
 

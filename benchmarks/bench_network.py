@@ -13,6 +13,9 @@ Each repetition times every row in turn (K iterations each); the table reports m
 --repeats after one warm-up, and the ratio to plain. The allocator is tuned as pdmm-bridge does.
 
     python benchmarks/bench_network.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu] [--as-given]
+                                       [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_network.csv (table "effects"; benchmarks/results.py).
 """
 
 import argparse
@@ -22,6 +25,7 @@ import statistics
 import numpy as np
 import torch
 from machine import cpu_model, timed
+from results import Recorder, add_arguments
 
 from pdmm import tune_allocator
 from pdmm.compiled import CompiledGraph, locality_order
@@ -84,6 +88,7 @@ def main():
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--as-given", action="store_true", help="keep the scattered numbering (no renumbering)")
+    add_arguments(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
     tune_allocator()
@@ -99,6 +104,7 @@ def main():
         f"float64, B = 1, median of {args.repeats}, "
         f"load average {os.getloadavg()[0]:.2f} at start\n"
     )
+    recorder = Recorder("bench_network", args.results_dir, args.shared)
     print("| effect | d | ms/iteration | ratio to plain |")
     print("|---|---:|---:|---:|")
     for d in args.dims:
@@ -112,6 +118,16 @@ def main():
         plain = ms["plain (no channel)"]
         for name, value in ms.items():
             print(f"| {name} | {d} | {value:.2f} | {value / plain:.2f} |", flush=True)
+            recorder.add(
+                "effects",
+                device=str(device),
+                directed_edges=graph.num_edges,
+                numbering="as given" if args.as_given else "renumbered",
+                effect=name,
+                d=d,
+                ms=value,
+                ratio_to_plain=value / plain,
+            )
 
 
 if __name__ == "__main__":

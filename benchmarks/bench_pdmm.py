@@ -46,6 +46,9 @@ preallocated buffers (`out=`), to show whether buffers would make the setting mo
 
     python benchmarks/bench_pdmm.py [--device cuda] [--sizes 10000 100000 1000000] [--dims 1 16]
                                     [--graphs random_regular random_geometric] [--repeats 5] [--quick]
+                                    [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_pdmm.csv (tables "allocator" and "iteration"; benchmarks/results.py).
 """
 
 import argparse
@@ -57,6 +60,7 @@ import time
 import numpy as np
 import torch
 from machine import cpu_model, timed
+from results import Recorder, add_arguments
 
 import pdmm
 from pdmm.methods import NodeForm
@@ -122,7 +126,8 @@ def setup(G, d, device):
 
 def renumbered(problem):
     """The problem as pdmm.solve runs it by default (from LARGE_GRAPH_EDGES directed edges on, renumbered by reverse
-    Cuthill-McKee where that brings neighbours closer), its node order (run node k = node order[k]) and the seconds renumbering took."""
+    Cuthill-McKee where that brings neighbours closer), its node order (run node k = node order[k]) and the
+    seconds renumbering took."""
     start = time.perf_counter()
     order = _node_order(problem, None)  # solve's own rule
     ran = problem if order is None else problem.relabelled(order)[0]
@@ -143,8 +148,8 @@ def solve_iterations(E, d):
 
 
 def bench(G, d, device, repeats, compiled=False):
-    """Medians (ms per iteration) of naive, given, edges, step, solve, every-iteration solve, lean solve and copy for one
-    graph and dimension, and the seconds renumbering took."""
+    """Medians (ms per iteration) of naive, given, edges, step, solve, every-iteration solve, lean solve and copy
+    for one graph and dimension, and the seconds renumbering took."""
     problem, given_graph, local, edges = setup(G, d, device)
     given = pdmm.METHODS["pdmm"](given_graph, local, edges, 1.0)
     ran, order, renumber_s = renumbered(problem)
@@ -240,6 +245,7 @@ def main():
         help="add rows with the step and solve under torch.compile at the largest size",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 10^4 and 4 10^4 edges, 1 repeat")
+    add_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.repeats = [10**4, 4 * 10**4], 1
@@ -254,13 +260,25 @@ def main():
         f"load average {os.getloadavg()[0]:.2f} at start\n"
     )
     graphs = {(kind, E): build(kind, E) for kind in args.graphs for E in args.sizes}
+    recorder = Recorder("bench_pdmm", args.results_dir, args.shared)
 
     if device.type == "cpu" and "random_regular" in args.graphs:
         E, d = max(args.sizes), max(args.dims)
         print(f"Allocator, random_regular, {E:,} directed edges, d = {d} (ms per iteration):\n")
         print("| allocator | step | step into preallocated buffers |\n|---|---:|---:|")
-        for allocator, step_ms, buffered_ms in allocator_rows(graphs["random_regular", E], d, device, args.repeats):
+        G = graphs["random_regular", E]
+        for allocator, step_ms, buffered_ms in allocator_rows(G, d, device, args.repeats):
             print(f"| {allocator} | {step_ms:.3f} | {buffered_ms:.3f} |", flush=True)
+            recorder.add(
+                "allocator",
+                device=str(device),
+                graph="random_regular",
+                directed_edges=2 * len(G.edges),
+                d=d,
+                allocator=allocator,
+                step_ms=step_ms,
+                buffered_ms=buffered_ms,
+            )
         print()
 
     print(
@@ -287,6 +305,34 @@ def main():
                     f"| {1e6 * given_ms / edges:.2f} | {1e6 * edges_ms / edges:.2f} | {1e6 * step_ms / edges:.2f} "
                     f"| {bound} | {bound * edges / step_ms / 1e6:.2f} | {copy_ms:.3f} |",
                     flush=True,
+                )
+                recorder.add(
+                    "iteration",
+                    device=str(device),
+                    graph=kind,
+                    mode="compiled" if compiled else "eager",
+                    directed_edges=edges,
+                    n=n,
+                    d=d,
+                    renumber_s=renumber_s,
+                    naive_ms=naive_ms,
+                    given_ms=given_ms,
+                    edges_ms=edges_ms,
+                    step_ms=step_ms,
+                    solve_ms=solve_ms,
+                    every_ms=every_ms,
+                    lean_ms=lean_ms,
+                    step_per_naive=step_ms / naive_ms,
+                    solve_per_naive=solve_ms / naive_ms,
+                    solve_per_step=solve_ms / step_ms,
+                    every_per_step=every_ms / step_ms,
+                    lean_per_step=lean_ms / step_ms,
+                    given_ns_per_edge=1e6 * given_ms / edges,
+                    edges_ns_per_edge=1e6 * edges_ms / edges,
+                    step_ns_per_edge=1e6 * step_ms / edges,
+                    bound_bytes_per_edge=bound,
+                    gb_per_s_at_bound=bound * edges / step_ms / 1e6,
+                    copy_ms=copy_ms,
                 )
 
 

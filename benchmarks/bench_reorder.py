@@ -8,6 +8,9 @@ the whole solve call's seconds (renumbering and compiling included), the iterati
 The break-even is the number of iterations at which the renumbering has paid for itself.
 
     python benchmarks/bench_reorder.py [--edges 10000000] [--graph random_geometric] [--iterations 20]
+                                     [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_reorder.csv (table "numbering"; benchmarks/results.py).
 """
 
 import argparse
@@ -20,6 +23,7 @@ import time
 import numpy as np
 from bench_pdmm import GRAPHS, build
 from machine import cpu_model
+from results import Recorder, add_arguments
 
 import pdmm
 
@@ -69,6 +73,7 @@ def main():
     parser.add_argument("--graph", default="random_geometric", choices=GRAPHS)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--child", choices=("renumbered", "as given"), help=argparse.SUPPRESS)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.child:
         return child(args)
@@ -87,6 +92,23 @@ def main():
     (given, _), (renumbered, _) = rows["as given"], rows["renumbered"]
     setup = (renumbered["call"] - renumbered["iterations"]) - (given["call"] - given["iterations"])
     saved = (given["iterations"] - renumbered["iterations"]) / args.iterations
+    recorder = Recorder("bench_reorder", args.results_dir, args.shared)
+    for mode, (m, peak) in rows.items():
+        recorder.add(
+            "numbering",
+            graph=args.graph,
+            iterations=args.iterations,
+            numbering=mode,
+            directed_edges=m["edges"],
+            n=m["n"],
+            call_s=m["call"],
+            iterations_s=m["iterations"],
+            ms_per_iteration=1e3 * m["iterations"] / args.iterations,
+            peak_mb=peak,
+            renumber_s=setup if mode == "renumbered" else None,
+            saved_ms_per_iteration=1e3 * saved if mode == "renumbered" else None,
+            break_even_iterations=setup / saved if mode == "renumbered" and saved > 0 else None,
+        )
     print(
         f"\nrenumbering adds {setup:.2f} s before the first iteration and saves {1e3 * saved:.1f} ms per iteration"
         + (f": it pays for itself after {setup / saved:.0f} iterations" if saved > 0 else "")

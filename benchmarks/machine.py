@@ -1,5 +1,6 @@
 """What the benchmark scripts share: the machine they ran on and a synchronised timer."""
 
+import os
 import platform
 import time
 
@@ -13,6 +14,25 @@ def cpu_model():
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def memory_gib():
+    """The machine's memory in GiB (from /proc/meminfo), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return kib / 2**20
+
+
+def describe():
+    """One line naming the machine: CPU model, cores and memory, and the GPU where torch sees one."""
+    memory = memory_gib()
+    parts = [cpu_model(), f"{os.cpu_count()} cores"] + ([f"{memory:.0f} GiB"] if memory else [])
+    if torch.cuda.is_available():
+        parts.append(torch.cuda.get_device_name())
+    return ", ".join(parts)
 
 
 def timed(fn, k, device):

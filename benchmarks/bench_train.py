@@ -1,0 +1,62 @@
+"""Training throughput of one `pdmm-bridge train` run: ms per step, tokens per second, wall time, final loss.
+
+Runs `python -m experiments train CONFIG --out DIR` (by default nanoGPT's Shakespeare CPU setting,
+experiments/configs/shakespeare_char_cpu.toml, into a temporary directory) and reads the finished
+run's summary.json: seconds_per_step (forward, backward and update per step, batch building
+included, the first step of each process left out), tokens_per_second, wall_seconds (evaluations
+included) and the final validation loss. --run DIR reads a run that has already finished instead
+of training.
+
+    python benchmarks/bench_train.py [--config experiments/configs/shakespeare_char_cpu.toml] [--run DIR]
+                                     [--results-dir benchmarks/results] [--shared no]
+
+Rows go to benchmarks/results/bench_train.csv (table "throughput"; benchmarks/results.py).
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from results import REPOSITORY, Recorder, add_arguments
+
+CONFIG = REPOSITORY / "experiments" / "configs" / "shakespeare_char_cpu.toml"
+
+
+def train(config, out):
+    """Run the training command into `out`; its summary.json as a dictionary."""
+    subprocess.run([sys.executable, "-m", "experiments", "train", str(config), "--out", str(out)], check=True)
+    return json.loads((out / "summary.json").read_text())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=CONFIG, help="the run's config (TOML)")
+    parser.add_argument("--run", type=Path, help="a finished run directory to read instead of training")
+    add_arguments(parser)
+    args = parser.parse_args()
+    if args.run is not None:
+        summary = json.loads((args.run / "summary.json").read_text())
+    else:
+        with tempfile.TemporaryDirectory() as directory:
+            summary = train(args.config, Path(directory) / "run")
+    ms = 1e3 * summary["seconds_per_step"]
+    loss = summary.get("final", {}).get("val_loss")
+    print(f"params {summary['params']:,}, {ms:.1f} ms per step, {summary['tokens_per_second']:,.0f} tokens/s")
+    print(f"wall {summary['wall_seconds']:.0f} s, validation loss {loss} at step {summary['steps']}")
+    Recorder("bench_train", args.results_dir, args.shared).add(
+        "throughput",
+        config=str(args.config) if args.run is None else str(args.run),
+        params=summary["params"],
+        steps=summary["steps"],
+        ms_per_step=ms,
+        tokens_per_second=summary["tokens_per_second"],
+        wall_s=summary["wall_seconds"],
+        val_loss=loss,
+    )
+
+
+if __name__ == "__main__":
+    main()

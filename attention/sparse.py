@@ -16,7 +16,7 @@ backward, so autograd keeps q, k, v and the weights (E, B, nh) only: memory O(T 
 instead of O(E d). Blocks are plain edge ranges and may split a token's edges: the softmax runs on
 the whole (E, B, nh) score tensor (per-edge numbers, no head size), so it is exact for any block
 size. Where every token has the same number of edges and a block holds whole tokens, the attending
-token's side is a broadcast and a sum instead of a gather and a scatter (`Block`).
+token's side is a broadcast and a sum instead of a gather and a scatter (`EdgeBlock`).
 
 The blocked Functions are differentiable once (their backward is not recorded); double backward
 needs block=0.
@@ -44,7 +44,7 @@ def block_size(block, edges, row):
     per_edge = math.prod(row)
     elements = min(max(edges.num_edges * per_edge // row[-1], MIN_BLOCK_ELEMENTS), MAX_BLOCK_ELEMENTS)
     block = max(1, elements // per_edge)
-    if edges.incidence is None:  # equal degrees: whole tokens per block (Block's broadcast path)
+    if edges.incidence is None:  # equal degrees: whole tokens per block (EdgeBlock's broadcast path)
         degree = edges.num_edges // edges.n
         block = max(degree, block - block % degree)
     return block
@@ -102,13 +102,13 @@ def once(backward):
     return wrapper
 
 
-def blocks(edges, block):
-    """The Block of each run of `block` consecutive edges, in order."""
+def edge_blocks(edges, block):
+    """The EdgeBlock of each run of `block` consecutive edges, in order."""
     degree = edges.num_edges // edges.n if edges.incidence is None else 0
     aligned = degree > 0 and block % degree == 0  # whole tokens per block, all with `degree` edges
     for start in range(0, edges.num_edges, block):
         stop = min(start + block, edges.num_edges)
-        yield Block(
+        yield EdgeBlock(
             edges.src[start:stop],
             edges.dst[start:stop],
             slice(start, stop),
@@ -117,7 +117,7 @@ def blocks(edges, block):
         )
 
 
-class Block:
+class EdgeBlock:
     """Edges e (a slice) from tokens src = i to tokens dst = j, and the message-passing steps on them.
 
     Where every token has `degree` edges and the block holds whole tokens (`tokens`, a slice), the
@@ -168,7 +168,7 @@ class EdgeScores(torch.autograd.Function):
         ctx.save_for_backward(q, k)
         ctx.edges, ctx.scale, ctx.block = edges, scale, block
         scores = q.new_empty(edges.num_edges, q.shape[1], dtype=torch.promote_types(q.dtype, k.dtype))
-        for b in blocks(edges, block):
+        for b in edge_blocks(edges, block):
             b.per_edge(scores).copy_((b.src_rows(q) * b.dst_rows(k)).sum(-1))
         return scores.mul_(scale)
 
@@ -178,7 +178,7 @@ class EdgeScores(torch.autograd.Function):
         q, k = ctx.saved_tensors
         dq = q.new_zeros(q.shape) if ctx.needs_input_grad[0] else None
         dk = k.new_zeros(k.shape) if ctx.needs_input_grad[1] else None
-        for b in blocks(ctx.edges, ctx.block):
+        for b in edge_blocks(ctx.edges, ctx.block):
             g = b.per_edge(ds).unsqueeze(-1) * ctx.scale  # (e, H, 1), or (tokens, degree, H, 1)
             if dq is not None:
                 b.add_to_src(dq, g * b.dst_rows(k))
@@ -217,7 +217,7 @@ class EdgeAggregate(torch.autograd.Function):
         ctx.save_for_backward(w, v)
         ctx.edges, ctx.block = edges, block
         h = v.new_zeros(edges.n, *v.shape[1:], dtype=torch.promote_types(w.dtype, v.dtype))
-        for b in blocks(edges, block):
+        for b in edge_blocks(edges, block):
             b.add_to_src(h, b.per_edge(w).unsqueeze(-1) * b.dst_rows(v))
         return h
 
@@ -228,7 +228,7 @@ class EdgeAggregate(torch.autograd.Function):
         dh = token_rows(dh)
         dw = w.new_empty(w.shape) if ctx.needs_input_grad[0] else None
         dv = v.new_zeros(v.shape) if ctx.needs_input_grad[1] else None
-        for b in blocks(ctx.edges, ctx.block):
+        for b in edge_blocks(ctx.edges, ctx.block):
             dh_i = b.src_rows(dh)
             if dw is not None:
                 b.per_edge(dw).copy_((dh_i * b.dst_rows(v)).sum(-1))

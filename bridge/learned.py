@@ -1,11 +1,11 @@
 """Learned PDMM: per-layer rho_k and theta_k of an UnrolledPDMM trained over a family of problems.
 
 learned_vs_constant runs the experiment of `pdmm-bridge learn-pdmm`. The family is distributed averaging,
-f_i(x) = 1/2 ||x - a_i||^2 with a_i ~ N(1, 1), on random graphs of a topology with n drawn from [n_min,
-n_max]. The training loss is the mean over a fixed set of training instances of log e_K^2, e_K = ||x^K -
-x*||_F / ||x*||_F the relative error after K layers (as in pdmm.solve's history["error"]), minimised full
-batch with Adam; the baseline is the best constant rho on the same training instances, which is also where
-training starts.
+f_i(x) = 1/2 ||x - a_i||^2 with a_i ~ N(1, 1), on random graphs of a topology with n drawn from
+[n_min, n_max]. The training loss is the mean over a fixed set of training instances of log e_K^2,
+e_K = ||x^K - x*||_F / ||x*||_F the relative error after K layers (as in pdmm.solve's history["error"]),
+minimised full batch with Adam; the baseline is the best constant rho on the same training instances,
+which is also where training starts.
 """
 
 import time

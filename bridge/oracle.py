@@ -37,7 +37,7 @@ def ball_oracle(G: "nx.Graph | pdmm.Graph | sp.sparray", a: npt.ArrayLike, round
     """(rounds, ..., n, d) ball averages x^1..x^R of the node values `a`, shaped (..., n, d) with
     n in G.nodes order (any leading batch axes).
 
-    x_i^r = (1 / |B_r(i)|) sum_{j in B_r(i)} a_j, B_r(i) the nodes within r hops of i (the module docstring;
+    ``x_i^r = (1 / |B_r(i)|) sum_{j in B_r(i)} a_j``, B_r(i) the nodes within r hops of i (the module docstring;
     docs/averaging.md section 7).
 
     Parameters

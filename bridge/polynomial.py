@@ -83,7 +83,7 @@ def fit_filter(spectra: Sequence[np.ndarray], degree: int, safeguard: bool = Tru
     degree : int
         The polynomial's degree r >= 1, the rounds it runs.
     safeguard : bool
-        Impose |p| <= 1 on [-1, 1].
+        Impose -1 <= p <= 1 on [-1, 1].
 
     Returns
     -------

@@ -4,6 +4,7 @@ docs/theory/residuals.md section 1)."""
 import math
 import numbers
 from dataclasses import dataclass
+from typing import cast  # numbers.Real's stubs lack >=: the checks compare as int or float
 
 RESIDUALS = ("standard", "attentionx", "belief", "belief_star", "concat", "accumulated")
 KERNELS = ("softmax", "diff", "linear", "mean")
@@ -74,10 +75,10 @@ class AttentionConfig:
     self_loops: bool = True
     send_width: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("d_model", "n_head"):
             value = getattr(self, name)
-            if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+            if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and cast(int, value) >= 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
@@ -87,7 +88,9 @@ class AttentionConfig:
             raise ValueError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(KERNELS)}")
         for name in ("gamma", "beta"):
             value = getattr(self, name)
-            if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value < math.inf):
+            if not (
+                isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= cast(float, value) < math.inf
+            ):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.send_width is not None:
             self.check_send_width()
@@ -106,10 +109,16 @@ class AttentionConfig:
         if self.symmetric and self.kernel == "mean":
             raise ValueError("symmetric ties K to Q, and kernel 'mean' has neither: use one or the other")
 
-    def check_send_width(self):
+    def check_send_width(self) -> None:
         """Raise unless send_width is an integer >= 2 (>= 1 for kernel "mean", which sends no key) whose key and
         value widths n_head divides, and wide enough for the residual (belief keeps the part of MH orthogonal to
-        V, which is 0 when V is one number)."""
+        V, which is 0 when V is one number).
+
+        Raises
+        ------
+        ValueError
+            Naming send_width, when it is not such an integer or n_head does not divide its parts.
+        """
         w, least = self.send_width, 1 if self.kernel == "mean" else 2
         if not (isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= least):
             default = "d_model" if self.kernel == "mean" else "2 d_model"
@@ -129,7 +138,8 @@ class AttentionConfig:
             )
 
     @property
-    def head_size(self):
+    def head_size(self) -> int:
+        """d_model / n_head: the per-head width of the residual stream (GraphAttention's heads)."""
         return self.d_model // self.n_head
 
     @property

@@ -3,16 +3,35 @@
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 from .block import Block, init_weights
+from .config import AttentionConfig
 from .graph import TokenGraph
 from .mha import SignalMemory
 
 
 class GPT(nn.Module):
-    """Token + position embeddings, n_layer blocks on the causal token graph, tied LM head."""
+    """Token + position embeddings, n_layer blocks on the causal token graph, tied LM head.
 
-    def __init__(self, config, vocab_size, block_size, n_layer):
+    Parameters
+    ----------
+    config : AttentionConfig
+        The attention layers' sizes and switches (self_loops must be True).
+    vocab_size : int
+        The number of token ids.
+    block_size : int
+        The longest sequence (the number of position embeddings).
+    n_layer : int
+        The number of blocks.
+
+    Raises
+    ------
+    ValueError
+        When a size is not a positive integer or config.self_loops is False.
+    """
+
+    def __init__(self, config: AttentionConfig, vocab_size: int, block_size: int, n_layer: int):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer)):
             if not (isinstance(value, int) and value >= 1):
@@ -32,8 +51,28 @@ class GPT(nn.Module):
         init_weights(self, n_layer)
         self.lm_head.weight = self.wte.weight  # weight tying
 
-    def forward(self, idx, targets=None):
-        """idx: (B, T) token ids, T <= block_size -> logits (B, T, vocab), loss (None without targets)."""
+    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """idx: (B, T) token ids, T <= block_size -> logits (B, T, vocab), loss (None without targets).
+
+        Parameters
+        ----------
+        idx : torch.Tensor
+            (B, T) int64 token ids, T <= block_size.
+        targets : torch.Tensor or None
+            (B, T) the next token ids, for the loss.
+
+        Returns
+        -------
+        logits : torch.Tensor
+            (B, T, vocab_size).
+        loss : torch.Tensor or None
+            The mean cross-entropy against targets; None without targets.
+
+        Raises
+        ------
+        ValueError
+            When T exceeds block_size.
+        """
         B, T = idx.shape
         if T > self.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.block_size}")
@@ -47,8 +86,39 @@ class GPT(nn.Module):
         return logits, loss
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-        """Append max_new_tokens sampled tokens to idx (B, T), each conditioned on the last block_size."""
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Append max_new_tokens sampled tokens to idx (B, T), each conditioned on the last block_size.
+
+        Parameters
+        ----------
+        idx : torch.Tensor
+            (B, T) int64 token ids, the prompt.
+        max_new_tokens : int
+            How many tokens to sample.
+        temperature : float
+            Divides the logits before the softmax, > 0.
+        top_k : int or None
+            Sample from the top_k most likely tokens only.
+        generator : torch.Generator or None
+            The random generator of the draws.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, T + max_new_tokens) token ids.
+
+        Raises
+        ------
+        ValueError
+            When temperature is not > 0.
+        """
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         for _ in range(max_new_tokens):

@@ -2,13 +2,17 @@
 
 Token i attends to token j iff (i, j) is an edge. Full attention is the complete graph, causal
 attention the graph with j <= i, and any other graph is held as an edge list. A graph runs in one
-of two layouts: "dense", a (T, T) boolean mask for scaled_dot_product_attention, or "sparse",
-gather / aggregate over the edge list with pdmm's `EdgeList` in blocks of edges (attention.sparse;
-memory grows with edges, not T^2).
+of two layouts: "dense", a (T, T) boolean mask for scaled_dot_product_attention, or "sparse", over
+the edge list with pdmm's `EdgeList` in blocks of edges (attention.sparse; memory grows with edges,
+not T^2): gather (node to edge: each edge e = (i -> j) reads its tokens' rows) and aggregate (edge to
+node: the sum over a token's edges).
 """
+
+from typing import Any
 
 import networkx as nx
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from pdmm.compiled import EdgeList
@@ -17,27 +21,106 @@ SPARSE_DENSITY = 1 / 8  # "auto" layout: sparse when at most this fraction of th
 
 
 class TokenGraph:
-    """Who attends to whom among n tokens; build it with full / causal / window / from_networkx / from_edges."""
+    """Who attends to whom among n tokens; build it with full / causal / window / from_networkx / from_edges.
 
-    def __init__(self, n, kind, src=None, dst=None, layout="dense", block=None):
+    Token i attends to token j iff (i, j) is an edge (docs/theory/attention.md section 3).
+
+    Parameters
+    ----------
+    n : int
+        The number of tokens.
+    kind : str
+        "full" (every pair), "causal" (j <= i) or "graph" (the edges src -> dst).
+    src, dst : numpy.ndarray or None
+        int64 edge arrays sorted by (src, dst) for kind "graph": token src[e] attends to token dst[e];
+        None for full and causal graphs.
+    layout : str
+        "dense" (a (T, T) boolean mask) or "sparse" (the edge list, attention.sparse).
+    block : int or None
+        Sparse layout: edges per block, None automatic, 0 unblocked (attention.sparse).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        kind: str,
+        src: np.ndarray | None = None,
+        dst: np.ndarray | None = None,
+        layout: str = "dense",
+        block: int | None = None,
+    ):
         self.n, self.kind, self.layout = n, kind, layout
         self.src, self.dst = src, dst  # numpy int64 edge arrays sorted by (src, dst); None for full / causal
         self.block = block  # sparse layout: edges per block, None automatic, 0 unblocked (attention.sparse)
-        self._cache = {}
+        self._cache: dict[tuple[Any, ...], Any] = {}
 
     @classmethod
-    def full(cls, n):
-        """Every token attends to every token (what forward does with graph=None)."""
+    def full(cls, n: int) -> "TokenGraph":
+        """Every token attends to every token (what forward does with graph=None).
+
+        Parameters
+        ----------
+        n : int
+            The number of tokens, >= 1.
+
+        Returns
+        -------
+        TokenGraph
+            The complete graph (kind "full").
+
+        Raises
+        ------
+        ValueError
+            When n is not a positive integer.
+        """
         return cls(_count(n), "full")
 
     @classmethod
-    def causal(cls, n):
-        """Token i attends to tokens j <= i."""
+    def causal(cls, n: int) -> "TokenGraph":
+        """Token i attends to tokens j <= i.
+
+        Parameters
+        ----------
+        n : int
+            The number of tokens, >= 1.
+
+        Returns
+        -------
+        TokenGraph
+            The causal graph (kind "causal").
+
+        Raises
+        ------
+        ValueError
+            When n is not a positive integer.
+        """
         return cls(_count(n), "causal")
 
     @classmethod
-    def window(cls, n, w, causal=False, layout="auto"):
-        """Token i attends to tokens j with abs(i - j) <= w (and j <= i when causal)."""
+    def window(cls, n: int, w: int, causal: bool = False, layout: str = "auto") -> "TokenGraph":
+        """Token i attends to tokens j with abs(i - j) <= w (and j <= i when causal).
+
+        Parameters
+        ----------
+        n : int
+            The number of tokens, >= 1.
+        w : int
+            The window's half-width, >= 0.
+        causal : bool
+            Keep only j <= i.
+        layout : str
+            "auto", "dense" or "sparse" (from_edges).
+
+        Returns
+        -------
+        TokenGraph
+            The windowed graph (kind "graph").
+
+        Raises
+        ------
+        ValueError
+            When n or w is out of range, or layout is unknown.
+        """
         n = _count(n)
         if not (isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0):
             raise ValueError(f"window width w must be an integer >= 0, got {w!r}")
@@ -48,11 +131,32 @@ class TokenGraph:
         return cls.from_edges(n, i[keep], j[keep], layout)
 
     @classmethod
-    def from_networkx(cls, G, self_loops=True, layout="auto"):
+    def from_networkx(cls, G: nx.Graph, self_loops: bool = True, layout: str = "auto") -> "TokenGraph":
         """Tokens are G's nodes in G.nodes order; each token attends to its neighbours and, with
         self_loops=True, to itself (self loops already in G are always kept).
 
         For a directed G an edge u -> v carries information from u to v: token v attends to u.
+
+        Parameters
+        ----------
+        G : networkx.Graph
+            The graph (directed or not); its nodes become tokens 0..n-1 in G.nodes order.
+        self_loops : bool
+            Add the edge (i, i) for every token.
+        layout : str
+            "auto", "dense" or "sparse" (from_edges).
+
+        Returns
+        -------
+        TokenGraph
+            The graph over G's nodes (kind "graph").
+
+        Raises
+        ------
+        TypeError
+            When G is not a networkx graph.
+        ValueError
+            When a token would attend to nothing, or layout is unknown.
         """
         if not isinstance(G, nx.Graph):
             raise TypeError(f"from_networkx needs a networkx graph, got {type(G).__name__}")
@@ -60,15 +164,36 @@ class TokenGraph:
         pairs = [(index[v], index[u]) for u, v in G.edges]  # v attends to u
         if not G.is_directed():
             pairs += [(j, i) for i, j in pairs]
-        pairs = set(pairs)  # G's own self loops stay
+        unique = set(pairs)  # G's own self loops stay
         if self_loops:
-            pairs |= {(i, i) for i in range(len(index))}
-        src, dst = np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2).T
+            unique |= {(i, i) for i in range(len(index))}
+        src, dst = np.array(sorted(unique), dtype=np.int64).reshape(-1, 2).T
         return cls.from_edges(len(index), src, dst, layout)
 
     @classmethod
-    def from_edges(cls, n, src, dst, layout="auto"):
-        """Token src[e] attends to token dst[e]; every token must attend to at least one token."""
+    def from_edges(cls, n: int, src: npt.ArrayLike, dst: npt.ArrayLike, layout: str = "auto") -> "TokenGraph":
+        """Token src[e] attends to token dst[e]; every token must attend to at least one token.
+
+        Parameters
+        ----------
+        n : int
+            The number of tokens, >= 1.
+        src, dst : array_like of int
+            The edges' attending and attended tokens, in any order, no duplicates.
+        layout : str
+            "auto" (sparse when at most 1/8 of the T^2 pairs are edges), "dense" or "sparse".
+
+        Returns
+        -------
+        TokenGraph
+            The graph with edges sorted by (src, dst) (kind "graph").
+
+        Raises
+        ------
+        ValueError
+            Naming the problem: src and dst of different lengths, an endpoint outside 0..n-1, a duplicate
+            edge, a token that attends to nothing, or an unknown layout.
+        """
         n = _count(n)
         src, dst = np.asarray(src, dtype=np.int64).ravel(), np.asarray(dst, dtype=np.int64).ravel()
         if src.shape != dst.shape:
@@ -91,25 +216,47 @@ class TokenGraph:
             raise ValueError(f"layout must be 'auto', 'dense' or 'sparse', got {layout!r}")
         return cls(n, "graph", src, dst, layout)
 
-    def without_self_loops(self, layout="auto"):
+    def without_self_loops(self, layout: str = "auto") -> "TokenGraph":
         """The same graph minus every edge (i, i): each token attends to the others but not to itself
-        (the AttentionX paper's ViT, docs/theory/residuals.md section 3); an error when a token is left attending
-        to nothing."""
+        (the AttentionX paper's ViT, docs/theory/residuals.md section 3).
+
+        Parameters
+        ----------
+        layout : str
+            "auto", "dense" or "sparse" (from_edges).
+
+        Returns
+        -------
+        TokenGraph
+            The graph without self loops (kind "graph").
+
+        Raises
+        ------
+        ValueError
+            When a token is left attending to nothing.
+        """
         src, dst = self.edges()
         keep = src != dst
         return TokenGraph.from_edges(self.n, src[keep], dst[keep], layout)
 
     @property
-    def num_edges(self):
+    def num_edges(self) -> int:
+        """E, the number of (attending, attended) pairs: n^2 full, n (n + 1) / 2 causal, len(src) otherwise."""
         if self.kind == "full":
             return self.n * self.n
         if self.kind == "causal":
             return self.n * (self.n + 1) // 2
-        return len(self.src)
+        return len(self.edges()[0])
 
-    def edges(self):
-        """(src, dst) numpy arrays of every edge, sorted."""
-        if self.src is not None:
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) numpy arrays of every edge, sorted.
+
+        Returns
+        -------
+        src, dst : numpy.ndarray
+            int64 arrays (E,) sorted by (src, dst): token src[e] attends to token dst[e].
+        """
+        if self.src is not None and self.dst is not None:
             return self.src, self.dst
         i, j = np.nonzero(
             np.tril(np.ones((self.n, self.n), dtype=bool))
@@ -118,16 +265,35 @@ class TokenGraph:
         )
         return i.astype(np.int64), j.astype(np.int64)
 
-    def dense(self):
-        """The same graph as a boolean mask (layout "dense")."""
+    def dense(self) -> "TokenGraph":
+        """The same graph as a boolean mask (layout "dense").
+
+        Returns
+        -------
+        TokenGraph
+            The graph (kind "graph") with layout "dense".
+        """
         return TokenGraph(self.n, "graph", *self.edges(), layout="dense")
 
-    def sparse(self, block=None):
+    def sparse(self, block: int | None = None) -> "TokenGraph":
         """The same graph as an edge list (layout "sparse"), run `block` edges at a time.
 
-        block=None picks the size (attention.sparse.block_size: about E / head size edges, so a
-        block's temporaries cost what the per-edge weights do); 0 runs the unblocked plain-autograd
-        path, which keeps (E, B, nh, hs) tensors for backward (about 6 kB per edge at d_model 256).
+        Parameters
+        ----------
+        block : int or None
+            None picks the size (attention.sparse.block_size: about E / head size edges, so a block's
+            temporaries cost what the per-edge weights do); 0 runs the unblocked plain-autograd path,
+            which keeps (E, B, nh, hs) tensors for backward (about 6 kB per edge at d_model 256).
+
+        Returns
+        -------
+        TokenGraph
+            The graph (kind "graph") with layout "sparse".
+
+        Raises
+        ------
+        ValueError
+            When block is neither None nor an integer >= 0.
         """
         if block is not None and not (
             isinstance(block, (int, np.integer)) and not isinstance(block, bool) and block >= 0
@@ -137,8 +303,19 @@ class TokenGraph:
             )
         return TokenGraph(self.n, "graph", *self.edges(), layout="sparse", block=None if block is None else int(block))
 
-    def mask(self, device="cpu"):
-        """(T, T) bool, True where token i may attend to token j; cached per device."""
+    def mask(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """(T, T) bool, True where token i may attend to token j; cached per device.
+
+        Parameters
+        ----------
+        device : torch.device or str
+            Where the mask lives.
+
+        Returns
+        -------
+        torch.Tensor
+            The (T, T) boolean mask.
+        """
         key = ("mask", str(device))
         if key not in self._cache:
             mask = torch.zeros(self.n, self.n, dtype=torch.bool, device=device)
@@ -147,32 +324,61 @@ class TokenGraph:
             self._cache[key] = mask
         return self._cache[key]
 
-    def edge_list(self, device="cpu", dtype=torch.float32):
-        """The graph as a pdmm EdgeList (src = attending token, dst = attended token); cached."""
+    def edge_list(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> EdgeList:
+        """The graph as a pdmm EdgeList (src = attending token, dst = attended token); cached.
+
+        Parameters
+        ----------
+        device : torch.device or str
+            Where the index tensors live.
+        dtype : torch.dtype
+            The float type of its incidence matrix (float32 unless float64; CSR products need one of them).
+
+        Returns
+        -------
+        EdgeList
+            Its gather (node to edge) and aggregate (edge to node) run the sparse layout (attention.sparse).
+        """
         dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32  # CSR products need these
         key = ("edges", str(device), dtype)
         if key not in self._cache:
             self._cache[key] = EdgeList(**EdgeList.arrays(self.n, *self.edges(), device=device, dtype=dtype))
         return self._cache[key]
 
-    def check(self, T):
-        """Raise unless this graph is over T tokens."""
+    def check(self, T: int) -> "TokenGraph":
+        """Raise unless this graph is over T tokens.
+
+        Parameters
+        ----------
+        T : int
+            The sequence length.
+
+        Returns
+        -------
+        TokenGraph
+            This graph.
+
+        Raises
+        ------
+        ValueError
+            When the graph has another number of tokens.
+        """
         if self.n != T:
             raise ValueError(f"the token graph has {self.n} tokens but the sequence has {T}")
         return self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         block = "" if self.block is None else f", block={self.block}"
         return f"TokenGraph(n={self.n}, kind={self.kind!r}, edges={self.num_edges}, layout={self.layout!r}{block})"
 
 
-def _count(n):
+def _count(n: Any) -> int:
     if not (isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1):
         raise ValueError(f"the number of tokens must be a positive integer, got {n!r}")
     return int(n)
 
 
-def resolve(graph, T):
+def resolve(graph: TokenGraph | None, T: int) -> TokenGraph:
     """graph=None means full attention; anything else must be a TokenGraph over T tokens."""
     if graph is None:
         return TokenGraph.full(T)

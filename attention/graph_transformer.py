@@ -4,15 +4,19 @@ With self loops, layer l lets each node read its neighbours once: after l layers
 exactly l rounds of neighbour communication, the budget of l PDMM iterations (docs/theory/attention.md section 6).
 """
 
+from typing import cast
+
 import torch
 import torch.nn as nn
+from torch import Tensor
 
 from .block import Block, init_weights, make_norm
+from .config import AttentionConfig
 from .gat import GraphAttention
 from .graph import TokenGraph
 from .mha import MultiHeadAttention, SignalMemory
 
-LAYERS = {"attention": MultiHeadAttention, "gat": GraphAttention}
+LAYERS: dict[str, type[MultiHeadAttention]] = {"attention": MultiHeadAttention, "gat": GraphAttention}
 
 
 class GraphTransformer(nn.Module):
@@ -23,19 +27,44 @@ class GraphTransformer(nn.Module):
     norm=None makes every LayerNorm (the blocks' and the final one) the identity; mlp="bilinear"
     uses the bilinear GLU W_3 ((W_1 h) * (W_2 h)) instead of the GELU MLP; hidden is the MLP's
     width (default 4 d_model).
+
+    Parameters
+    ----------
+    config : AttentionConfig
+        The attention layers' sizes and switches (self_loops must be True).
+    n_layer : int
+        The number of layers (rounds) it is trained at.
+    in_features, out_features : int
+        Node feature and readout widths.
+    tied : bool
+        One block for every round.
+    layer : str
+        "attention" (MultiHeadAttention) or "gat" (GraphAttention).
+    norm : str or None
+        "layernorm", or None for the identity.
+    mlp : str
+        "gelu" or "bilinear".
+    hidden : int or None
+        The MLP's width; None means 4 d_model.
+
+    Raises
+    ------
+    ValueError
+        For an unknown layer, norm or mlp, an n_layer that is not a positive integer, or
+        config.self_loops False.
     """
 
     def __init__(
         self,
-        config,
-        n_layer,
-        in_features=1,
-        out_features=1,
-        tied=False,
-        layer="attention",
-        norm="layernorm",
-        mlp="gelu",
-        hidden=None,
+        config: AttentionConfig,
+        n_layer: int,
+        in_features: int = 1,
+        out_features: int = 1,
+        tied: bool = False,
+        layer: str = "attention",
+        norm: str | None = "layernorm",
+        mlp: str = "gelu",
+        hidden: int | None = None,
     ):
         super().__init__()
         if layer not in LAYERS:
@@ -61,13 +90,32 @@ class GraphTransformer(nn.Module):
     def numbers_sent(self) -> int:
         """Numbers a node sends each neighbour per round (layer): its attention layer's numbers_sent,
         2 d_model by default (key and value), config.send_width when set, d_model for layer="gat"."""
-        return self.blocks[0].attn.numbers_sent
+        return cast(Block, self.blocks[0]).attn.numbers_sent
 
-    def forward(self, x, graph, rounds=None):
-        """x: (B, n, in_features) node features; graph: the TokenGraph over the n nodes.
+    def forward(self, x: Tensor, graph: TokenGraph, rounds: int | None = None) -> Tensor:
+        """The readout after every layer.
 
-        rounds: how many layers to run (default n_layer); a tied model may run past n_layer, the
-        depth it was trained at, since its one block is the same in every round.
+        Parameters
+        ----------
+        x : torch.Tensor
+            (B, n, in_features) node features.
+        graph : TokenGraph
+            The token graph over the n nodes.
+        rounds : int or None
+            How many layers to run (default n_layer); a tied model may run past n_layer, the depth it
+            was trained at, since its one block is the same in every round.
+
+        Returns
+        -------
+        torch.Tensor
+            (rounds, B, n, out_features).
+
+        Raises
+        ------
+        ValueError
+            When rounds is out of range or x has the wrong shape.
+        TypeError
+            When graph is not a TokenGraph.
         """
         rounds = self.n_layer if rounds is None else rounds
         if not (isinstance(rounds, int) and rounds >= 1 and (self.tied or rounds <= self.n_layer)):

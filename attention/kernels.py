@@ -1,22 +1,29 @@
 """Attention kernels over a token graph: q, k, v (B, nh, T, hs) -> heads (B, nh, T, hs) (docs/theory/attention.md
 sections 3, 5; docs/theory/residuals.md section 10).
 
-Each kernel turns scores into weights over the neighbours of every token and sums their values:
-head_i = sum_{j in N(i)} w_ij v_j. Softmax on full, causal and dense-mask graphs goes through
-scaled_dot_product_attention, linear attention through prefix sums (causal), one product (full) or
-the masked weights (dense); on sparse graphs both run as scores / softmax / aggregate over the
-edge list in blocks of edges (attention.sparse), holding O(T d + E nh) memory, not O(E d).
+Each kernel turns scores into weights over the neighbours of every token and aggregates their values
+(the sum over the token's edges): head_i = sum_{j in N(i)} w_ij v_j. Softmax on full, causal and
+dense-mask graphs goes through scaled_dot_product_attention, linear attention through prefix sums
+(causal), one product (full) or the masked weights (dense); on sparse graphs both run as scores /
+softmax / aggregate over the edge list in blocks of edges (attention.sparse), holding O(T d + E nh) memory, not O(E d).
 """
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from .sparse import block_size, edge_aggregate, edge_scores, edge_softmax
 
+if TYPE_CHECKING:
+    from .graph import EdgeList, TokenGraph
 
-def softmax_attention(q, k, v, graph, dropout_p=0.0, scale=None):
+
+def softmax_attention(
+    q: Tensor, k: Tensor, v: Tensor, graph: "TokenGraph", dropout_p: float = 0.0, scale: float | None = None
+) -> Tensor:
     """w_ij = softmax_{j in N(i)}(q_i . k_j * scale), scale = 1 / sqrt(hs) by default."""
     if graph.kind == "full":
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
@@ -32,24 +39,24 @@ def softmax_attention(q, k, v, graph, dropout_p=0.0, scale=None):
     return edge_aggregate(w, v, edges, block).permute(1, 2, 0, 3)
 
 
-def sparse_setup(q, graph):
+def sparse_setup(q: Tensor, graph: "TokenGraph") -> tuple["EdgeList", int]:
     """The graph's EdgeList for q's device and dtype, and the edges per block for q's (B, nh, T, hs) shape."""
     edges = graph.edge_list(q.device, q.dtype)
     B, nh, _, hs = q.shape
     return edges, block_size(graph.block, edges, (B, nh, hs))
 
 
-def feature_map(x):
+def feature_map(x: Tensor) -> Tensor:
     """phi(x) = elu(x) + 1 > 0, the linear kernel's feature map."""
     return F.elu(x) + 1
 
 
-def positive(denominator):
+def positive(denominator: Tensor) -> Tensor:
     """phi > 0, so linear attention's denominators are > 0 unless phi underflowed; keep them finite."""
     return denominator.clamp_min(torch.finfo(denominator.dtype).tiny)
 
 
-def linear_attention(q, k, v, graph, chunk=64):
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, graph: "TokenGraph", chunk: int = 64) -> Tensor:
     """w_ij = phi(q_i) . phi(k_j) / sum_{j' in N(i)} phi(q_i) . phi(k_j'); O(T hs^2) for full and causal graphs.
 
     Causal: y_i = (sum_{j<=i} v_j phi(k_j)^T) phi(q_i) / ((sum_{j<=i} phi(k_j))^T phi(q_i)), by prefix
@@ -71,7 +78,7 @@ def linear_attention(q, k, v, graph, chunk=64):
     return heads.permute(1, 2, 0, 3)
 
 
-def causal_linear_attention(q, k, v, chunk):
+def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor, chunk: int) -> Tensor:
     """Causal linear attention on feature-mapped q, k (B, nh, T, hs) by chunked prefix sums."""
     B, nh, T, hs = q.shape
     pad = -T % chunk  # zero features and values add nothing to any sum
@@ -86,7 +93,7 @@ def causal_linear_attention(q, k, v, chunk):
     return (numerator / positive(denominator)).view(B, nh, -1, v.shape[-1])[:, :, :T]
 
 
-def softmax_entropy(q, k, graph, scale=None):
+def softmax_entropy(q: Tensor, k: Tensor, graph: "TokenGraph", scale: float | None = None) -> Tensor:
     """Mean entropy (nats) of each head's softmax rows, (nh,): a probe statistic, computed explicitly."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     if graph.kind == "graph" and graph.layout == "sparse":

@@ -1,16 +1,28 @@
 """Multi-head attention whose residual signal, score kernel and token graph are switches (docs/theory/attention.md
-section 1; docs/theory/residuals.md section 1)."""
+section 1; docs/theory/residuals.md section 1).
+
+In pdmm's words (docs/theory/attention.md section 2): `project` is token-local, `attend` gathers each
+neighbour's key and value to the edge (node to edge) and aggregates the softmax-weighted values over each
+token's edges (edge to node), and `residual_signal` with W^o is the start of the fuse step, the token's
+local update, which the block finishes with x + update and its MLP.
+"""
 
 import math
 import numbers
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .graph import resolve
 from .kernels import linear_attention, softmax_attention, softmax_entropy
+
+if TYPE_CHECKING:
+    from .config import AttentionConfig
+    from .graph import TokenGraph
 
 
 class MultiHeadAttention(nn.Module):
@@ -22,9 +34,28 @@ class MultiHeadAttention(nn.Module):
     head_norm's gain (hs_v), i.e. 3 hs per layer when hs_k = hs_v = hs. w_k = w_v = d_model unless
     config.send_width sets them (AttentionConfig); hs_k = w_k / n_head, hs_v = w_v / n_head.
     `layer_index` (from 1) sets diff's lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)).
+
+    Parameters
+    ----------
+    config : AttentionConfig
+        The layer's sizes and switches.
+    layer_index : int or None
+        The layer's position, counted from 1; kernel "diff" needs it.
+
+    Raises
+    ------
+    ValueError
+        When layer_index is not an integer >= 1, or is None with kernel "diff".
     """
 
-    def __init__(self, config, layer_index=None):
+    lambda_init: float  # kernel "diff" only, like the four lambda vectors and head_norm
+    lambda_q1: nn.Parameter
+    lambda_k1: nn.Parameter
+    lambda_q2: nn.Parameter
+    lambda_k2: nn.Parameter
+    head_norm: nn.RMSNorm
+
+    def __init__(self, config: "AttentionConfig", layer_index: int | None = None):
         super().__init__()
         self.config = config
         C, w_v = config.d_model, config.value_width
@@ -36,6 +67,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("kernel 'diff' needs layer_index (counted from 1) to set lambda_init")
         self.c_attn = nn.Linear(C, self.projection_width(), bias=config.bias)
         if config.kernel == "diff":
+            assert layer_index is not None  # checked above
             self.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * (layer_index - 1))
             self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
                 nn.Parameter(torch.randn(config.key_head_size // 2) * 0.1) for _ in range(4)
@@ -45,11 +77,33 @@ class MultiHeadAttention(nn.Module):
         if config.residual == "belief_star":
             self.c_proj_s = nn.Linear(w_v, C, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.probes = {}
+        self.probes: dict[str, Tensor] = {}
 
-    def forward(self, x, graph=None, memory=None):
-        """x: (B, T, d_model); graph: TokenGraph over T tokens, or None for full attention; memory: the
-        SignalMemory a model passes through its layers (used by residual "accumulated" only)."""
+    def forward(self, x: Tensor, graph: "TokenGraph | None" = None, memory: "SignalMemory | None" = None) -> Tensor:
+        """The update R W^o + b the block adds to x (dropout applied; for "belief_star" plus the per-head
+        Delta^s W^s, for "accumulated" plus beta times the earlier layers' updates).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (B, T, d_model) token rows.
+        graph : TokenGraph or None
+            The token graph over T tokens; None means full attention.
+        memory : SignalMemory or None
+            What a model passes through its layers; used by residual "accumulated" only.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, T, d_model), the update.
+
+        Raises
+        ------
+        ValueError
+            When x is not (B, T, d_model) or the graph is over another number of tokens.
+        TypeError
+            When graph is neither a TokenGraph nor None.
+        """
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected input of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
         graph = resolve(graph, x.shape[1])
@@ -69,12 +123,24 @@ class MultiHeadAttention(nn.Module):
             self.record(x, q, k, mh, v_all, r, y, graph)
         return y
 
-    def projection_width(self):
-        """Output width of c_attn: Q, K, V (K = Q when symmetric)."""
+    def projection_width(self) -> int:
+        """Output width of c_attn: Q, K, V (K = Q when symmetric).
+
+        Returns
+        -------
+        int
+            w_k + w_k + w_v, or w_k + w_v when symmetric.
+        """
         return sum(self.projection_sizes())
 
-    def projection_sizes(self):
-        """Widths of c_attn's parts: (w_k, w_k, w_v), or (w_k, w_v) when symmetric (K = Q)."""
+    def projection_sizes(self) -> tuple[int, ...]:
+        """Widths of c_attn's parts: (w_k, w_k, w_v), or (w_k, w_v) when symmetric (K = Q).
+
+        Returns
+        -------
+        tuple of int
+            The widths in c_attn's output order.
+        """
         w_k, w_v = self.config.key_width, self.config.value_width
         return (w_k, w_v) if self.config.symmetric else (w_k, w_k, w_v)
 
@@ -85,16 +151,44 @@ class MultiHeadAttention(nn.Module):
         the receiver forms its own query locally."""
         return self.config.key_width + self.config.value_width
 
-    def project(self, x):
-        """Q, K as (B, nh, T, hs_k), V as (B, nh, T, hs_v); K is Q when symmetric."""
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K as (B, nh, T, hs_k), V as (B, nh, T, hs_v); K is Q when symmetric. Token-local.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (B, T, d_model) token rows.
+
+        Returns
+        -------
+        q, k, v : torch.Tensor
+            The per-head queries, keys and values.
+        """
         B, T, _ = x.shape
         parts = self.c_attn(x).split(self.projection_sizes(), dim=2)
         q, k, v = (parts[0], parts[0], parts[1]) if self.config.symmetric else parts
-        return tuple(t.view(B, T, self.config.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.view(B, T, self.config.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        return q, k, v
 
-    def attend(self, q, k, v, graph):
-        """The heads head_m = sum_{j in N(i)} w_ij v_j of the configured kernel
-        (docs/theory/attention.md section 3; docs/theory/residuals.md section 1)."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, graph: "TokenGraph") -> Tensor:
+        """The heads head_m = sum_{j in N(i)} w_ij v_j of the configured kernel: the aggregate over each
+        token's edges of the values gathered from its neighbours (docs/theory/attention.md section 3;
+        docs/theory/residuals.md section 1).
+
+        Parameters
+        ----------
+        q, k : torch.Tensor
+            (B, nh, T, hs_k) queries and keys.
+        v : torch.Tensor
+            (B, nh, T, hs_v) values.
+        graph : TokenGraph
+            The token graph over T tokens.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, nh, T, hs_v), the heads.
+        """
         p = self.config.dropout if self.training else 0.0
         if self.config.kernel == "mean":  # w_ij = 1 / |N(i)|: the softmax of equal (zero) scores
             zeros = v.new_zeros(v.shape[:-1] + (1,))
@@ -114,18 +208,51 @@ class MultiHeadAttention(nn.Module):
         )
         return self.head_norm(heads.to(self.head_norm.weight.dtype)).type_as(heads) * (1 - self.lambda_init)
 
-    def diff_lambda(self):
-        """lambda = exp(l_q1 . l_k1) - exp(l_q2 . l_k2) + lambda_init, one scalar per layer."""
+    def diff_lambda(self) -> Tensor:
+        """lambda = exp(l_q1 . l_k1) - exp(l_q2 . l_k2) + lambda_init, one scalar per layer (kernel "diff").
+
+        Returns
+        -------
+        torch.Tensor
+            A 0-dimensional tensor.
+        """
         return (
             torch.exp(self.lambda_q1 @ self.lambda_k1) - torch.exp(self.lambda_q2 @ self.lambda_k2) + self.lambda_init
         )
 
-    def entropy(self, q, k, graph):
-        """Mean entropy of each head's attention rows, (nh,); None where the kernel has no softmax rows."""
+    def entropy(self, q: Tensor, k: Tensor, graph: "TokenGraph") -> Tensor | None:
+        """Mean entropy of each head's attention rows, (nh,); None where the kernel has no softmax rows.
+
+        Parameters
+        ----------
+        q, k : torch.Tensor
+            (B, nh, T, hs_k) queries and keys.
+        graph : TokenGraph
+            The token graph over T tokens.
+
+        Returns
+        -------
+        torch.Tensor or None
+            (nh,) entropies in nats for kernel "softmax", else None.
+        """
         return softmax_entropy(q, k, graph) if self.config.kernel == "softmax" else None  # "mean": log |N(i)|
 
-    def residual_signal(self, mh, v):
-        """R from MH(X) and V(X), both (B, T, w_v) (docs/theory/residuals.md section 1)."""
+    def residual_signal(self, mh: Tensor, v: Tensor) -> Tensor:
+        """R from MH(X) and V(X), both (B, T, w_v): token-local, the first part of the fuse step
+        (docs/theory/residuals.md section 1).
+
+        Parameters
+        ----------
+        mh : torch.Tensor
+            (B, T, w_v) merged heads MH(X).
+        v : torch.Tensor
+            (B, T, w_v) merged values V(X).
+
+        Returns
+        -------
+        torch.Tensor
+            (B, T, w_v), or (B, T, 2 w_v) for "concat".
+        """
         residual, gamma = self.config.residual, self.config.gamma
         if residual in ("standard", "accumulated"):
             return mh
@@ -136,8 +263,27 @@ class MultiHeadAttention(nn.Module):
         return orthogonal_part(mh, v)  # belief and belief_star
 
     @torch.no_grad()
-    def record(self, x, q, k, mh, v, r, y, graph):
-        """Keep the last forward's signals (detached) for analysis: also the layer's input x and its update y."""
+    def record(
+        self, x: Tensor, q: Tensor, k: Tensor, mh: Tensor, v: Tensor, r: Tensor, y: Tensor, graph: "TokenGraph"
+    ) -> None:
+        """Keep the last forward's signals (detached) in `probes` for analysis: also the layer's input x and its
+        update y.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (B, T, d_model) the layer's input.
+        q, k : torch.Tensor
+            (B, nh, T, hs_k) queries and keys (for the entropy).
+        mh, v : torch.Tensor
+            (B, T, w_v) merged heads and values.
+        r : torch.Tensor
+            The residual signal R.
+        y : torch.Tensor
+            (B, T, d_model) the layer's update.
+        graph : TokenGraph
+            The token graph over T tokens.
+        """
         self.probes = {
             "mh": mh.detach(),
             "v": v.detach(),
@@ -157,39 +303,52 @@ class MultiHeadAttention(nn.Module):
 class SignalMemory:
     """The running sum of the updates S_m = MH_m W^o of the layers run so far in one forward pass."""
 
-    def __init__(self):
-        self.total = None
+    def __init__(self) -> None:
+        self.total: Tensor | None = None
 
-    def accumulate(self, update, beta):
-        """update + beta * (sum of the earlier updates); then remember update."""
+    def accumulate(self, update: Tensor, beta: float) -> Tensor:
+        """update + beta * (sum of the earlier updates); then remember update.
+
+        Parameters
+        ----------
+        update : torch.Tensor
+            This layer's update S_l.
+        beta : float
+            The weight of the earlier updates.
+
+        Returns
+        -------
+        torch.Tensor
+            S_l + beta sum_{m < l} S_m.
+        """
         out = update if self.total is None else update + beta * self.total
         self.total = update if self.total is None else self.total + update
         return out
 
 
-def merge(heads):
+def merge(heads: Tensor) -> Tensor:
     """(B, nh, T, hs) -> (B, T, nh * hs)."""
     B, nh, T, hs = heads.shape
     return heads.transpose(1, 2).reshape(B, T, nh * hs)
 
 
-def split(x, n_head):
+def split(x: Tensor, n_head: int) -> Tensor:
     """(B, T, nh * hs) -> (B, T, nh, hs), a view."""
     return x.unflatten(-1, (n_head, -1))
 
 
-def projection_coefficient(a, v):
+def projection_coefficient(a: Tensor, v: Tensor) -> Tensor:
     """alpha = <a, v> / <v, v> along the last axis; 0 where <v, v> <= eps^2 (eps of the dtype)."""
     return torch.linalg.vecdot(a, v) / safe_squared_norm(v)
 
 
-def safe_squared_norm(v):
+def safe_squared_norm(v: Tensor) -> Tensor:
     """<v, v> along the last axis, inf where it is <= eps^2, so that dividing by it gives 0 there."""
     vv = torch.linalg.vecdot(v, v)
     return vv.masked_fill(vv <= torch.finfo(vv.dtype).eps ** 2, float("inf"))
 
 
-def orthogonal_part(a, v):
+def orthogonal_part(a: Tensor, v: Tensor) -> Tensor:
     """Delta = a - alpha v, alpha = <a, v> / <v, v>: the part of a orthogonal to v, row by row
     (docs/theory/residuals.md section 4).
 
@@ -206,7 +365,7 @@ class OrthogonalPart(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, a, v):
+    def forward(ctx: Any, a: Tensor, v: Tensor) -> Tensor:
         vv = safe_squared_norm(v).unsqueeze(-1)
         alpha = torch.linalg.vecdot(a, v).unsqueeze(-1) / vv  # projection_coefficient, keeping vv
         ctx.save_for_backward(a, v, alpha, vv)
@@ -214,7 +373,7 @@ class OrthogonalPart(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g):
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, Tensor]:
         a, v, alpha, vv = ctx.saved_tensors
         c = torch.linalg.vecdot(g, v).unsqueeze(-1) / vv
         grad_a = torch.addcmul(g, c, v, value=-1)

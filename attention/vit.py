@@ -4,16 +4,47 @@
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 from .block import Block, init_weights
+from .config import AttentionConfig
 from .graph import TokenGraph
 from .mha import SignalMemory
 
 
 class ViT(nn.Module):
-    """Images (B, channels, H, W) -> class logits; tokens = [class token, patches]."""
+    """Images (B, channels, H, W) -> class logits; tokens = [class token, patches].
 
-    def __init__(self, config, n_layer, image_size=8, patch_size=2, channels=1, num_classes=10):
+    Parameters
+    ----------
+    config : AttentionConfig
+        The attention layers' sizes and switches; self_loops=False drops the diagonal of the full graph.
+    n_layer : int
+        The number of blocks.
+    image_size : int
+        H = W, in pixels.
+    patch_size : int
+        The side of a square patch; it must divide image_size.
+    channels : int
+        Input channels.
+    num_classes : int
+        Output classes.
+
+    Raises
+    ------
+    ValueError
+        When patch_size does not divide image_size.
+    """
+
+    def __init__(
+        self,
+        config: AttentionConfig,
+        n_layer: int,
+        image_size: int = 8,
+        patch_size: int = 2,
+        channels: int = 1,
+        num_classes: int = 10,
+    ):
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"patch_size ({patch_size}) must divide image_size ({image_size})")
@@ -30,8 +61,28 @@ class ViT(nn.Module):
         self.head = nn.Linear(config.d_model, num_classes)
         init_weights(self, n_layer)
 
-    def forward(self, images, targets=None):
-        """images: (B, channels, H, W), or (B, H, W) with one channel -> logits (B, classes), loss."""
+    def forward(self, images: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """images: (B, channels, H, W), or (B, H, W) with one channel -> logits (B, classes), loss.
+
+        Parameters
+        ----------
+        images : torch.Tensor
+            (B, channels, H, W), or (B, H, W) with one channel.
+        targets : torch.Tensor or None
+            (B,) class labels, for the loss.
+
+        Returns
+        -------
+        logits : torch.Tensor
+            (B, num_classes), read from the class token.
+        loss : torch.Tensor or None
+            The mean cross-entropy against targets; None without targets.
+
+        Raises
+        ------
+        ValueError
+            When images do not have the expected shape.
+        """
         if images.dim() == 3 and self.channels == 1:
             images = images.unsqueeze(1)
         expected = (self.channels, self.image_size, self.image_size)

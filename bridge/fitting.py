@@ -7,9 +7,11 @@ stops once `patience` steps in a row have not lowered the best validation loss b
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor, nn
 
 PATIENCE, MIN_DELTA = 100, 1e-3  # the comparison's plateau rule: 100 full-batch steps without a 0.1 % gain
 
@@ -20,13 +22,21 @@ class FitLog:
     same points (empty without a validation loss), the step of the kept parameters and why it stopped
     ("plateau", "cap": the step cap was reached first, or "not finite")."""
 
-    losses: list = field(default_factory=list)
-    validation: list = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    validation: list[float] = field(default_factory=list)
     best_step: int = 0
     stopped_by: str = "cap"
 
 
-def adam_keep_best(model, loss_fn, steps, lr, validation_fn=None, patience=PATIENCE, min_delta=MIN_DELTA):
+def adam_keep_best(
+    model: nn.Module,
+    loss_fn: Callable[[], Tensor],
+    steps: int,
+    lr: float,
+    validation_fn: Callable[[], Tensor | float] | None = None,
+    patience: int = PATIENCE,
+    min_delta: float = MIN_DELTA,
+) -> FitLog:
     """Adam on loss_fn() (a scalar tensor over the whole training set) for at most `steps` steps, leaving the
     model at the parameters of the lowest validation_fn() (no gradients), or of the lowest training loss
     when validation_fn is None (then no plateau rule: every step runs). Returns a FitLog; training stops

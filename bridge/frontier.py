@@ -18,11 +18,18 @@ the comparison reports), with full-batch Adam and the comparison's plateau rule 
 (bridge.fitting).
 """
 
+from collections.abc import Sequence
+from typing import Any
+
+import networkx as nx
 import numpy as np
 import torch
+from torch import Tensor
+
+from attention import GraphTransformer, TokenGraph
 
 from .consensus import GraphFamily, disagreement_error, sample_instances
-from .fitting import adam_keep_best
+from .fitting import FitLog, adam_keep_best
 from .pdmm_transformer import pdmm_features, pdmm_transformer, prepare
 
 MIXTURE = (
@@ -33,7 +40,9 @@ MIXTURE = (
 )  # n and, for random_geometric, the default radius set per family
 
 
-def mixture(family, graphs, batch, rng, mu_scale=1.0):
+def mixture(
+    family: GraphFamily, graphs: int, batch: int, rng: np.random.Generator, mu_scale: float = 1.0
+) -> list[tuple[nx.Graph, np.ndarray, np.ndarray]]:
     """`graphs` instances of each MIXTURE topology with the training family's node counts: [(graph, a, s)]."""
     out = []
     for kind in MIXTURE:
@@ -42,7 +51,9 @@ def mixture(family, graphs, batch, rng, mu_scale=1.0):
     return out
 
 
-def log_error_loss(model, prepared, rounds):
+def log_error_loss(
+    model: GraphTransformer, prepared: Sequence[tuple[TokenGraph, Tensor, Tensor]], rounds: int
+) -> Tensor:
     """mean over rounds 1..rounds and instances of log e (natural log), e floored at 1e-30."""
     logs = [
         torch.log(disagreement_error(model(features, graph, rounds=rounds)[..., 0], a).clamp_min(1e-30))
@@ -51,10 +62,21 @@ def log_error_loss(model, prepared, rounds):
     return torch.cat(logs, dim=1).mean()
 
 
-def fit_rounds(model, instances, validation, rounds, steps, lr, rho):
+def fit_rounds(
+    model: GraphTransformer,
+    instances: Sequence[tuple[Any, ...]],
+    validation: Sequence[tuple[Any, ...]],
+    rounds: int,
+    steps: int,
+    lr: float,
+    rho: float,
+) -> FitLog:
     """Full-batch Adam on log_error_loss over `rounds` rounds until the validation loss plateaus (bridge.fitting);
     instances and validation [(graph, a, ...)]. Returns the FitLog."""
-    features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
+
+    def features(G: nx.Graph, a: Tensor) -> Tensor:
+        return pdmm_features(G, a, rho)
+
     train = prepare(model, [(G, a) for G, a, *_ in instances], features, self_loops=False)
     held = prepare(model, [(G, a) for G, a, *_ in validation], features, self_loops=False)
     return adam_keep_best(
@@ -62,7 +84,7 @@ def fit_rounds(model, instances, validation, rounds, steps, lr, rho):
     )
 
 
-def curriculum(depth, rounds):
+def curriculum(depth: int, rounds: int) -> list[int]:
     """The depths of the stages: depth, 2 depth, ... while below `rounds`, then `rounds`."""
     stages = [depth]
     while stages[-1] < rounds:
@@ -70,14 +92,32 @@ def curriculum(depth, rounds):
     return stages
 
 
-def one_number_untied(rho, depth, tuning, validation, steps, lr):
+def one_number_untied(
+    rho: float,
+    depth: int,
+    tuning: Sequence[tuple[Any, ...]],
+    validation: Sequence[tuple[Any, ...]],
+    steps: int,
+    lr: float,
+) -> tuple[GraphTransformer, list[FitLog]]:
     """(model, [FitLog]): the untied one-number PDMM-transformer of `depth` blocks from PDMM's weights (rho),
     trained on the tuning instances."""
     model = pdmm_transformer(rho, depth, start="a", kernel="mean")
     return model, [fit_rounds(model, tuning, validation, depth, steps, lr, rho)]
 
 
-def one_number_tied(rho, depth, rounds, tuning, validation, steps, lr, family, rng, mu_scale=1.0):
+def one_number_tied(
+    rho: float,
+    depth: int,
+    rounds: int,
+    tuning: Sequence[tuple[Any, ...]],
+    validation: Sequence[tuple[Any, ...]],
+    steps: int,
+    lr: float,
+    family: GraphFamily,
+    rng: np.random.Generator,
+    mu_scale: float = 1.0,
+) -> tuple[GraphTransformer, list[FitLog]]:
     """(model, [FitLog per stage]): the tied one-number PDMM-transformer from PDMM's weights (rho, x^0 = 0),
     trained on the tuning instances plus one graph of each MIXTURE topology, validated on the validation
     instances plus one further graph of each, through the depth curriculum up to `rounds`; Adam's lr is
@@ -91,6 +131,6 @@ def one_number_tied(rho, depth, rounds, tuning, validation, steps, lr, family, r
     ]
 
 
-def seed_rng(seed):
+def seed_rng(seed: int) -> np.random.Generator:
     """The mixture graphs' generator of seed `seed`, apart from the comparison's other draws."""
     return np.random.default_rng([seed, 4])

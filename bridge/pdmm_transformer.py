@@ -7,9 +7,10 @@ For f_i(x) = 1/2 (x - a_i)^2 with consensus constraints and theta = 1 (docs/theo
     x_i^{k+1} = a_i inv_i - ((1 - inv_i) / rho) v_i^k
     v_i^{k+1} = w_i^k - 2 rho mean_{j in N(i)} x_j^{k+1},     w_i^k = v_i^{k-1} + 2 rho x_i^k
 
-The residual stream holds (a, d, inv, 1, x^k, w^{k-1}, v^{k-1}) per node. Block k+1 gathers with equal
-scores (W^Q = W^K = 0, token graph without self loops: attention is the neighbour mean of x^k) and adds
--2 rho mean x^k to the w channel, which then holds v^k; the bilinear MLP W_3 ((W_1 h) * (W_2 h)) fuses:
+The residual stream holds (a, d, inv, 1, x^k, w^{k-1}, v^{k-1}) per node. Block k+1 aggregates with equal
+scores (W^Q = W^K = 0, token graph without self loops: attention is the neighbour mean of x^k, each edge
+gathering x_j^k) and adds -2 rho mean x^k to the w channel, which then holds v^k; the bilinear MLP
+W_3 ((W_1 h) * (W_2 h)) fuses (the node's local update):
 x <- a inv - ((1 - inv) / rho) v^k, w <- v^{k-1} + 2 rho x^k, v <- v^k (linear terms are products with
 the constant 1). No LayerNorm. start="zero" runs from x^0 = 0 (u^0 = u^{-1} = 0); start="a" from
 x^0 = a as pdmm.solve(..., x0=a) does (v^{-1} = -rho a, and the first block adds -rho mean a, giving
@@ -24,28 +25,69 @@ architecture with GPT-2 random weights, so both starts are compared at equal cap
 
 import math
 import numbers
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast  # cast: numbers.Real's stubs lack >; ModuleList items are Modules
 
 import networkx as nx
+import numpy.typing as npt
 import torch
+from torch import Tensor
 
 import attention
 
 from .consensus import disagreement_error
-from .fitting import adam_keep_best
+from .fitting import FitLog, adam_keep_best
+
+FeaturesFn = Callable[[nx.Graph, Tensor], Tensor]  # features_fn(G, a): the model's input for values a (B, n)
+Prepared = list[tuple[attention.TokenGraph, Tensor, Tensor]]  # [(token graph, features, a)]
 
 A, D, INV, ONE, X, W, V = range(7)  # residual stream channels
 D_MODEL, HIDDEN = 7, 5
 STARTS, INITS, KERNELS = ("zero", "a"), ("pdmm", "random"), ("softmax", "mean")
 
 
-def pdmm_transformer(rho, n_layer, start="zero", init="pdmm", seed=0, kernel="softmax", tied=False):
+def pdmm_transformer(
+    rho: float,
+    n_layer: int,
+    start: str = "zero",
+    init: str = "pdmm",
+    seed: int = 0,
+    kernel: str = "softmax",
+    tied: bool = False,
+) -> attention.GraphTransformer:
     """The float64 GraphTransformer (7 channels, one head, bilinear MLP 5 wide, no norm) whose readout after
-    block k is PDMM's x^k; init="random" keeps the architecture with GPT-2 random weights from `seed`.
+    block k is PDMM's x^k (the module docstring; docs/pdmm_transformer.md section 3).
 
-    kernel="softmax" sends a 7-number key and value per edge and round (PDMM's weights leave the keys 0);
-    kernel="mean" sends the value alone, one number (send_width 1: the neighbour mean of x, all PDMM needs;
-    docs/pdmm_transformer.md, "One number per edge"). tied=True repeats one block, PDMM's every-round block,
-    and needs start="zero" (from x^0 = a PDMM's first block differs from the others)."""
+    Parameters
+    ----------
+    rho : float
+        PDMM's penalty, finite and > 0.
+    n_layer : int
+        The number of blocks, >= 1.
+    start : str
+        "zero" (x^0 = 0) or "a" (x^0 = a, as pdmm.solve(..., x0=a)).
+    init : str
+        "pdmm" (the hand-set weights) or "random" (the architecture with GPT-2 random weights from `seed`).
+    seed : int
+        Seeds the random initialisation (torch's global generator is left as it was).
+    kernel : str
+        "softmax" sends a 7-number key and value per edge and round (PDMM's weights leave the keys 0);
+        "mean" sends the value alone, one number (send_width 1: the neighbour mean of x, all PDMM needs;
+        docs/pdmm_transformer.md, "One number per edge").
+    tied : bool
+        Repeat one block, PDMM's every-round block; needs start="zero" (from x^0 = a PDMM's first block
+        differs from the others).
+
+    Returns
+    -------
+    attention.GraphTransformer
+        In float64, in_features 3 (pdmm_features), out_features 1.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument that is out of range or a combination that cannot run.
+    """
     check_rho(rho)
     if not (isinstance(n_layer, numbers.Integral) and not isinstance(n_layer, bool) and n_layer >= 1):
         raise ValueError(f"n_layer must be a positive integer, got {n_layer!r}")
@@ -82,14 +124,16 @@ def pdmm_transformer(rho, n_layer, start="zero", init="pdmm", seed=0, kernel="so
     return model
 
 
-def check_rho(rho):
+def check_rho(rho: Any) -> None:
     """Raise unless rho is a finite number > 0."""
-    if not (isinstance(rho, numbers.Real) and not isinstance(rho, bool) and math.isfinite(rho) and rho > 0):
+    if not (
+        isinstance(rho, numbers.Real) and not isinstance(rho, bool) and math.isfinite(rho) and cast(float, rho) > 0
+    ):
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
 
 
 @torch.no_grad()
-def set_pdmm_weights(model, rho, start):
+def set_pdmm_weights(model: attention.GraphTransformer, rho: float, start: str) -> None:
     """Overwrite every weight of a pdmm_transformer model so that block k computes PDMM iteration k."""
     for p in model.parameters():
         p.zero_()
@@ -97,11 +141,12 @@ def set_pdmm_weights(model, rho, start):
     e.weight[A, 0] = e.weight[D, 1] = e.weight[INV, 2] = e.bias[ONE] = 1
     if start == "a":
         e.weight[X, 0], e.weight[V, 0] = 1, -rho  # x^0 = a, v^{-1} = -rho a
-    for k, block in enumerate(model.blocks):
+    for k, block in enumerate(cast(Iterable[attention.Block], model.blocks)):
         values = block.attn.config.value_width  # the last rows of c_attn
         block.attn.c_attn.weight[-values, X] = 1  # W^Q = W^K = 0 (none with kernel "mean"); the value is x
         block.attn.c_proj.weight[W, 0] = -rho if (k == 0 and start == "a") else -2 * rho
-        fc, gate, proj = block.mlp.c_fc.weight, block.mlp.c_gate.weight, block.mlp.c_proj.weight
+        mlp = cast(attention.BilinearMLP, block.mlp)  # pdmm_transformer builds mlp="bilinear"
+        fc, gate, proj = mlp.c_fc.weight, mlp.c_gate.weight, mlp.c_proj.weight
         fc[0, A], gate[0, INV] = 1, 1  # a * inv
         fc[1, W], gate[1, ONE], gate[1, INV] = 1, 1 / rho, -1 / rho  # v^k * (1 - inv) / rho
         for unit, channel in ((2, X), (3, W), (4, V)):  # x, v^k, v^{k-1} times 1
@@ -112,8 +157,30 @@ def set_pdmm_weights(model, rho, start):
     model.readout.weight[0, X] = 1
 
 
-def pdmm_features(G, a, rho):
-    """(B, n, 3) node features (a_i, d_i, 1 / (1 + rho d_i)) in G.nodes order from values a (B, n)."""
+def pdmm_features(G: nx.Graph, a: npt.ArrayLike | Tensor, rho: float) -> Tensor:
+    """(B, n, 3) node features (a_i, d_i, 1 / (1 + rho d_i)) in G.nodes order from values a (B, n).
+
+    Parameters
+    ----------
+    G : networkx.Graph
+        The graph; d_i is node i's degree.
+    a : array_like or torch.Tensor
+        (B, n) node values (integers become float64).
+    rho : float
+        PDMM's penalty, finite and > 0.
+
+    Returns
+    -------
+    torch.Tensor
+        (B, n, 3) in a's float dtype and device.
+
+    Raises
+    ------
+    TypeError
+        When G is not a networkx graph.
+    ValueError
+        When rho is not a finite number > 0 or a is not (B, n).
+    """
     if not isinstance(G, nx.Graph):
         raise TypeError(f"pdmm_features needs a networkx graph, got {type(G).__name__}")
     check_rho(rho)
@@ -125,7 +192,12 @@ def pdmm_features(G, a, rho):
     return torch.stack([a, d, 1 / (1 + rho * d)], dim=-1)
 
 
-def prepare(model, instances, features_fn, self_loops=False):
+def prepare(
+    model: torch.nn.Module,
+    instances: Sequence[tuple[nx.Graph, Any]],
+    features_fn: FeaturesFn,
+    self_loops: bool = False,
+) -> Prepared:
     """[(TokenGraph, features, a)] in the model's dtype and device from [(networkx graph, a (B, n))]."""
     p = next(model.parameters())
     out = []
@@ -135,25 +207,89 @@ def prepare(model, instances, features_fn, self_loops=False):
     return out
 
 
-def errors(model, prepared):
+def errors(model: attention.GraphTransformer, prepared: Prepared) -> Tensor:
     """(n_layer, instances) errors e of the readout after every layer."""
     return torch.cat([disagreement_error(model(features, graph)[..., 0], a) for graph, features, a in prepared], dim=1)
 
 
-def graph_errors(model, instances, features_fn, self_loops=False):
-    """(n_layer, instances) errors e after every layer on [(networkx graph, a (B, n))], no gradients."""
+def graph_errors(
+    model: attention.GraphTransformer,
+    instances: Sequence[tuple[nx.Graph, Any]],
+    features_fn: FeaturesFn,
+    self_loops: bool = False,
+) -> Tensor:
+    """(n_layer, instances) errors e = ||x^k - x*|| / ||a - x*|| after every layer, no gradients.
+
+    Parameters
+    ----------
+    model : attention.GraphTransformer
+        E.g. a pdmm_transformer.
+    instances : sequence of (networkx.Graph, array_like)
+        Graphs and values a (B, n) on them.
+    features_fn : callable
+        features_fn(G, a) gives the model's input for values a (B, n), e.g. pdmm_features with rho bound.
+    self_loops : bool
+        Whether each node's token attends to itself (pdmm_transformer: False).
+
+    Returns
+    -------
+    torch.Tensor
+        (n_layer, total instances) errors.
+
+    Raises
+    ------
+    TypeError
+        When a graph is not a networkx graph.
+    """
     with torch.no_grad():
         return errors(model, prepare(model, instances, features_fn, self_loops))
 
 
-def fit_graph_model(model, instances, steps, lr, features_fn, self_loops=False, validation=None):
-    """Full-batch Adam on mean(e^2) over layers and instances; returns the losses before every step
-    and after the last (`steps + 1`, fewer if the loss stopped being finite). The model ends with the
-    parameters of the lowest loss seen, as bridge.learned.fit does (a run that blows up keeps its best
-    point). features_fn(G, a) gives the model's input for values a (B, n).
+def fit_graph_model(
+    model: attention.GraphTransformer,
+    instances: Sequence[tuple[nx.Graph, Any]],
+    steps: int,
+    lr: float,
+    features_fn: FeaturesFn,
+    self_loops: bool = False,
+    validation: Sequence[tuple[nx.Graph, Any]] | None = None,
+) -> FitLog:
+    """Full-batch Adam on mean(e^2) over layers and instances (docs/pdmm_transformer.md section 4). The model
+    ends with the parameters of the lowest loss seen, as bridge.learned.fit does (a run that blows up keeps
+    its best point); with `validation`, of the lowest validation loss, stopping once it plateaus
+    (bridge.fitting).
 
     From the PDMM weights keep lr small (about 1e-4 at 8 layers): Adam's first steps move every
-    weight, the zero ones too, by about lr, and the products of 8 blocks amplify that."""
+    weight, the zero ones too, by about lr, and the products of 8 blocks amplify that.
+
+    Parameters
+    ----------
+    model : attention.GraphTransformer
+        The model to train, in place.
+    instances : sequence of (networkx.Graph, array_like)
+        Training graphs and values a (B, n).
+    steps : int
+        At most this many Adam steps, >= 0.
+    lr : float
+        Adam's learning rate, > 0.
+    features_fn : callable
+        features_fn(G, a) gives the model's input for values a (B, n).
+    self_loops : bool
+        Whether each node's token attends to itself.
+    validation : sequence of (networkx.Graph, array_like) or None
+        Validation instances for the plateau rule.
+
+    Returns
+    -------
+    FitLog
+        The losses before every step and after the last (`steps + 1`, fewer if the loss stopped being finite
+        or plateaued), the kept step and why it stopped.
+
+    Raises
+    ------
+    ValueError
+        When steps or lr is out of range or instances is empty.
+    """
     if not (isinstance(steps, numbers.Integral) and not isinstance(steps, bool) and steps >= 0):
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
     if not (isinstance(lr, numbers.Real) and lr > 0):
@@ -171,9 +307,22 @@ def fit_graph_model(model, instances, steps, lr, features_fn, self_loops=False, 
     )
 
 
-def weight_shift(model, reference):
-    """||theta - theta_0|| / ||theta_0|| over all parameters, theta_0 those of `reference` (same architecture)."""
+def weight_shift(model: torch.nn.Module, reference: torch.nn.Module) -> float:
+    """||theta - theta_0|| / ||theta_0|| over all parameters, theta_0 those of `reference` (same architecture).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The trained model.
+    reference : torch.nn.Module
+        The same architecture, e.g. the untrained pdmm_transformer.
+
+    Returns
+    -------
+    float
+        The relative distance.
+    """
     ref = dict(reference.named_parameters())
     pairs = [(p.detach(), ref[name].detach()) for name, p in model.named_parameters()]
-    diff = torch.sqrt(sum((p - q).square().sum() for p, q in pairs))
-    return float(diff / torch.sqrt(sum(q.square().sum() for _, q in pairs)))
+    diff = torch.sqrt(cast(Tensor, sum((p - q).square().sum() for p, q in pairs)))
+    return float(diff / torch.sqrt(cast(Tensor, sum(q.square().sum() for _, q in pairs))))

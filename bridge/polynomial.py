@@ -26,18 +26,23 @@ product with W, one number per edge, per round.
 """
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
+import numpy.typing as npt
 import scipy.linalg
 import scipy.sparse as sp
+
+Matrix = Any  # an (n, n) numpy array or scipy sparse matrix: anything with W @ x
 
 POINTS_PER_DEGREE = 200  # the safeguard |p| <= 1 is imposed at the extrema of T_N, N = 200 degree (>= 2000):
 OVERSHOOT = 1e-4  # between them |p| may exceed 1 by about (pi / 200)^2 / 8 = 3e-5; checked on a finer grid
 
 
-def nontrivial_spectrum(W):
+def nontrivial_spectrum(W: Matrix) -> np.ndarray:
     """The eigenvalues of the symmetric mixing matrix W other than one eigenvalue 1 (that of the all-ones
     vector), ascending: (n - 1,)."""
     W = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
@@ -45,7 +50,7 @@ def nontrivial_spectrum(W):
     return np.delete(values, np.argmin(np.abs(values - 1)))
 
 
-def chebyshev_basis(points, degree):
+def chebyshev_basis(points: npt.ArrayLike, degree: int) -> np.ndarray:
     """(len(points), degree + 1): T_0..T_degree at `points` (in [-1, 1]), by the three-term recurrence."""
     points = np.asarray(points, dtype=np.float64)
     out = np.empty((len(points), degree + 1))
@@ -57,19 +62,41 @@ def chebyshev_basis(points, degree):
     return out
 
 
-def expected_error(coefficients, spectrum):
+def expected_error(coefficients: np.ndarray, spectrum: np.ndarray) -> float:
     """sqrt(1 / (n - 1) sum_j p(lambda_j)^2): the root expected squared error of p on a graph with that
     nontrivial spectrum, relative to the initial disagreement (module docstring)."""
     values = chebyshev_basis(spectrum, len(coefficients) - 1) @ coefficients
     return float(np.sqrt(np.mean(values**2)))
 
 
-def fit_filter(spectra, degree, safeguard=True):
+def fit_filter(spectra: Sequence[np.ndarray], degree: int, safeguard: bool = True) -> np.ndarray:
     """Chebyshev coefficients (degree + 1,) of the p with p(1) = 1 minimising
     sum_g 1 / (n_g - 1) sum_j p(lambda_j^g)^2 over the nontrivial spectra of the tuning graphs; with
     `safeguard`, subject to -1 <= p <= 1 at 200 degree Chebyshev points of [-1, 1] (a quadratic program,
     solved with cvxpy; the bound keeps the coefficients small, so the Chebyshev basis is well conditioned),
-    else in closed form (minimal_filter)."""
+    else in closed form (minimal_filter). docs/averaging.md sections 4, 7.
+
+    Parameters
+    ----------
+    spectra : sequence of numpy.ndarray
+        The nontrivial spectrum (n_g - 1,) of each tuning graph's W (nontrivial_spectrum).
+    degree : int
+        The polynomial's degree r >= 1, the rounds it runs.
+    safeguard : bool
+        Impose -1 <= p <= 1 on [-1, 1].
+
+    Returns
+    -------
+    numpy.ndarray
+        (degree + 1,) Chebyshev coefficients c_0..c_r, summing to 1 (p(1) = 1).
+
+    Raises
+    ------
+    ValueError
+        When degree < 1.
+    RuntimeError
+        When cvxpy fails, or the fitted p exceeds 1 + 1e-4 in size between the points.
+    """
     if degree < 1:
         raise ValueError(f"degree must be >= 1, got {degree}")
     values = np.concatenate(spectra)
@@ -105,7 +132,7 @@ class OrthogonalFilter:
     coefficients: np.ndarray
     exact: bool = False
 
-    def apply(self, W, a):
+    def apply(self, W: Matrix, a: npt.ArrayLike) -> np.ndarray:
         """p(W) a, (..., n), for values a (..., n): one product with W per degree, like apply_filter."""
         a = np.asarray(a, dtype=np.float64)
         if self.exact:
@@ -121,7 +148,7 @@ class OrthogonalFilter:
             total = total + self.coefficients[k + 1] * current
         return total.T.reshape(a.shape)
 
-    def values(self, x):
+    def values(self, x: npt.ArrayLike) -> np.ndarray:
         """p at the points x."""
         x = np.asarray(x, dtype=np.float64)
         if self.exact:
@@ -133,13 +160,13 @@ class OrthogonalFilter:
             total = total + self.coefficients[k + 1] * current
         return total
 
-    def expected_error(self):
+    def expected_error(self) -> float:
         """The root expected squared error on the spectrum it was built for: sqrt(sum_k c_k^2) (orthonormality,
         weights summing to 1); 0 when exact."""
         return 0.0 if self.exact else float(np.sqrt(np.sum(self.coefficients**2)))
 
 
-def lanczos(values, weights, steps):
+def lanczos(values: np.ndarray, weights: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """(alpha, beta, exhausted): the recurrence coefficients alpha_0.., beta_0.. of the polynomials orthonormal
     for the discrete measure sum_j w_j delta(v_j), by Lanczos on diag(v) from sqrt(w) with full
     reorthogonalisation, for up to `steps` steps; exhausted when the measure's distinct points (fewer than
@@ -161,7 +188,7 @@ def lanczos(values, weights, steps):
     return np.array(alpha), np.array(beta), False
 
 
-def oracle_filters(spectrum, degrees):
+def oracle_filters(spectrum: npt.ArrayLike, degrees: Sequence[int]) -> dict[int, OrthogonalFilter]:
     """{degree: OrthogonalFilter} of the best p (p(1) = 1, degree <= r) for one graph's nontrivial spectrum,
     every eigenvalue weighted 1 / (n - 1): with q_k orthonormal for those weights, p = sum_k q_k(1) q_k / S_r,
     S_r = sum_{k <= r} q_k(1)^2 (the kernel polynomial), whose expected squared error is 1 / S_r; once r
@@ -169,10 +196,10 @@ def oracle_filters(spectrum, degrees):
     (docs/averaging.md section 7). One Lanczos run for every degree."""
     values, counts = distinct(spectrum)
     alpha, beta, exhausted = lanczos(values, counts / counts.sum(), max(degrees))
-    at_one = [1 / beta[0]]
+    q_at_one = [1 / beta[0]]  # q_k(1)
     for k in range(len(beta) - 1):
-        at_one.append(((1 - alpha[k]) * at_one[k] - beta[k] * (at_one[k - 1] if k else 0)) / beta[k + 1])
-    at_one = np.array(at_one)
+        q_at_one.append(((1 - alpha[k]) * q_at_one[k] - beta[k] * (q_at_one[k - 1] if k else 0)) / beta[k + 1])
+    at_one = np.array(q_at_one)
     out = {}
     for r in degrees:
         if exhausted and r >= len(alpha):  # r >= the number of points the measure holds, to 1e-12
@@ -182,12 +209,26 @@ def oracle_filters(spectrum, degrees):
     return out
 
 
-def oracle_filter(spectrum, degree):
-    """The best polynomial filter of degree <= `degree` for one nontrivial spectrum (oracle_filters)."""
+def oracle_filter(spectrum: npt.ArrayLike, degree: int) -> OrthogonalFilter:
+    """The best polynomial filter of degree <= `degree` for one nontrivial spectrum (oracle_filters): the kernel
+    polynomial p = sum_k q_k(1) q_k / S_r, expected squared error 1 / S_r (docs/averaging.md section 7).
+
+    Parameters
+    ----------
+    spectrum : array_like
+        The graph's nontrivial spectrum, (n - 1,).
+    degree : int
+        The degree r, the rounds it runs.
+
+    Returns
+    -------
+    OrthogonalFilter
+        Its apply(W, a) runs p(W) a; exact once r reaches the number of distinct eigenvalues.
+    """
     return oracle_filters(spectrum, [degree])[degree]
 
 
-def minimal_filter(values, weights, degree):
+def minimal_filter(values: np.ndarray, weights: np.ndarray, degree: int) -> np.ndarray:
     """Chebyshev coefficients c minimising ||B c||^2 = sum_j w_j p(v_j)^2 subject to p(1) = 1^T c = 1, B the
     weighted basis at the points v_j. Where some c in the null space of B has 1^T c != 0 the minimum is 0 (p
     vanishes at every point): c is the projection of 1 on that null space, scaled; otherwise
@@ -204,16 +245,37 @@ def minimal_filter(values, weights, degree):
     return inverse / (ones @ inverse)
 
 
-def distinct(spectrum, tol=1e-9):
+def distinct(spectrum: npt.ArrayLike, tol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
     """(distinct eigenvalues, multiplicities): sorted eigenvalues closer than tol to the previous one are merged."""
     values = np.sort(np.asarray(spectrum, dtype=np.float64))
     starts = np.flatnonzero(np.concatenate([[True], np.diff(values) > tol]))
     return values[starts], np.diff(np.append(starts, len(values)))
 
 
-def apply_filter(W, a, coefficients):
+def apply_filter(W: Matrix, a: npt.ArrayLike, coefficients: Sequence[float] | np.ndarray) -> np.ndarray:
     """p(W) a, (..., n), for values a (..., n) and W an (n, n) matrix (scipy sparse or dense): sum_k c_k T_k(W) a
-    by the recurrence, len(coefficients) - 1 rounds of one product with W each."""
+    by the recurrence T_{k+1}(W) a = 2 W T_k(W) a - T_{k-1}(W) a, len(coefficients) - 1 rounds of one product
+    with W each (docs/averaging.md section 7).
+
+    Parameters
+    ----------
+    W : numpy.ndarray or scipy sparse matrix
+        (n, n) mixing matrix.
+    a : array_like
+        (..., n) node values.
+    coefficients : sequence of float
+        Chebyshev coefficients c_0..c_r, r >= 1 (fit_filter).
+
+    Returns
+    -------
+    numpy.ndarray
+        (..., n) float64.
+
+    Raises
+    ------
+    ValueError
+        When fewer than two coefficients are given.
+    """
     if len(coefficients) < 2:
         raise ValueError("a filter needs degree >= 1 (at least two coefficients)")
     a = np.asarray(a, dtype=np.float64)

@@ -15,8 +15,11 @@ output projection without its bias (for concat, its MH half). The AttentionX pap
 discrepancy shrinks with depth, as PDMM's constraint residual does with iterations.
 """
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
+from torch import Tensor, nn
 
 import pdmm
 from attention import MultiHeadAttention
@@ -25,19 +28,19 @@ from attention.mha import orthogonal_part
 STATISTICS = ("phi_ratio", "delta_ratio", "wdelta_ratio", "cos_delta_wo", "cos_mh_wo", "cos_update")
 
 
-def norm_ratio(a, b):
+def norm_ratio(a: Tensor, b: Tensor) -> float:
     """mean over tokens of ||a_i|| / ||b_i|| (tokens where b_i = 0 left out)."""
     a, b = a.norm(dim=-1), b.norm(dim=-1)
     keep = b > 0
     return float((a[keep] / b[keep]).mean())
 
 
-def mean_cosine(a, b):
+def mean_cosine(a: Tensor, b: Tensor) -> float:
     """mean over tokens of cos(a_i, b_i)."""
     return float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
 
 
-def layer_statistics(probes, gamma, w_o):
+def layer_statistics(probes: dict[str, Tensor], gamma: float, w_o: Tensor) -> dict[str, float]:
     """STATISTICS of one layer's probes; w_o: (d_model, d_model) weight of W^o as nn.Linear holds it."""
     mh, v, x, y = probes["mh"], probes["v"], probes["token"], probes["update"]
     delta = orthogonal_part(mh, v)
@@ -52,17 +55,41 @@ def layer_statistics(probes, gamma, w_o):
     }
 
 
-def output_projection(layer):
+def output_projection(layer: MultiHeadAttention) -> Tensor:
     """W^o of an attention layer as (d_model, d_model): c_proj's weight, its MH half for concat."""
     return layer.c_proj.weight.detach()[:, : layer.config.d_model]
 
 
 @torch.no_grad()
-def probe_model(model, run_batch, batches, gamma=1.0):
-    """[{statistic: mean over `batches` calls of run_batch(b)} per attention layer] of `model`.
+def probe_model(
+    model: nn.Module, run_batch: Callable[[int], object], batches: int, gamma: float = 1.0
+) -> list[dict[str, float]]:
+    """[{statistic: mean over `batches` calls of run_batch(b)} per attention layer] of `model`
+    (STATISTICS, the module docstring; docs/theory/residuals.md section 14).
 
-    run_batch(b) runs the model's forward pass on batch b; gamma is AttentionX's weight in phi_ratio.
-    A tied model is refused: its one block serves every layer, so the probes cannot be told apart."""
+    Turns every attention layer's probes on (config.probe = True) and leaves them on.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model whose attention layers are MultiHeadAttention (GPT, ViT, GraphTransformer).
+    run_batch : callable
+        run_batch(b) runs the model's forward pass on batch b.
+    batches : int
+        How many batches to average over.
+    gamma : float
+        AttentionX's weight in phi_ratio.
+
+    Returns
+    -------
+    list of dict
+        Per attention layer, in module order, {statistic: mean}.
+
+    Raises
+    ------
+    ValueError
+        For a tied model: its one block serves every layer, so the probes cannot be told apart.
+    """
     if getattr(model, "tied", False):
         raise ValueError(
             "a tied GraphTransformer has one block for every layer; its probes cannot be told apart by layer"
@@ -79,7 +106,7 @@ def probe_model(model, run_batch, batches, gamma=1.0):
     return totals
 
 
-def pdmm_residual(iterations):
+def pdmm_residual(iterations: int) -> list[float]:
     """PDMM's constraint residual per iteration / its first value (averaging, 64-node random geometric graph)."""
     G = pdmm.topology("random_geometric", n=64, seed=0)
     a = np.random.default_rng(0).normal(size=(64, 1))

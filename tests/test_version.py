@@ -1,6 +1,8 @@
 """The version: pyproject.toml's, dated as the newest CHANGELOG section, shown by `pdmm-bridge --version`
 and recorded by every run (a train run's meta.json here; solve's config.json in test_cli.py)."""
 
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -59,3 +61,31 @@ def test_a_train_run_records_the_version(tmp_path):
     )
     train(config, tmp_path / "run", progress=False)
     assert json.loads((tmp_path / "run" / "meta.json").read_text())["version"] == VERSION
+
+
+def load_errors_module(directory):
+    """experiments/errors.py copied to directory/pkg/errors.py and imported from there (pyproject beside pkg/)."""
+    package = directory / "pkg"
+    package.mkdir()
+    (package / "errors.py").write_text((ROOT / "experiments" / "errors.py").read_text())
+    spec = importlib.util.spec_from_file_location("copied_errors", package / "errors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_outside_a_checkout_the_installed_version_is_recorded(tmp_path):
+    try:
+        installed = importlib.metadata.version("pdmm-bridge")
+    except importlib.metadata.PackageNotFoundError:
+        installed = "unknown"
+    assert load_errors_module(tmp_path).package_version() == installed
+
+
+def test_only_a_pyproject_naming_pdmm_bridge_is_read(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "pyproject.toml").write_text('[project]\nname = "other"\nversion = "9.9.9"\n')
+    assert load_errors_module(tmp_path / "a").package_version() != "9.9.9"
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "pyproject.toml").write_text('[project]\nname = "pdmm-bridge"\nversion = "9.9.9"\n')
+    assert load_errors_module(tmp_path / "b").package_version() == "9.9.9"

@@ -1,7 +1,9 @@
 """The command line's error classes and the version, with nothing heavier than the standard library, so that
 `pdmm-bridge --help`, `--version` and `configs` start without importing torch (experiments/cli.py)."""
 
+import tomllib
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 
 class UsageError(Exception):
@@ -24,7 +26,24 @@ def first_line(err: BaseException) -> str:
 
 
 def package_version() -> str:
-    """The installed pdmm-bridge version, or "unknown" when running from an uninstalled checkout."""
+    """The version of the pdmm-bridge code that runs, as every run records it.
+
+    In a source checkout (pyproject.toml beside the packages, naming pdmm-bridge) it is pyproject's `version`:
+    an editable install's metadata keeps the version it was installed with, so a bump would not reach the runs
+    until a reinstall. Elsewhere (a wheel) it is the installed metadata's version, and "unknown" without either.
+
+    Returns
+    -------
+    str
+        The version, e.g. "0.2.0", or "unknown".
+    """
+    source = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        project = tomllib.loads(source.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        project = {}
+    if project.get("name") == "pdmm-bridge" and isinstance(project.get("version"), str):
+        return project["version"]
     try:
         return version("pdmm-bridge")
     except PackageNotFoundError:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import pdmm
-from pdmm.graph import as_graph
+from pdmm.array_graph import as_graph
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ sparse adjacency matrix.
 import numpy as np
 import scipy.sparse as sp
 
-from pdmm.graph import as_graph
+from pdmm.array_graph import as_graph
 
 
 def ball_membership(G, rounds):

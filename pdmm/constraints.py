@@ -13,7 +13,7 @@ z-form (docs/theory/pdmm.md section 4) keeps one dual vector z_{i|j} per directe
 
 import torch
 
-from .compiled import select
+from .edge_index import select
 
 
 class Consensus:

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .compiled import CompiledGraph
 from .constraints import Consensus
+from .edge_index import CompiledGraph
 from .local import LocalFunction
 from .mixing import MixingProduct, as_mixing, spectral_interval
 from .network import ONE, Channel, Network

@@ -57,8 +57,8 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .compiled import CompiledGraph, EdgeList
 from .constraints import Consensus
+from .edge_index import CompiledGraph, EdgeList
 from .local import Quadratic
 from .methods import PDMM
 from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .compiled import CompiledGraph
-from .graph import Graph, as_graph
+from .array_graph import Graph, as_graph
+from .edge_index import CompiledGraph
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -37,7 +37,7 @@ def mixing_matrix(graph, kind: str = "metropolis") -> "scipy.sparse.csr_array":
         "max_degree"       W_ij = 1 / (1 + max_k d_k) on every edge, W_ii = 1 - d_i / (1 + max_k d_k)
 
     Symmetric, doubly stochastic, nonnegative, with a positive diagonal. graph: a networkx graph,
-    a pdmm.Graph or a scipy sparse adjacency matrix (pdmm.graph.as_graph); rows in its node order.
+    a pdmm.Graph or a scipy sparse adjacency matrix (pdmm.array_graph.as_graph); rows in its node order.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown mixing kind {kind!r}; choose one of {', '.join(KINDS)}")

@@ -1,6 +1,6 @@
 """pdmm.Problem (docs/theory/problem.md sections 1, 5) and ready-made constructors with per-node data.
 
-G is a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix (pdmm/graph.py). Row i
+G is a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix (pdmm/array_graph.py). Row i
 of every data array belongs to node i: the i-th node of `G.nodes` (a pdmm.Graph or matrix:
 node index i). Arrays may carry a leading batch axis B for B independent instances on the
 same graph, solved together.
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import torch
 
-from .compiled import CompiledGraph
+from .array_graph import as_graph, node_count
 from .constraints import Consensus, EdgeMatrices
-from .graph import as_graph, node_count
+from .edge_index import CompiledGraph
 from .local import Lasso, LocalFunction, Logistic, Quadratic
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .compiled import locality_order
 from .decentralised import Decentralised, NetworkMixing
+from .edge_index import locality_order
 from .methods import METHODS, QAPDMM, NodeForm, check_mixing_options
 from .mixing import check_mixing
 from .network import Channel, Network, privacy_gaps, private_point
@@ -209,7 +209,7 @@ def solve(
     (METIS, else contiguous blocks) or the rank of each node.
     reorder (local backend): how the run numbers the nodes internally, for memory locality. None
     (default): graphs with at least LARGE_GRAPH_EDGES directed edges are renumbered by reverse
-    Cuthill-McKee when that brings neighbours closer (pdmm.compiled.locality_order), smaller ones
+    Cuthill-McKee when that brings neighbours closer (pdmm.edge_index.locality_order), smaller ones
     are run as given; True: the same at any size; False: as given; or a permutation `order` of
     the node indices (run node k = node order[k]). Results are in the graph's own order either
     way; a renumbered run adds the same numbers in another order, so it agrees with an unrenumbered

@@ -10,7 +10,7 @@ contiguous. Edge tensors have shape (E, ...), node tensors (n, ...). Its primiti
 
 `CompiledGraph` is an undirected graph as PDMM sees it: every edge {i, j} becomes i->j and j->i,
 and `exchange(v)` = v[rev] hands edge i->j what edge j->i sent; `from_graph` compiles a pdmm.Graph
-(pdmm/graph.py) with array operations only. The sparse attention path in
+(pdmm/array_graph.py) with array operations only. The sparse attention path in
 `attention` runs on the same `EdgeList` (src = the attending token, dst = the attended one).
 All primitives are differentiable.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .graph import Graph, as_graph
+from .array_graph import Graph, as_graph
 
 LOCALITY_GAIN = 1.25  # locality_order renumbers when reverse Cuthill-McKee shortens the mean |i - j| this much
 
@@ -106,7 +106,7 @@ class CompiledGraph(EdgeList):
 
     @classmethod
     def from_graph(cls, graph):
-        """Compile a pdmm.Graph (or anything pdmm.graph.as_graph takes) with array operations only; raise if
+        """Compile a pdmm.Graph (or anything pdmm.array_graph.as_graph takes) with array operations only; raise if
         it is not connected."""
         graph = as_graph(graph)
         if graph.components > 1:

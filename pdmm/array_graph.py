@@ -23,7 +23,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from .graphs import MAX_RESAMPLES
+from .topologies import MAX_RESAMPLES
 
 MAX_NODES = 2**31  # edge keys i * n + j must fit in int64
 MAX_SWITCH_ROUNDS = 1000  # random_regular: rounds of switches that remove loops and repeated edges

@@ -8,7 +8,7 @@ from xml.parsers import expat
 import networkx as nx
 import numpy as np
 
-from .array_graph import Graph, _from_pairs
+from .array_graph import Graph, from_pairs
 
 
 def load_graph(path, arrays=False):
@@ -40,7 +40,7 @@ def load_graph(path, arrays=False):
     if graphml:
         return Graph.from_networkx(G) if arrays else G
     if arrays:
-        return _from_pairs(len(labels), src, dst, labels, warn=True)
+        return from_pairs(len(labels), src, dst, labels, warn=True)
     G = nx.Graph()
     G.add_nodes_from(labels)
     G.add_edges_from(zip(map(labels.__getitem__, src.tolist()), map(labels.__getitem__, dst.tolist()), strict=False))

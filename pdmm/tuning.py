@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .loop import DivergenceError
 from .methods import METHODS
 from .problem import Problem
-from .solve import DivergenceError, solve
+from .solve import solve
 
 TUNED = {
     "pdmm": "rho",

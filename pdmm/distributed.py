@@ -125,7 +125,7 @@ class PartGraph(CompiledGraph):
     directed edges out of them. dst holds GLOBAL node indices and sign the global one; rev is unused (-1);
     exchange(v) is the partitioned v[rev], served by `swap`."""
 
-    swap: "Swap" = None
+    swap: "Swap | None" = None
 
     def exchange(self, v):
         return self.swap(v)

@@ -1,6 +1,7 @@
 """Graph files: GraphML and edge lists read into networkx graphs or, for large ones, pdmm.Graph arrays
 (pdmm.load_graph), with the memory they would take checked before anything is read."""
 
+import os
 import re
 from pathlib import Path
 from xml.parsers import expat
@@ -11,16 +12,35 @@ import numpy as np
 from .array_graph import Graph, from_pairs
 
 
-def load_graph(path, arrays=False):
-    """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix): a networkx
-    graph, or with arrays=True a pdmm.Graph (the same nodes in the same order; self loops dropped with a
-    warning), which large edge lists need (no Python object per edge).
+def load_graph(path: str | os.PathLike, arrays: bool = False) -> nx.Graph | Graph:
+    """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix).
 
     An edge list is read as networkx.read_edgelist reads it: text after "#" is a comment, a line with fewer
     than two fields is skipped, fields after the first two are ignored, never evaluated; nodes are numbered
     in order of first appearance, and labels that are all integers ("7", not "07") become ints. It is parsed
-    by read_edge_list at C speed in memory proportional to the edges (docs/guide/solve.md, "Graphs"). A GraphML file
-    that declares a DOCTYPE is refused (_refuse_doctype).
+    by read_edge_list at C speed in memory proportional to the edges (docs/guide/solve.md, "Graphs"). A
+    GraphML file that declares a DOCTYPE is refused (_refuse_doctype).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The graph file.
+    arrays : bool
+        Whether to return a pdmm.Graph (the same nodes in the same order; self loops dropped with a warning),
+        which large edge lists need (no Python object per edge), instead of a networkx graph.
+
+    Returns
+    -------
+    networkx.Graph or pdmm.Graph
+        The graph.
+
+    Raises
+    ------
+    FileNotFoundError
+        Where there is no such file.
+    ValueError
+        Where the file cannot be read (malformed, a DOCTYPE, no edges) or would take more memory than is
+        available.
     """
     path = Path(path)
     if not path.is_file():

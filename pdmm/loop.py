@@ -30,16 +30,47 @@ CAPACITY = 4096  # history rows allocated ahead at most (the columns double when
 
 @dataclass
 class Result:
-    """x: (n, d), or (B, n, d) for batched problems, rows in G.nodes order (labels in `nodes`);
-    history: the recorded rows (solve's `history=` and `record_every=`), "iteration" (rows,) the
-    iteration of each row and per entry an array (rows,) or (rows, B): "residual", "objective",
-    "messages" and "bits" (cumulative messages delivered and bits sent), with a reference "error",
-    with network privacy "privacy_x" and "privacy_messages"; iterations: how many were run (the
-    state in x); reference: the x* the error was measured against; network: the simulated network
-    (None: ideal); status: how the run ended, one of STATUSES: "converged" (the stopping test or
-    target passed; `converged` is True exactly then), "max_iter", "stalled" (the state stopped
-    changing short of the tolerance: more iterations would not help), "diverged" (the Result of a
-    DivergenceError) or "interrupted" (Ctrl-C); see solve's "Stopping test"."""
+    """What pdmm.solve returns: the last iterate and the recorded convergence (docs/guide/solve.md, "The stopping
+    test").
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (n, d), or (B, n, d) for batched problems, rows in G.nodes order (labels in `nodes`).
+    iterations : int
+        How many iterations were run (the state in x).
+    converged : bool
+        Whether the stopping test or target passed; True exactly when status is "converged".
+    history : dict
+        The recorded rows (solve's `history=` and `record_every=`): "iteration" (rows,) the iteration of each
+        row and per entry an array (rows,) or (rows, B): "residual", "objective", "messages" and "bits"
+        (cumulative messages delivered and bits sent), with a reference "error", with network privacy
+        "privacy_x" and "privacy_messages".
+    method : str
+        The method's name.
+    params : dict
+        rho (where the method has one) and the method's own parameters.
+    nodes : list
+        The node labels, in the order of x's rows.
+    seconds : float
+        The run's wall time.
+    reference : numpy.ndarray or None
+        The x* the error was measured against.
+    interrupted : bool
+        Whether Ctrl-C stopped the run.
+    network : pdmm.Network or None
+        The simulated network (None: ideal).
+    status : str or None
+        How the run ended, one of STATUSES: "converged", "max_iter", "stalled" (the state stopped changing
+        short of the tolerance: more iterations would not help), "diverged" (the Result of a DivergenceError)
+        or "interrupted" (Ctrl-C); None: from `converged` ("converged" or "max_iter"), for Results built by
+        hand.
+
+    Raises
+    ------
+    ValueError
+        For a status not in STATUSES, or one that disagrees with `converged`.
+    """
 
     x: np.ndarray
     iterations: int
@@ -81,9 +112,17 @@ class ConvergenceWarning(UserWarning):
 
 
 class DivergenceError(RuntimeError):
-    """The iterates became non-finite or the residual grew by DIVERGENCE_GROWTH; `.result` holds the run so far."""
+    """The iterates became non-finite or the residual grew by DIVERGENCE_GROWTH; `.result` holds the run so far.
 
-    def __init__(self, message, result):
+    Parameters
+    ----------
+    message : str
+        What diverged, at which iteration.
+    result : Result
+        The run so far, with status "diverged".
+    """
+
+    def __init__(self, message: str, result: Result):
         super().__init__(message)
         self.result = result
 
@@ -335,14 +374,14 @@ class Bookkeeping:
     def state_test(self, new, old, tol, scale, change):
         """(passes, frozen), 0-dim bool tensors, from the method's state besides x (z, u, x_half, ...;
         docs/guide/solve.md, "The stopping test"). passes: the fixed-point residual of the multipliers, rho * (RMS
-        change of x), what one step moves them by, is <= tol * max(DUAL_SLACK * scale, their RMS), so a large rho
-        (x pinned while the multipliers still travel) cannot pass with x stuck near x^0; with rho <= DUAL_SLACK this
-        follows from the test on x, and methods without rho pass. Over a network (self.ideal: new is two ideal steps from old) every
-        state tensor's own change must also be <= tol * max(DUAL_SLACK * scale, its RMS): a message lost for good
-        leaves its z where it was, a fixed point of the lossy step whose x is not the solution, which an ideal step
-        moves in z (two steps, as pdmm with theta = 1 flips the part of z that x never sees, such as network
-        privacy's perturbation, at every step). frozen: every state tensor changed by at most FROZEN_EPS * eps * its
-        RMS in the step (rounding only): the step no longer moves the state."""
+        change of x), what one step moves them by, is <= tol * max(DUAL_SLACK * scale, their RMS), so a large rho (x
+        pinned while the multipliers still travel) cannot pass with x stuck near x^0; with rho <= DUAL_SLACK this
+        follows from the test on x, and methods without rho pass. Over a network (self.ideal: new is two ideal steps
+        from old) every state tensor's own change must also be <= tol * max(DUAL_SLACK * scale, its RMS): a message lost
+        for good leaves its z where it was, a fixed point of the lossy step whose x is not the solution, which an ideal
+        step moves in z (two steps, as pdmm with theta = 1 flips the part of z that x never sees, such as network
+        privacy's perturbation, at every step). frozen: every state tensor changed by at most FROZEN_EPS * eps * its RMS
+        in the step (rounding only): the step no longer moves the state."""
         eps = FROZEN_EPS * torch.finfo(scale.dtype).eps
         frozen = torch.ones((), dtype=torch.bool, device=scale.device)
         settled = torch.ones((), dtype=torch.bool, device=scale.device)

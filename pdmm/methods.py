@@ -23,6 +23,7 @@ messages (of the edge state's width) each directed edge carries per round on the
 """
 
 import warnings
+from typing import Any
 
 import torch
 
@@ -394,7 +395,7 @@ def _interval(interval, W):
     return low, high
 
 
-METHODS = {
+METHODS: dict[str, Any] = {  # name -> class; the classes share no base, only the attributes solve reads
     "pdmm": PDMM,
     "qa-pdmm": QAPDMM,
     "admm": ADMM,

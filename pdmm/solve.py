@@ -8,7 +8,9 @@ import numbers
 import os
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +23,7 @@ from .loop import (
     Bookkeeping,
     ConvergenceWarning,
     Progress,
+    Result,
     RunOptions,
     initial_x,
     iterate,
@@ -30,6 +33,7 @@ from .loop import (
 from .methods import METHODS, QAPDMM, NodeForm, check_mixing_options
 from .mixing import check_mixing
 from .network import Channel, Network, private_point
+from .problem import Problem
 
 RHO_FAR = 1e4  # rho * degree / L beyond [1 / RHO_FAR, RHO_FAR]: named when a run does not converge (rho_advice)
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
@@ -41,13 +45,18 @@ MMAP_LIMIT = 32 * 2**20  # bytes; glibc maps every allocation above this afresh 
 _tuned = False  # whether solve has applied tune_allocator() in this process
 
 
-def tune_allocator():
+def tune_allocator() -> bool:
     """Make glibc keep freed memory for reuse instead of returning it to the OS.
 
     Large graphs allocate edge tensors of many MB every iteration; by default glibc maps each one
     above 32 MB fresh and pays a page fault per 4 kB (2-4x slower iterations at 10^6 edges, d = 16,
     BENCHMARKS.md). Sets M_MMAP_MAX = 0 and M_TRIM_THRESHOLD = 2 GB for this process: its freed
-    memory then stays with it until it exits. Returns False where there is no glibc.
+    memory then stays with it until it exits.
+
+    Returns
+    -------
+    bool
+        Whether both settings took; False where there is no glibc.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -58,114 +67,166 @@ def tune_allocator():
 
 
 def solve(
-    problem,
-    method="pdmm",
-    rho=None,
-    max_iter=1000,
-    tol=None,
-    reference=None,
-    device="cpu",
-    dtype=torch.float64,
-    seed=0,
-    x0=None,
-    progress=False,
-    compile=False,
-    network=None,
-    target=None,
-    history=None,
-    record_every=None,
-    check_every=None,
-    backend="local",
-    partition=None,
-    reorder=None,
-    form=None,
-    **method_params,
-):
+    problem: Problem,
+    method: str = "pdmm",
+    rho: float | None = None,
+    max_iter: int = 1000,
+    tol: float | None = None,
+    reference: Any = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    x0: Any = None,
+    progress: bool = False,
+    compile: bool = False,
+    network: Network | None = None,
+    target: float | None = None,
+    history: Iterable[str] | str | None = None,
+    record_every: int | None = None,
+    check_every: int | None = None,
+    backend: str = "local",
+    partition: Any = None,
+    reorder: Any = None,
+    form: str | None = None,
+    **method_params: Any,
+) -> Result:
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm", a consensus
     problem with "dgd" (mixing, alpha, step), "extra" (PG-EXTRA for lasso), "nids" or "gradient-tracking"
     (mixing, alpha; docs/decentralised.md), or an averaging problem (pdmm.averaging) with "gossip" or
     "chebyshev" (mixing, interval; docs/averaging.md).
 
-    rho: the penalty parameter of pdmm, qa-pdmm and admm, None meaning 1.0; the methods on a mixing
-    matrix have none and refuse it, as they refuse backend="distributed" (one process); gossip and
-    chebyshev also refuse network (docs/decentralised.md section 9) and x0, as they start from
-    x^0 = a (docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a network,
-    but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
+    The methods on a mixing matrix have no rho and refuse it, as they refuse backend="distributed" (one
+    process); gossip and chebyshev also refuse network (docs/decentralised.md section 9) and x0, as they start
+    from x^0 = a (docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a network, but not
+    its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
-    Stops, converged, when the residual RMS and the RMS change of x both fall to tol * S, S = max(s, RMS of x),
-    s = min(1, the problem's scale) (problem_scale; tol in [0, 1), default 1e-10 in float64, 1e-5 in float32)
-    and, for the methods with rho, rho times the RMS change of x (the multipliers' fixed-point residual)
-    falls to tol * max(DUAL_SLACK * S, RMS of the multiplier state), which a huge rho pinning x near x^0
-    cannot pass (implied by the first test for rho <= DUAL_SLACK); for the methods with a step size (eta,
-    alpha), 1 / step times the change of x falls to DUAL_SLACK * tol * L * S; over a network the test
-    measures two ideal steps from the state reached, every state tensor included (taken only once the
-    residual passes, so they cost nothing before the end of a run). On slowly converging runs
-    the error left is then up to about 10 tol.
-    A run whose whole state stops changing short of that (a floating-point fixed point) ends
-    "stalled"; result.status says "converged", "max_iter", "stalled", "diverged" or "interrupted".
-    With tol > 0, a run that ends at max_iter or stalled warns (ConvergenceWarning, naming a rho far from
-    the curvature, rho_advice); tol=0 runs all max_iter iterations silently. A network over which no run
-    reaches the solution (Network.stuck), a rho, theta, eta or alpha beyond what dtype resolves
-    (check_rho_resolved, check_steps_resolved) and data beyond what its norms resolve (problem_scale) are
-    refused (docs/guide/solve.md, "The stopping test"). The test runs every `check_every` iterations (default 10;
-    50 in the node form, `form` below, where the residual the test computes over the edges costs
-    0.5-3 node steps; 1 with `target`) and at max_iter, so a run stops at a multiple of
-    check_every: up to check_every - 1 iterations after the first iteration that meets the test;
-    the state returned is that of the iteration it stopped at. Between tests nothing is read back from the device.
-    dgd, extra, nids and gradient-tracking over a network that loses messages one way or quantises settle off
-    the solution where this test would pass: they are never stopped by it (docs/decentralised.md section 9).
-    reference: None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report
-    the relative error ||x - x*||_F / ||x*||_F per recorded iteration. x0: None (zeros), "random"
-    (standard normal from `seed`) or an array shaped like x; multipliers always start at 0.
-    history: the names to record, from "residual" (RMS of A_ij x_i + A_ji x_j - b_ij over the
-    edges), "objective" (sum_i f_i(x_i)), "error" (needs a reference), "messages" and "bits"
-    (cumulative counts, free on the ideal network) and, with network privacy, "privacy_x" and
-    "privacy_messages"; None (default) records all that apply but the objective, () only the
-    iteration numbers. What a recorded row costs, on large graphs: the residual a fifth to a third
-    of an edge-form PDMM step or 0.5-3 node-form steps (a gather of x over the edges; free where
-    the stopping test runs, which computes it anyway), the objective 5-20 %, the error and the
-    privacy measures a pass over the nodes or edges each, the counts nothing. record_every: record
-    every k-th iteration (k, 2k, ...) and the iteration a run stops at by convergence, divergence
-    or max_iter; history["iteration"] says which. None (default) records where the stopping test
-    runs, every check_every-th iteration and the last: the default history is thinned (iterations
-    10, 20, ..., or 50, 100, ... in the node form, and the last; every iteration with `target`)
-    and costs next to nothing. record_every=1 records every iteration. A row holds exactly what a
-    record_every=1 run records there, and x does not depend on what is recorded.
-    compile=True runs the step through torch.compile: 10-30 s to compile, then faster
-    iterations on large graphs (see BENCHMARKS.md).
-    network: a pdmm.Network (lost messages, sleeping nodes, changing edges, quantisation,
-    privacy; pdmm.network) or None for the ideal network. history["messages"] and ["bits"]
-    count what was delivered and sent (one message per directed edge and iteration on the ideal
-    network, two for gradient-tracking and none in NIDS's first, local, iteration; 64 bits per
-    float64 number); with network privacy, "privacy_x" and
-    "privacy_messages" are the relative distances of x_i and of what the messages carry from
-    argmin f_i (pdmm.network.privacy_gaps).
-    target: also stop (converged) once every instance's reference error is <= target (needs reference).
-    Divergence (non-finite iterates or recorded objective, or a residual grown DIVERGENCE_GROWTH-fold
-    from iteration 1's) is tested with the stopping test and raises DivergenceError; the residual is
-    computed at iteration 1, at recorded and at tested iterations only.
-    Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations
-    completed so far, with result.interrupted = True, instead of raising.
-    On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (unless the
-    environment sets `MALLOC_MMAP_MAX_` or `MALLOC_TRIM_THRESHOLD_` itself).
-    backend: "local" (this process) or "distributed" (partitioned over a torch.distributed process
-    group, every rank calling solve alike; pdmm.distributed); partition: distributed only, None
-    (METIS, else contiguous blocks) or the rank of each node.
-    reorder (local backend): how the run numbers the nodes internally, for memory locality. None
-    (default): graphs with at least LARGE_GRAPH_EDGES directed edges are renumbered by reverse
-    Cuthill-McKee when that brings neighbours closer (pdmm.edge_index.locality_order), smaller ones
-    are run as given; True: the same at any size; False: as given; or a permutation `order` of
-    the node indices (run node k = node order[k]). Results are in the graph's own order either
-    way; a renumbered run adds the same numbers in another order, so it agrees with an unrenumbered
-    one to rounding error, not bit for bit (where the stopping test is borderline it may stop a
-    check interval earlier or later), and a network draws its random events for the renumbered
-    edges and nodes (another realisation of the same process, reproducible from its seed).
-    form (local backend): "edges" runs the method on its edge state (one z per directed edge,
-    docs/theory/pdmm.md section 4); "nodes" sums that state out into two numbers per node
-    (pdmm.methods.NodeForm, docs/theory/pdmm.md section 10: the same iterates, one sparse adjacency product per
-    step), which needs pdmm or qa-pdmm, consensus constraints and no network; None (default) takes "nodes"
-    where it applies on graphs with at least LARGE_GRAPH_EDGES directed edges and "edges" otherwise.
-    Like renumbering, the node form agrees with the edge form to rounding error, not bit for bit.
+    **The stopping test** (docs/guide/solve.md, "The stopping test"; docs/theory/pdmm.md section 11). A run
+    stops, converged, when the residual RMS and the RMS change of x both fall to tol * S, S = max(s, RMS of
+    x), s = min(1, the problem's scale) (problem_scale) and, for the methods with rho, rho times the RMS change
+    of x (the multipliers' fixed-point residual) falls to tol * max(DUAL_SLACK * S, RMS of the multiplier
+    state), which a huge rho pinning x near x^0 cannot pass (implied by the first test for rho <= DUAL_SLACK);
+    for the methods with a step size (eta, alpha), 1 / step times the change of x falls to
+    DUAL_SLACK * tol * L * S; over a network the test measures two ideal steps from the state reached, every
+    state tensor included (taken only once the residual passes, so they cost nothing before the end of a
+    run). On slowly converging runs the error left is then up to about 10 tol. A run whose whole state stops
+    changing short of that (a floating-point fixed point) ends "stalled"; result.status says "converged",
+    "max_iter", "stalled", "diverged" or "interrupted". With tol > 0, a run that ends at max_iter or stalled
+    warns (ConvergenceWarning, naming a rho far from the curvature, rho_advice); tol=0 runs all max_iter
+    iterations silently. The test runs every `check_every` iterations and at max_iter, so a run stops at a
+    multiple of check_every: up to check_every - 1 iterations after the first iteration that meets the test;
+    the state returned is that of the iteration it stopped at. Between tests nothing is read back from the
+    device. dgd, extra, nids and gradient-tracking over a network that loses messages one way or quantises
+    settle off the solution where this test would pass: they are never stopped by it (docs/decentralised.md
+    section 9). Divergence (non-finite iterates or recorded objective, or a residual grown
+    DIVERGENCE_GROWTH-fold from iteration 1's) is tested with the stopping test and raises DivergenceError;
+    the residual is computed at iteration 1, at recorded and at tested iterations only.
+
+    Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations completed so far,
+    with result.interrupted = True, instead of raising. On the CPU, a run whose edge state takes >= 32 MB
+    calls tune_allocator() once (unless the environment sets `MALLOC_MMAP_MAX_` or `MALLOC_TRIM_THRESHOLD_`
+    itself). The iteration loop, its bookkeeping and the Result live in pdmm/loop.py, shared by both
+    backends.
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    method : str
+        A key of pdmm.METHODS.
+    rho : float or None
+        The penalty parameter of pdmm, qa-pdmm and admm, a finite number > 0; None means 1.0 for them, and is
+        the only value the methods on a mixing matrix take.
+    max_iter : int
+        Iterations at most, >= 1.
+    tol : float or None
+        The stopping test's tolerance, in [0, 1); None: 1e-10 in float64, 1e-5 in float32.
+    reference : str, array_like or None
+        None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report the relative error
+        ||x - x*||_F / ||x*||_F per recorded iteration.
+    device : torch.device or str
+        Where the run takes place ("cpu", "cuda", ...).
+    dtype : torch.dtype
+        torch.float64 or torch.float32.
+    seed : int
+        The seed of x0="random", -2^63 .. 2^64 - 1.
+    x0 : str, array_like or None
+        None (zeros), "random" (standard normal from `seed`) or an array shaped like x; multipliers always
+        start at 0.
+    progress : bool
+        Whether to show a tqdm bar.
+    compile : bool
+        Whether to run the step through torch.compile: 10-30 s to compile, then faster iterations on large
+        graphs (see BENCHMARKS.md).
+    network : pdmm.Network or None
+        A simulated network (lost messages, sleeping nodes, changing edges, quantisation, privacy;
+        pdmm.network) or None for the ideal network. history["messages"] and ["bits"] count what was
+        delivered and sent (one message per directed edge and iteration on the ideal network, two for
+        gradient-tracking and none in NIDS's first, local, iteration; 64 bits per float64 number). A network
+        over which no run reaches the solution (Network.stuck) is refused.
+    target : float or None
+        Also stop (converged) once every instance's reference error is <= target (needs reference).
+    history : iterable of str, str or None
+        The names to record, from "residual" (RMS of A_ij x_i + A_ji x_j - b_ij over the edges), "objective"
+        (sum_i f_i(x_i)), "error" (needs a reference), "messages" and "bits" (cumulative counts, free on the
+        ideal network) and, with network privacy, "privacy_x" and "privacy_messages" (the relative distances
+        of x_i and of what the messages carry from argmin f_i, pdmm.network.privacy_gaps); None records all
+        that apply but the objective, () only the iteration numbers. What a recorded row costs, on large
+        graphs: the residual a fifth to a third of an edge-form PDMM step or 0.5-3 node-form steps (a gather
+        of x over the edges; free where the stopping test runs, which computes it anyway), the objective
+        5-20 %, the error and the privacy measures a pass over the nodes or edges each, the counts nothing.
+    record_every : int or None
+        Record every k-th iteration (k, 2k, ...) and the iteration a run stops at by convergence, divergence
+        or max_iter; history["iteration"] says which. None records where the stopping test runs, every
+        check_every-th iteration and the last: the default history is thinned (iterations 10, 20, ..., or 50,
+        100, ... in the node form, and the last; every iteration with `target`) and costs next to nothing.
+        record_every=1 records every iteration. A row holds exactly what a record_every=1 run records there,
+        and x does not depend on what is recorded.
+    check_every : int or None
+        Iterations between stopping tests; None: 10, 50 in the node form (where the residual the test
+        computes over the edges costs 0.5-3 node steps), 1 with `target`.
+    backend : str
+        "local" (this process) or "distributed" (partitioned over a torch.distributed process group, every
+        rank calling solve alike; pdmm.distributed).
+    partition : array_like or None
+        Distributed only: None (METIS, else contiguous blocks) or the rank of each node.
+    reorder : bool, array_like or None
+        Local backend: how the run numbers the nodes internally, for memory locality. None: graphs with at
+        least LARGE_GRAPH_EDGES directed edges are renumbered by reverse Cuthill-McKee when that brings
+        neighbours closer (pdmm.edge_index.locality_order), smaller ones are run as given; True: the same at
+        any size; False: as given; or a permutation `order` of the node indices (run node k = node
+        order[k]). Results are in the graph's own order either way; a renumbered run adds the same numbers in
+        another order, so it agrees with an unrenumbered one to rounding error, not bit for bit (where the
+        stopping test is borderline it may stop a check interval earlier or later), and a network draws its
+        random events for the renumbered edges and nodes (another realisation of the same process,
+        reproducible from its seed).
+    form : str or None
+        Local backend: "edges" runs the method on its edge state (one z per directed edge,
+        docs/theory/pdmm.md section 4); "nodes" sums that state out into two numbers per node
+        (pdmm.methods.NodeForm, docs/theory/pdmm.md section 10: the same iterates, one sparse adjacency
+        product per step), which needs pdmm or qa-pdmm, consensus constraints and no network; None takes
+        "nodes" where it applies on graphs with at least LARGE_GRAPH_EDGES directed edges and "edges"
+        otherwise. Like renumbering, the node form agrees with the edge form to rounding error, not bit for
+        bit.
+    **method_params
+        The method's own parameters: theta (pdmm), eta (qa-pdmm), mixing, alpha, step (dgd, extra, nids,
+        gradient-tracking), interval (chebyshev).
+
+    Returns
+    -------
+    Result
+        The last iterate, its status and the recorded history.
+
+    Raises
+    ------
+    ValueError
+        For any argument out of its range (each message names the argument and the value): an unknown
+        method, backend or form, options the method or backend does not take, a rho, theta, eta or alpha
+        beyond what dtype resolves (check_rho_resolved, check_steps_resolved), data beyond what its norms
+        resolve (problem_scale), a stuck network, or history names that do not apply.
+    TypeError
+        For a network that is not a pdmm.Network, or a parameter the method does not take.
+    DivergenceError
+        When the run diverges; its `.result` holds the run so far.
     """
     options = _checked_options(
         problem,

@@ -5,6 +5,7 @@ import functools
 import inspect
 import math
 import numbers
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -80,14 +81,37 @@ TOPOLOGIES = {
 }
 
 
-def topology(kind, n, seed=0, **params):
+def topology(kind: str, n: int, seed: int = 0, **params: Any) -> nx.Graph:
     """A connected networkx graph on nodes 0..n-1 of the named kind (see TOPOLOGIES).
 
-    Parameters beyond n and seed: grid/torus `rows`; erdos_renyi `p` (default 2 ln n / n);
-    random_geometric `radius` (default sqrt(2 ln n / n)); random_regular `degree` (4);
-    small_world `k` (4), `p` (0.1); barabasi_albert `m` (2). Random kinds are resampled
-    until connected. For graphs too large for networkx, pdmm.Graph samples random_geometric,
-    random_regular, grid and erdos_renyi directly as arrays (pdmm/array_graph.py).
+    Random kinds are resampled until connected. For graphs too large for networkx, pdmm.Graph samples
+    random_geometric, random_regular, grid and erdos_renyi directly as arrays (pdmm/array_graph.py).
+
+    Parameters
+    ----------
+    kind : str
+        A key of TOPOLOGIES: ring, path, star, complete, grid, torus, erdos_renyi, random_geometric,
+        random_regular, small_world or barabasi_albert.
+    n : int
+        The number of nodes, >= 2.
+    seed : int
+        The seed of the random kinds.
+    **params
+        The kind's own parameters: grid/torus `rows`; erdos_renyi `p` (default 2 ln n / n);
+        random_geometric `radius` (default sqrt(2 ln n / n)); random_regular `degree` (4);
+        small_world `k` (4), `p` (0.1); barabasi_albert `m` (2).
+
+    Returns
+    -------
+    networkx.Graph
+        The graph, nodes numbered 0..n-1 (the generator's labels in the node attribute "label").
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, a bad n, or parameters networkx refuses.
+    TypeError
+        For parameters the kind does not take.
     """
     if kind not in TOPOLOGIES:
         raise ValueError(f"unknown topology {kind!r}; choose one of {sorted(TOPOLOGIES)}")

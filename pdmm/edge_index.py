@@ -74,7 +74,7 @@ class EdgeList:
         return select(x, self.src)
 
     def gather_neighbour(self, x):
-        """x[dst]: (n, ...) -> (E, ...)."""
+        """x[dst]: (n, ...) -> (E, ...), node to edge from the other end (docs/theory/pdmm.md section 14)."""
         return select(x, self.dst)
 
     def aggregate(self, v):
@@ -87,7 +87,8 @@ class EdgeList:
         return (self.incidence @ v.reshape(len(v), -1)).view(self.n, *v.shape[1:])
 
     def aggregate_max(self, v):
-        """Max of v_e over the edges of each node (every node needs an edge): (E, ...) -> (n, ...)."""
+        """Max of v_e over the edges of each node (every node needs an edge): (E, ...) -> (n, ...), edge to node
+        (docs/theory/pdmm.md section 14)."""
         if self.incidence is None:
             return v.reshape(self.n, -1, *v.shape[1:]).amax(1)
         out = v.new_empty(self.n, *v.shape[1:])

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from pdmm.compiled import EdgeList
+from pdmm.edge_index import EdgeList
 
 SPARSE_DENSITY = 1 / 8  # "auto" layout: sparse when at most this fraction of the T^2 pairs are edges
 

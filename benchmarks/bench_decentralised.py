@@ -2,7 +2,7 @@
 
 Averaging, pdmm.averaging(G, a) with a (B = 1, n, d), float64, on a random 4-regular graph with E
 directed edges (n = E / 4, pdmm.Graph.random_regular) renumbered by reverse Cuthill-McKee as
-pdmm.solve renumbers large graphs (pdmm.compiled.locality_order). Each method's bare `step` (the
+pdmm.solve renumbers large graphs (pdmm.edge_index.locality_order). Each method's bare `step` (the
 classes of pdmm.methods and pdmm.decentralised, as solve builds them, default parameters) is timed
 over K iterations; PDMM appears twice, in the edge form (one z per directed edge) and in the node
 form that solve uses on such graphs (pdmm.methods.NodeForm). Each repetition times every method in
@@ -25,7 +25,7 @@ from machine import cpu_model, timed
 from results import Recorder, add_arguments
 
 import pdmm
-from pdmm.compiled import locality_order
+from pdmm.edge_index import locality_order
 from pdmm.methods import METHODS, NodeForm
 
 ROWS = ["pdmm (nodes)", "pdmm (edges)", "admm", "gossip", "chebyshev", "dgd", "extra", "nids", "gradient-tracking"]

@@ -4,7 +4,7 @@ Plain PDMM (theta = 1) on distributed averaging, consensus constraints, one inst
 on a 4-regular graph with E directed edges: the circulant graph C_n(1, 2) with its nodes
 relabelled by a random permutation (built from arrays in a second, where networkx's random
 regular graph takes minutes at this size; its edge lookups are as scattered), then renumbered by
-reverse Cuthill-McKee as pdmm.solve runs it (pdmm.compiled.locality_order; --as-given keeps the
+reverse Cuthill-McKee as pdmm.solve runs it (pdmm.edge_index.locality_order; --as-given keeps the
 scattered numbering, where a plain step is slower and each effect's share smaller). For each effect,
 one iteration is `channel.draw()` (the iteration's random events) plus `PDMM.step` over the
 channel; *plain* is the bare step without a channel (what pdmm.solve runs without a network).
@@ -28,9 +28,9 @@ from machine import cpu_model, timed
 from results import Recorder, add_arguments
 
 from pdmm import tune_allocator
-from pdmm.compiled import CompiledGraph, locality_order
+from pdmm.array_graph import Graph
 from pdmm.constraints import Consensus
-from pdmm.graph import Graph
+from pdmm.edge_index import CompiledGraph, locality_order
 from pdmm.local import Quadratic
 from pdmm.methods import PDMM
 from pdmm.network import Channel, Network

@@ -6,7 +6,7 @@ Plain PDMM (theta = 1) on pdmm.averaging(G, a), consensus constraints, float64, 
 (n = E / 4, pdmm.Graph.random_regular) and random geometric graphs (radius chosen for an average
 degree of 2 ln n, pdmm.Graph.random_geometric; E is then near the size asked for). pdmm.solve
 renumbers such graphs by reverse Cuthill-McKee before it runs them (its default reorder=None, from
-2^16 directed edges on; pdmm.compiled.locality_order); *renumber s* is that one-off cost. Per graph and dimension d,
+2^16 directed edges on; pdmm.edge_index.locality_order); *renumber s* is that one-off cost. Per graph and dimension d,
 milliseconds per iteration of:
 
     naive   the four-line loop below (docs/theory/pdmm.md section 8, worked case) on the graph as numbered: the baseline

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 import pdmm
-from pdmm.graph import as_graph
+from pdmm.array_graph import as_graph
 
 
 @dataclass(frozen=True)

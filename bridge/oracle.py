@@ -16,7 +16,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 import pdmm
-from pdmm.graph import as_graph
+from pdmm.array_graph import as_graph
 
 
 def ball_membership(G: "nx.Graph | pdmm.Graph | sp.sparray", rounds: int) -> list[sp.csr_array]:

@@ -11,10 +11,10 @@ import math
 import numpy as np
 from scipy import stats
 
-from pdmm.graphs import topology
 from pdmm.network import Network
 from pdmm.problem import averaging
 from pdmm.solve import solve
+from pdmm.topologies import topology
 
 AXES = {"drop": (0.1, 0.3, 0.5), "wake": (0.9, 0.7, 0.5), "bits": (16, 20, 24, 32)}
 METHODS = {"pdmm": ("pdmm", {}), "averaged pdmm": ("pdmm", {"theta": 0.5}), "admm": ("admm", {})}

@@ -12,16 +12,18 @@ tunes rho or the step size on a grid (pdmm.tune); real data as problems (pdmm.da
 """
 
 from . import datasets
-from .compiled import CompiledGraph
-from .graph import Graph
-from .graphs import TOPOLOGIES, load_graph, topology
+from .array_graph import Graph
+from .edge_index import CompiledGraph
+from .graph_files import load_graph
 from .local import Lasso, LocalFunction, Logistic, Quadratic
+from .loop import ConvergenceWarning, DivergenceError, Result
 from .methods import METHODS
 from .mixing import check_mixing, mixing_matrix, spectral_interval
 from .network import Network
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
 from .reference import reference
-from .solve import ConvergenceWarning, DivergenceError, Result, solve, tune_allocator
+from .solve import solve, tune_allocator
+from .topologies import TOPOLOGIES, topology
 from .tuning import Tuning, tune
 
 __all__ = [

@@ -2,9 +2,10 @@
 directed edges.
 
 Directed edge e = i->j carries A_e = A_ij (the matrix node i applies) and b_e = b_ij. PDMM's
-z-form (docs/theory/pdmm.md section 4) keeps one dual vector z_{i|j} per directed edge; with penalty c = rho:
+z-form (docs/theory/pdmm.md section 4) keeps one dual vector z_{i|j} per directed edge; with penalty c = rho (the
+words gather, aggregate, exchange and fuse as docs/theory/pdmm.md section 14 defines them):
 
-    gather:    u_i = sum_{j in N_i} A_ij^T (z_{i|j} - c b_ij / 2)      (node i's linear term)
+    aggregate: u_i = sum_{j in N_i} A_ij^T (z_{i|j} - c b_ij / 2)      (node i's linear term)
     curvature: C_i = c sum_{j in N_i} A_ij^T A_ij                       (node i's quadratic term)
     messages:  y_{i|j} = z_{i|j} + 2c (A_ij x_i - b_ij / 2)
     reflect:   z_{i|j} <- y_{j|i}                   on an equality edge
@@ -13,7 +14,7 @@ z-form (docs/theory/pdmm.md section 4) keeps one dual vector z_{i|j} per directe
 
 import torch
 
-from .compiled import select
+from .edge_index import select
 
 
 class Consensus:
@@ -37,7 +38,8 @@ class Consensus:
         """C_i = rho d_i I, as a (n, 1) scalar per node."""
         return (rho * self.graph.degree.to(self.graph.sign.dtype)).unsqueeze(1)
 
-    def gather(self, w, rho):
+    def aggregate(self, w, rho):
+        """u_i = sum_{e at i} w_e (edge -> node, docs/theory/pdmm.md section 14): node i's linear term."""
         return self.graph.aggregate(w)
 
     def messages(self, w, x, rho):
@@ -77,7 +79,8 @@ class EdgeMatrices:
         gram = torch.einsum("emd,emk->edk", self.A, self.A)
         return (rho * self.graph.aggregate(gram)).unsqueeze(1)
 
-    def gather(self, z, rho):
+    def aggregate(self, z, rho):
+        """u_i = sum_{j in N_i} A_ij^T (z_{i|j} - rho b_ij / 2) (edge -> node, docs/theory/pdmm.md section 14)."""
         return self.graph.aggregate(torch.einsum("emd,ebm->ebd", self.A, z - (rho / 2) * self.b.unsqueeze(1)))
 
     def messages(self, z, x, rho):
@@ -86,7 +89,8 @@ class EdgeMatrices:
 
     def reflect(self, y, received):
         """z_{i|j} <- 2 P(y)_{i|j} - y_{i|j}, P the projection onto {lambda_{i|j} = lambda_{j|i}, >= 0 on an
-        inequality}: received = y_{j|i} on equalities, max(y_{j|i}, -y_{i|j}) on inequalities (docs/pdmm_inequality.md)."""
+        inequality}: received = y_{j|i} on equalities, max(y_{j|i}, -y_{i|j}) on inequalities
+        (docs/pdmm_inequality.md)."""
         if self.inequality is None:
             return received
         return torch.where(self.inequality, torch.maximum(received, -y), received)

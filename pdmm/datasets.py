@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from .graph import node_count
+from .array_graph import node_count
 from .problem import Problem, _weight, logistic
 
 BREAST_CANCER_L2 = 10.0  # the l2 weight of the whole problem: scikit-learn's C = 1 / l2 = 0.1

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .compiled import CompiledGraph
 from .constraints import Consensus
+from .edge_index import CompiledGraph
 from .local import LocalFunction
 from .mixing import MixingProduct, as_mixing, spectral_interval
 from .network import ONE, Channel, Network
@@ -46,6 +46,7 @@ class Decentralised:
     f = s + r for the proximal methods, with prox_r), and alpha (1, B, 1) on the run's device: "auto"
     (the subclass's default_alpha of L (B,)) or a number > 0."""
 
+    name: str  # the method's name in pdmm.METHODS, set by every subclass
     uses_rho = False
     takes_x0 = True
     takes_network = True  # all of pdmm.Network but privacy and wake="one" (check_network)

@@ -57,11 +57,11 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .compiled import CompiledGraph, EdgeList
 from .constraints import Consensus
+from .edge_index import CompiledGraph, EdgeList
 from .local import Quadratic
+from .loop import Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
 from .methods import PDMM
-from .solve import _Bookkeeping, _initial_x, _iterate, _Progress, _reference, _result
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
 
@@ -125,7 +125,7 @@ class PartGraph(CompiledGraph):
     directed edges out of them. dst holds GLOBAL node indices and sign the global one; rev is unused (-1);
     exchange(v) is the partitioned v[rev], served by `swap`."""
 
-    swap: "Swap" = None
+    swap: "Swap | None" = None
 
     def exchange(self, v):
         return self.swap(v)
@@ -281,28 +281,65 @@ def solve(
     progress=False,
     scale=None,
 ):
-    """pdmm.solve's loop on this rank's part of the graph (called by pdmm.solve with arguments already checked);
-    progress: a tqdm bar on this rank; scale: the problem's scale (pdmm.solve's problem_scale), the stopping
-    test's floor as one process has it."""
+    """pdmm.solve's loop on this rank's part of the graph, its arguments given one by one (already checked, as
+    pdmm.solve checks them); run() with them bundled in one pdmm.loop.RunOptions. owners: the rank of each node or
+    None (partition); progress: a tqdm bar on this rank; scale: the problem's scale (pdmm.solve's problem_scale),
+    the stopping test's floor as one process has it."""
+    options = RunOptions(
+        method=method,
+        rho=rho,
+        max_iter=max_iter,
+        tol=tol,
+        reference=reference,
+        device=device,
+        dtype=dtype,
+        seed=seed,
+        x0=x0,
+        network=network,
+        target=target,
+        history=tuple(names),
+        record_every=record_every,
+        check_every=check_every,
+        compile=compile,
+        method_params=method_params,
+        progress=progress,
+        backend="distributed",
+        partition=owners,
+        scale=scale,
+    )
+    return run(problem, options, group)
+
+
+def run(problem, options, group=None):
+    """pdmm.solve's loop (pdmm.loop.iterate) on this rank's part of the graph, with the options pdmm.solve checked
+    (options.partition: the rank of each node or None; options.progress: a tqdm bar on this rank; options.scale:
+    the problem's scale, the stopping test's floor as one process has it). The same Result on every rank."""
     rank, world = check_group(group)
+    method, rho, device, dtype, method_params = (
+        options.method,
+        options.rho,
+        options.device,
+        options.dtype,
+        options.method_params,
+    )
     # a Ctrl-C from here to the end is only flagged, and agreed on at the next stopping test: no rank leaves the
     # others in a collective, and one that comes after the last test is dropped (the run has ended)
     with _DeferredInterrupts() as asked:
         arguments = dict(
             method=method,
             rho=rho,
-            max_iter=max_iter,
-            tol=tol,
-            reference=reference,
+            max_iter=options.max_iter,
+            tol=options.tol,
+            reference=options.reference,
             dtype=str(dtype),
-            seed=seed,
-            x0=x0,
-            target=target,
-            names=names,
-            record_every=record_every,
-            check_every=check_every,
-            method_params=method_params,
-            partition=owners,
+            seed=options.seed,
+            x0=options.x0,
+            target=options.target,
+            names=list(options.history),
+            record_every=options.record_every,
+            check_every=options.check_every,
+            method_params=dict(method_params),
+            partition=options.partition,
             world=world,
         )
         mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
@@ -314,59 +351,40 @@ def solve(
                 f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
                 "(every rank must call pdmm.solve with the same data)"
             )
-        check_supported(problem, method, device, network, compile, method_params)
+        check_supported(problem, method, device, options.network, options.compile, method_params)
         if world > problem.n:
             raise ValueError(
                 f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes"
             )
-        owner = _owners(problem, owners, world, group)
+        owner = _owners(problem, options.partition, world, group)
 
         graph, own = local_part(problem.compiled, owner, rank, dtype, group)
         local = problem.local.to("cpu", dtype).nodes(torch.from_numpy(own))
         edges = Consensus(graph)
         algorithm = PDMM(graph, local, edges, float(rho), **method_params)
-        x_star = _reference(problem, reference, device, dtype)
-        state = algorithm.init(_initial_x(problem, x0, seed, device, dtype)[torch.from_numpy(own)])
+        x_star = reference_point(problem, options)
+        state = algorithm.init(initial_x(problem, options)[torch.from_numpy(own)])
         per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
         book = _PartBookkeeping(
-            names,
-            _Summed(local, problem.n, group),
-            edges,
-            None,
-            x_star,
-            None,
-            rho,
-            per_iteration,
-            record_every,
-            min(max_iter // record_every + 1, 4096),
-            scale=None if scale is None else scale.to(device, dtype),
+            options, local=_Summed(local, problem.n, group), edges=edges, per_round=per_iteration, x_star=x_star
         )
         book.part(own, problem.compiled.num_edges // 2, group)
-        run = dict(problem=problem, method=method, params={"rho": rho, **method_params}, x_star=x_star, network=None)
 
-        so_far = _Progress((state, 0, 0))
+        so_far = Progress((state, 0, 0))
         start = time.perf_counter()
 
         def finish(status):
             state, done, rows = so_far.now
-            return _result(_gathered(state, owner, group), done, book, rows, status, start, **run)
+            return make_result(
+                _gathered(state, owner, group), done, book, rows, status, start, problem, options, x_star
+            )
 
         book.asked = asked
-        with torch.no_grad(), tqdm(total=max_iter, desc=method, disable=not progress, leave=False) as bar:
-            status = _iterate(
-                algorithm.step,
-                so_far,
-                book,
-                max_iter,
-                record_every,
-                check_every,
-                tol,
-                target,
-                method,
-                rho,
-                finish,
-                bar=bar if progress else None,
-            )
+        with (
+            torch.no_grad(),
+            tqdm(total=options.max_iter, desc=method, disable=not options.progress, leave=False) as bar,
+        ):
+            status = iterate(algorithm.step, so_far, book, options, finish, bar=bar if options.progress else None)
         return finish(status)
 
 
@@ -446,7 +464,7 @@ class _Summed:
         return _all_sum(self.local.value(x).contiguous(), self.group)
 
 
-class _PartBookkeeping(_Bookkeeping):
+class _PartBookkeeping(Bookkeeping):
     """solve's bookkeeping with every norm summed over the ranks (residuals over each rank's forward edges), and
     the ranks' Ctrl-C flags (asked(), set by solve) summed with them: `interrupted` is whether any rank was asked to
     stop."""
@@ -472,7 +490,7 @@ class _PartBookkeeping(_Bookkeeping):
         return seen["error"]
 
     def sizes(self, x, x_old):
-        """As _Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one
+        """As Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one
         all-reduce, which also sums the ranks' Ctrl-C flags into `interrupted`."""
         change = x - x_old
         sums = _all_sum(
@@ -491,7 +509,7 @@ class _PartBookkeeping(_Bookkeeping):
         return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B : 2 * B] / n), sums[-2] == 0
 
     def state_sizes(self, t, t_old):
-        """As _Bookkeeping.state_sizes over all ranks' rows of t (each rank's edges or nodes), one all-reduce."""
+        """As Bookkeeping.state_sizes over all ranks' rows of t (each rank's edges or nodes), one all-reduce."""
         change = t - t_old
         sums = _all_sum(
             torch.cat([(t * t).sum((0, 2)), (change * change).sum((0, 2)), t.new_tensor([len(t)])]), self.group
@@ -500,4 +518,4 @@ class _PartBookkeeping(_Bookkeeping):
         return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B : 2 * B] / rows)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "CollectiveError", "init_process_group", "partition", "blocks", "solve"]
+__all__ = ["DEFAULT_TIMEOUT", "CollectiveError", "init_process_group", "partition", "blocks", "solve", "run"]

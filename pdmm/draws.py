@@ -18,7 +18,7 @@ import torch
 try:
     import numba
 except ImportError:  # no wheel for this platform: the torch expression serves the CPU too, more slowly
-    numba = None
+    numba = None  # type: ignore[assignment]  # numba is optional: None marks its absence, tested before each use
 
 MASK = (1 << 64) - 1
 GAMMA, C1, C2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB

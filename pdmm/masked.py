@@ -16,6 +16,7 @@ where autograd must see the selection (bridge.UnrolledPDMM), torch.where runs. A
 """
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -127,7 +128,7 @@ def exchanged_drawn(y, rev, held, sender, link, kept, dropped):
     return out, torch.tensor([sent]), torch.tensor([delivered])
 
 
-_DRAWN_KERNELS = {}
+_DRAWN_KERNELS: dict[tuple, Any] = {}  # compiled numba kernels by their flags
 
 
 def _exchanged_drawn_kernel(has_s, has_l, has_k, has_d):

@@ -3,10 +3,11 @@ edge-based consensus ADMM, gossip and Chebyshev-accelerated gossip for averaging
 (docs/averaging.md), and METHODS, which also holds DGD, EXTRA, NIDS and gradient tracking
 (pdmm.decentralised, docs/decentralised.md).
 
-Each method is one step over the whole graph at once, written as the three named phases
-    gather   u_i  <- what node i collects from its edges          (edge -> node)
-    fuse     x_i  <- a local update from u_i                      (node)
-    exchange z_e  <- the messages sent back along each edge       (node -> edge -> reverse edge)
+Each method is one step over the whole graph at once, written as the three named phases (the vocabulary of
+docs/theory/pdmm.md section 14)
+    aggregate u_i  <- what node i collects from its edges          (edge -> node)
+    fuse      x_i  <- a local update from u_i                      (node)
+    exchange  z_e  <- the messages sent back along each edge       (node -> edge -> reverse edge)
 The edge operator (pdmm.constraints) supplies the constraint-specific terms, so the same
 rules run with consensus or general edge matrices; all edge traffic passes through
 `exchange`, the single place where message drops, quantisation or a process boundary belong.
@@ -22,6 +23,7 @@ messages (of the edge state's width) each directed edge carries per round on the
 """
 
 import warnings
+from typing import Any
 
 import torch
 
@@ -69,11 +71,11 @@ class PDMM:
 
     def step(self, state):
         z = state["z"]
-        new = self.local_step(state, self.edges.gather(z, self.rho))
+        new = self.local_step(state, self.edges.aggregate(z, self.rho))
         return {**new, "z": self.update_edges(z, self.edges.messages(z, new["x"], self.rho))}
 
     def local_step(self, state, u):
-        """The node updates from u (the gathered edge terms): {"x": x^{k+1}}."""
+        """The node updates from u (the aggregated edge terms): {"x": x^{k+1}}."""
         return {"x": self.awake(self.fuse(u), state["x"])}
 
     def awake(self, new, old):
@@ -137,7 +139,9 @@ class QAPDMM(PDMM):
         try:
             return eta.expand(shape)
         except RuntimeError:
-            raise ValueError(f"eta must be a number or one value per node ({shape[0]}), got shape {tuple(eta.shape)}")
+            raise ValueError(
+                f"eta must be a number or one value per node ({shape[0]}), got shape {tuple(eta.shape)}"
+            ) from None
 
     def init(self, x0):
         return {**super().init(x0), "x_half": x0}
@@ -154,7 +158,7 @@ class NodeForm:
     state summed out: the same iterates, carried as two sums per node instead of one number per edge.
 
     With the signed consensus state w (pdmm.constraints.Consensus), u_i = sum_{e at i} w_e (what
-    node i gathers) and v_i = sum_{e at i} w_{rev e} (what its neighbours hold for it), one step of
+    node i aggregates) and v_i = sum_{e at i} w_{rev e} (what its neighbours hold for it), one step of
     z-form PDMM (docs/theory/pdmm.md section 10), w_e <- (1 - theta) w_e + theta (-2 rho x_{dst e} - w_{rev e}), sums to
 
         x^{k+1} = the method's node update from u^k
@@ -391,7 +395,7 @@ def _interval(interval, W):
     return low, high
 
 
-METHODS = {
+METHODS: dict[str, Any] = {  # name -> class; the classes share no base, only the attributes solve reads
     "pdmm": PDMM,
     "qa-pdmm": QAPDMM,
     "admm": ADMM,

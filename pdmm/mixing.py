@@ -12,13 +12,13 @@ on the first call: a plain `import pdmm` stays fast.
 """
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from .compiled import CompiledGraph
-from .graph import Graph, as_graph
+from .array_graph import Graph, GraphLike, as_graph
+from .edge_index import CompiledGraph
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -29,36 +29,70 @@ DENSE_LIMIT = 2048  # spectral_interval: dense eigvalsh up to this many nodes, s
 EIGSH_TOL = 1e-8  # spectral_interval: relative accuracy asked of eigsh, by which it widens the interval
 
 
-def mixing_matrix(graph, kind: str = "metropolis") -> "scipy.sparse.csr_array":
-    """The (n, n) mixing matrix of `kind` (docs/averaging.md section 1), d_i the degree of node i:
+def mixing_matrix(graph: "GraphLike | CompiledGraph", kind: str = "metropolis") -> "scipy.sparse.csr_array":
+    """The (n, n) mixing matrix of `kind` (docs/averaging.md section 1), d_i the degree of node i::
 
         "metropolis"       W_ij = 1 / (1 + max(d_i, d_j)) on every edge, W_ii = 1 - sum_j W_ij
         "lazy_metropolis"  (I + W_metropolis) / 2: the same, with eigenvalues in [0, 1]
         "max_degree"       W_ij = 1 / (1 + max_k d_k) on every edge, W_ii = 1 - d_i / (1 + max_k d_k)
 
-    Symmetric, doubly stochastic, nonnegative, with a positive diagonal. graph: a networkx graph,
-    a pdmm.Graph or a scipy sparse adjacency matrix (pdmm.graph.as_graph); rows in its node order.
+    Symmetric, doubly stochastic, nonnegative, with a positive diagonal.
+
+    Parameters
+    ----------
+    graph : networkx.Graph, pdmm.Graph, scipy sparse matrix or CompiledGraph
+        The graph (pdmm.array_graph.as_graph); rows in its node order.
+    kind : str
+        One of KINDS: "metropolis", "lazy_metropolis" or "max_degree".
+
+    Returns
+    -------
+    scipy.sparse.csr_array
+        W, float64.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind (or a graph as_graph refuses).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown mixing kind {kind!r}; choose one of {', '.join(KINDS)}")
     graph = _undirected(graph)
     i, j = graph.edges[:, 0], graph.edges[:, 1]
     degree = graph.degree
+    weight: np.ndarray  # float64, one per undirected edge
     if kind == "max_degree":
         weight = np.full(len(i), 1.0 / (1 + degree.max()))
     else:
         weight = 1.0 / (1 + np.maximum(degree[i], degree[j]))
-    diagonal = 1 - np.bincount(i, weight, graph.n) - np.bincount(j, weight, graph.n)
+    diagonal: np.ndarray = 1 - np.bincount(i, weight, graph.n) - np.bincount(j, weight, graph.n)
     if kind == "lazy_metropolis":
         weight, diagonal = weight / 2, (1 + diagonal) / 2
     return _symmetric(graph.n, i, j, weight, diagonal)
 
 
-def check_mixing(W, graph) -> "scipy.sparse.csr_array":
-    """W (a dense array or a scipy sparse matrix) as a CSR float64 array, after checking that it is a mixing
-    matrix of `graph`: square n x n, finite, symmetric and with rows summing to 1 (both to TOLERANCE), and
-    nonzero only on the graph's edges and the diagonal (docs/averaging.md section 1). One-line ValueError
-    naming the first check that fails."""
+def check_mixing(W: Any, graph: "GraphLike | CompiledGraph") -> "scipy.sparse.csr_array":
+    """W as a CSR float64 array, after checking that it is a mixing matrix of `graph`: square n x n, finite,
+    symmetric and with rows summing to 1 (both to TOLERANCE), and nonzero only on the graph's edges and the
+    diagonal (docs/averaging.md section 1).
+
+    Parameters
+    ----------
+    W : array_like or scipy sparse matrix
+        The candidate mixing matrix (a dense array, tensor or scipy sparse matrix).
+    graph : networkx.Graph, pdmm.Graph, scipy sparse matrix or CompiledGraph
+        The graph W must mix over.
+
+    Returns
+    -------
+    scipy.sparse.csr_array
+        W, float64.
+
+    Raises
+    ------
+    ValueError
+        One line naming the first check that fails.
+    """
     graph = _undirected(graph)
     n = graph.n
     W = _csr(W)
@@ -96,8 +130,10 @@ def as_mixing(mixing, graph) -> "scipy.sparse.csr_array":
 
 
 def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, float]:
-    """(lambda_min, lambda_2) of a mixing matrix W of a connected graph: its smallest eigenvalue and its
-    largest other than the eigenvalue 1 of the all-ones vector (docs/averaging.md section 2). Gossip
+    """(lambda_min, lambda_2) of a mixing matrix W of a connected graph (docs/averaging.md section 2).
+
+    lambda_min is its smallest eigenvalue, lambda_2 its largest other than the eigenvalue 1 of the all-ones
+    vector. Gossip
     contracts by max(abs(lambda_min), abs(lambda_2)) per round; Chebyshev acceleration takes the interval
     (section 3).
 
@@ -108,8 +144,22 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
     one can diverge). Seconds at 10^5 nodes on geometric graphs, tens of seconds on random regular
     ones, whose eigenvalues crowd at the ends of the spectrum.
 
-    ValueError when W's nonzeros do not connect the nodes: the eigenvalue 1 is then repeated and
-    averaging cannot converge."""
+    Parameters
+    ----------
+    W : scipy.sparse.csr_array or numpy.ndarray
+        A mixing matrix (mixing_matrix, check_mixing).
+
+    Returns
+    -------
+    lambda_min, lambda_2 : float
+        The interval's ends.
+
+    Raises
+    ------
+    ValueError
+        When W's nonzeros do not connect the nodes: the eigenvalue 1 is then repeated and averaging cannot
+        converge (or when W is not a numeric square matrix).
+    """
     from scipy.sparse.csgraph import connected_components
 
     W = _csr(W)

@@ -38,11 +38,15 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from . import draws, masked
+
+if TYPE_CHECKING:
+    from .edge_index import CompiledGraph
 
 ROUNDINGS = {
     False: "nearest",
@@ -88,26 +92,46 @@ def _named(name, mapping, edges):
 
 @dataclass(frozen=True)
 class Network:
-    """What the network does to PDMM's messages (module docstring); every effect is off by default.
-
-    drop: probability that a directed transmission is lost: one for all, or one per directed edge,
-    either a sequence in compiled edge order (entry e for src[e] -> dst[e] of problem.compiled) or
-    a dict {(i, j): p} of node labels for the transmission i -> j (unnamed ones: 0). burst: None,
-    or (p_gb, p_bg), the Gilbert-Elliott chain of every directed link (module docstring): a link
-    in the bad state loses everything, one in the good state loses with probability drop;
-    stationary P(bad) = p_gb / (p_gb + p_bg), loss rate P(bad) + (1 - P(bad)) drop, mean bad spell
-    1 / p_bg iterations; both in (0, 1], as a chain with a 0 never leaves one state. wake:
-    probability that a node is awake in an iteration: one for all, one per node (a sequence in
-    node order, or a dict {node: q}, unnamed nodes 1), or "one": exactly one node, chosen
-    uniformly, per iteration and instance. bits: None (exact numbers) or b >= 1 bits per
-    number. dither: False (nearest rounding), True or "subtractive", or "stochastic". limit: the
-    quantiser's range R, or None to adapt it. edge_up: probability that an edge is up in an
-    iteration, or a schedule: a sequence of edge collections, iteration k using entry k mod its
-    length. privacy: the standard deviation of the initial z (subspace perturbation; 0 records
-    the privacy measures without it), or None. seed: of every random draw.
+    """What the network does to PDMM's messages (module docstring, docs/theory/pdmm.md section 12); every effect
+    is off by default.
 
     Per-edge and per-node sequences are stored as tuples of floats, dicts as copies; their length
     and labels are checked against the graph when a run starts (a ValueError names the culprit).
+
+    Parameters
+    ----------
+    drop : float, sequence or dict
+        Probability that a directed transmission is lost: one for all, or one per directed edge, either a
+        sequence in compiled edge order (entry e for src[e] -> dst[e] of problem.compiled) or a dict
+        {(i, j): p} of node labels for the transmission i -> j (unnamed ones: 0).
+    wake : float, str, sequence or dict
+        Probability that a node is awake in an iteration: one for all, one per node (a sequence in node
+        order, or a dict {node: q}, unnamed nodes 1), or "one": exactly one node, chosen uniformly, per
+        iteration and instance.
+    bits : int or None
+        None (exact numbers) or b in 1..52 bits per number.
+    dither : bool or str
+        False (nearest rounding), True or "subtractive", or "stochastic".
+    edge_up : float or sequence
+        Probability that an edge is up in an iteration, or a schedule: a sequence of edge collections,
+        iteration k using entry k mod its length.
+    privacy : float or None
+        The standard deviation of the initial z (subspace perturbation; 0 records the privacy measures without
+        it), or None.
+    seed : int
+        The seed of every random draw.
+    limit : float or None
+        The quantiser's range R, or None to adapt it.
+    burst : tuple or None
+        None, or (p_gb, p_bg), the Gilbert-Elliott chain of every directed link (module docstring): a link
+        in the bad state loses everything, one in the good state loses with probability drop; stationary
+        P(bad) = p_gb / (p_gb + p_bg), loss rate P(bad) + (1 - P(bad)) drop, mean bad spell 1 / p_bg
+        iterations; both in (0, 1], as a chain with a 0 never leaves one state.
+
+    Raises
+    ------
+    ValueError
+        For any setting out of its range (each message names the setting and the value).
     """
 
     drop: float | tuple | dict = 0.0
@@ -182,23 +206,41 @@ class Network:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 
     @property
-    def rounding(self):
-        """ "nearest", "subtractive" or "stochastic"."""
+    def rounding(self) -> str:
+        """The quantiser's rounding: "nearest", "subtractive" or "stochastic"."""
         return ROUNDINGS[self.dither]
 
     @property
-    def scheduled(self):
+    def scheduled(self) -> bool:
+        """Whether edge_up is a schedule of edge collections rather than a probability."""
         return isinstance(self.edge_up, tuple)
 
-    def stuck(self, graph=None):
-        """Why no run over this network can make progress, or None: wake = 0 for every node (none ever updates),
-        edge_up = 0 (no edge is ever up) or drop = 1 (every message is lost). A single node of wake 0 is allowed
-        (a deterministic network may keep one node asleep on purpose). With the run's graph (a CompiledGraph),
-        per-node and per-edge settings count too: wake 0 for every node of a list or dict, and edges that never
-        carry a message either way (drop = 1 both ways, or never up in an edge_up schedule) that split the graph
-        into parts which never hear from each other.
-        pdmm.solve refuses such a network: its state would never change and the residual test could pass at
-        x^0, or each part would settle on its own answer (docs/guide/solve.md, "The stopping test")."""
+    def stuck(self, graph: "CompiledGraph | None" = None) -> str | None:
+        """Why no run over this network can make progress, or None.
+
+        Stuck: wake = 0 for every node (none ever updates), edge_up = 0 (no edge is ever up) or drop = 1 (every
+        message is lost). A single node of wake 0 is allowed (a deterministic network may keep one node asleep
+        on purpose). With the run's graph, per-node and per-edge settings count too: wake 0 for every node of a
+        list or dict, and edges that never carry a message either way (drop = 1 both ways, or never up in an
+        edge_up schedule) that split the graph into parts which never hear from each other. pdmm.solve refuses
+        such a network: its state would never change and the residual test could pass at x^0, or each part
+        would settle on its own answer (docs/guide/solve.md, "The stopping test").
+
+        Parameters
+        ----------
+        graph : CompiledGraph or None
+            The run's graph, or None to check the graph-free settings only.
+
+        Returns
+        -------
+        str or None
+            The reason, in words, or None where a run can make progress.
+
+        Raises
+        ------
+        ValueError
+            Where a per-node or per-edge setting does not fit the graph.
+        """
         wake = (
             self.wake.values()
             if isinstance(self.wake, Mapping)
@@ -250,11 +292,24 @@ class Network:
             "parts that never hear from each other, so no run can reach the solution"
         )
 
-    def relabelled(self, order, edge_of):
+    def relabelled(self, order: np.ndarray, edge_of: np.ndarray) -> "Network":
         """The same network for a renumbered graph (pdmm.Problem.relabelled): per-node and per-edge sequences
-        reordered to the new nodes (order) and directed edges (edge_of). Dicts and schedules name node labels,
-        which the renumbered graph keeps; a sequence of the wrong length is left for the run to report."""
-        changes = {}
+        reordered to the new nodes and directed edges. Dicts and schedules name node labels, which the
+        renumbered graph keeps; a sequence of the wrong length is left for the run to report.
+
+        Parameters
+        ----------
+        order : numpy.ndarray
+            (n,) int: new node k is node order[k].
+        edge_of : numpy.ndarray
+            (E,) int: new directed edge e is edge edge_of[e].
+
+        Returns
+        -------
+        Network
+            The network for the renumbered graph (this one where nothing changes).
+        """
+        changes: dict[str, Any] = {}
         if isinstance(self.wake, tuple) and len(self.wake) == len(order):
             changes["wake"] = tuple(np.asarray(self.wake)[order].tolist())
         if isinstance(self.drop, tuple) and len(self.drop) == len(edge_of):

@@ -1,35 +1,61 @@
 """pdmm.Problem (docs/theory/problem.md sections 1, 5) and ready-made constructors with per-node data.
 
-G is a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix (pdmm/graph.py). Row i
+G is a networkx graph, a pdmm.Graph or a scipy sparse adjacency matrix (pdmm/array_graph.py). Row i
 of every data array belongs to node i: the i-th node of `G.nodes` (a pdmm.Graph or matrix:
 node index i). Arrays may carry a leading batch axis B for B independent instances on the
 same graph, solved together.
 """
 
 import math
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 
-from .compiled import CompiledGraph
+from .array_graph import GraphLike, as_graph, node_count
 from .constraints import Consensus, EdgeMatrices
-from .graph import as_graph, node_count
+from .edge_index import CompiledGraph
 from .local import Lasso, LocalFunction, Logistic, Quadratic
+
+Constraints: TypeAlias = "str | dict[tuple[Any, Any], tuple]"
+"""A problem's constraints: "consensus" or {(i, j): (A_ij, A_ji, b_ij[, "<="])}, one entry per undirected edge."""
 
 
 class Problem:
-    """minimise sum_i f_i(x_i) s.t. A_ij x_i + A_ji x_j = b_ij (or <= b_ij) on every edge {i, j} of `graph`.
+    """minimise sum_i f_i(x_i) s.t. A_ij x_i + A_ji x_j = b_ij (or <= b_ij) on every edge {i, j} of `graph`
+    (docs/theory/problem.md section 1).
 
-    constraints: "consensus" (x_i = x_j on every edge) or a dict {(i, j): (A_ij, A_ji, b_ij)}
-    with one entry per undirected edge, A of shape (m, d) and b of shape (m,); an entry
-    (A_ij, A_ji, b_ij, "<=") makes that edge's m rows inequalities (pdmm and qa-pdmm; equalities
-    and inequalities may be mixed over the edges); i and j are node labels (node indices for a
-    pdmm.Graph or a matrix). batched: whether results keep the batch axis (default: when there
-    is more than one instance). `graph`: a networkx graph, a pdmm.Graph or a scipy sparse
-    adjacency matrix (kept as given in `.graph`); self-loops are ignored with a warning.
+    Parameters
+    ----------
+    graph : networkx.Graph, pdmm.Graph or scipy sparse matrix
+        The connected communication graph (kept as given in `.graph`); self-loops are ignored with a warning.
+    local : pdmm.LocalFunction
+        The local functions f_i, shaped (n, B, d): n nodes, B instances, x_i of size d.
+    constraints : str or dict
+        "consensus" (x_i = x_j on every edge) or a dict {(i, j): (A_ij, A_ji, b_ij)} with one entry per
+        undirected edge, A of shape (m, d) and b of shape (m,); an entry (A_ij, A_ji, b_ij, "<=") makes that
+        edge's m rows inequalities (pdmm and qa-pdmm; equalities and inequalities may be mixed over the edges);
+        i and j are node labels (node indices for a pdmm.Graph or a matrix).
+    batched : bool or None
+        Whether results keep the batch axis; None: when there is more than one instance.
+
+    Raises
+    ------
+    TypeError
+        Where local is not a LocalFunction, or the graph is not a graph.
+    ValueError
+        Where the graph is disconnected, the local data's node count differs from the graph's, or the
+        constraints are malformed (pairs that are not edges, an edge missing or given twice, shapes that
+        disagree, NaN or inf).
     """
 
-    def __init__(self, graph, local, constraints="consensus", batched=None):
+    def __init__(
+        self,
+        graph: GraphLike,
+        local: LocalFunction,
+        constraints: Constraints = "consensus",
+        batched: bool | None = None,
+    ):
         if not isinstance(local, LocalFunction):
             raise TypeError(f"local must be a pdmm.local.LocalFunction, got {type(local).__name__}")
         self.graph = graph
@@ -39,6 +65,8 @@ class Problem:
         self.batched = self.batch > 1 if batched is None else bool(batched)
         if self.n != self.compiled.n:
             raise ValueError(f"the local data has {self.n} nodes but the graph has {self.compiled.n}")
+        self.edge_matrices: tuple[torch.Tensor, torch.Tensor] | None
+        self.inequality: torch.Tensor | None
         if isinstance(constraints, str):
             if constraints != "consensus":
                 raise ValueError(f"constraints must be 'consensus' or a dict of edge matrices, got {constraints!r}")
@@ -48,30 +76,63 @@ class Problem:
             self.edge_matrices = A, b
 
     @property
-    def is_consensus(self):
+    def is_consensus(self) -> bool:
+        """Whether the constraints are consensus, x_i = x_j on every edge (no edge matrices)."""
         return self.edge_matrices is None
 
-    def compile(self, device, dtype):
-        """(compiled graph, local function, edge operator) on `device` in `dtype`."""
+    def compile(
+        self, device: torch.device | str, dtype: torch.dtype
+    ) -> tuple[CompiledGraph, LocalFunction, Consensus | EdgeMatrices]:
+        """The problem as the methods run it, on `device` in `dtype`.
+
+        Parameters
+        ----------
+        device : torch.device or str
+            Where the tensors go.
+        dtype : torch.dtype
+            The float dtype.
+
+        Returns
+        -------
+        graph : CompiledGraph
+            The compiled graph.
+        local : LocalFunction
+            The local functions.
+        edges : pdmm.constraints.Consensus or pdmm.constraints.EdgeMatrices
+            The edge operator of the constraints.
+        """
         graph = self.compiled.to(device, dtype)
         local = self.local.to(device, dtype)
-        if self.is_consensus:
+        if self.edge_matrices is None:  # consensus
             return graph, local, Consensus(graph)
         A, b = (t.to(device, dtype) for t in self.edge_matrices)
         inequality = None if self.inequality is None else self.inequality.to(device)
         return graph, local, EdgeMatrices(graph, A, b, inequality)
 
-    def relabelled(self, order):
-        """(problem, edge_of): the same problem on the graph renumbered so that its node k is node order[k]
-        of this one (CompiledGraph.relabelled; the local data and edge matrices follow their nodes and
-        edges), and edge_of, the edge of this problem's compiled graph that each new directed edge is."""
+    def relabelled(self, order: Any) -> tuple["Problem", np.ndarray]:
+        """The same problem on the graph renumbered so that its node k is node order[k] of this one
+        (CompiledGraph.relabelled; the local data and edge matrices follow their nodes and edges).
+
+        Parameters
+        ----------
+        order : array_like of int
+            (n,) a permutation of the node indices.
+
+        Returns
+        -------
+        problem : Problem
+            The renumbered problem.
+        edge_of : numpy.ndarray
+            (E,) int64: the edge of this problem's compiled graph that each new directed edge is.
+        """
         new = object.__new__(Problem)
         new.__dict__.update(self.__dict__)
         new.compiled, edge_of = self.compiled.relabelled(order)
         new.local = self.local.nodes(torch.from_numpy(np.asarray(order, dtype=np.int64)))
-        if not self.is_consensus:
+        if self.edge_matrices is not None:  # edge matrices follow their edges
             index = torch.from_numpy(edge_of)
-            new.edge_matrices = tuple(t.index_select(0, index) for t in self.edge_matrices)
+            A, b = (t.index_select(0, index) for t in self.edge_matrices)
+            new.edge_matrices = A, b
             new.inequality = None if self.inequality is None else self.inequality.index_select(0, index)
         return new, edge_of
 
@@ -142,8 +203,9 @@ def _finite(name, array):
     return array
 
 
-def _node_data(name, value, n, tail):
-    """Validate per-node data of shape (n, *tail) or (B, n, *tail); return (n, B, *tail) float64."""
+def node_data(name: str, value: Any, n: int, tail: tuple) -> torch.Tensor:
+    """Validate per-node data of shape (n, *tail) or (B, n, *tail) (None in tail: any length); return
+    (n, B, *tail) float64; ValueError naming `name` for another shape, NaN or inf."""
     if torch.is_tensor(value):
         value = value.detach().cpu().numpy()
     array = _finite(name, np.asarray(value, dtype=np.float64))
@@ -191,22 +253,68 @@ def _gram(H, y, ridge):
 
 def _regression_data(G, H, y):
     n = node_count(G)
-    H = _node_data("H", H, n, (None, None))
-    y = _node_data("y", y, n, (H.shape[2],))
+    H = node_data("H", H, n, (None, None))
+    y = node_data("y", y, n, (H.shape[2],))
     return _broadcast_batch(H, y)
 
 
-def averaging(G, a, constraints="consensus"):
-    """f_i(x) = 1/2 ||x - a_i||^2; a of shape (n,), (n, d) or (B, n, d). Solution: x_i = mean(a)."""
+def averaging(G: GraphLike, a: Any, constraints: Constraints = "consensus") -> Problem:
+    """Distributed averaging: f_i(x) = 1/2 ||x - a_i||^2, whose consensus solution is x_i = mean(a)
+    (docs/theory/pdmm.md section 8).
+
+    Parameters
+    ----------
+    G : networkx.Graph, pdmm.Graph or scipy sparse matrix
+        The connected graph.
+    a : array_like
+        The node values, (n,), (n, d) or (B, n, d).
+    constraints : str or dict
+        "consensus" or edge matrices, as pdmm.Problem takes them.
+
+    Returns
+    -------
+    Problem
+        The problem, batched where the data has a batch axis.
+
+    Raises
+    ------
+    ValueError
+        For data of the wrong shape, or with NaN or inf (and what pdmm.Problem refuses).
+    """
     a = np.asarray(a.detach().cpu() if torch.is_tensor(a) else a, dtype=np.float64)
     batched = a.ndim == 3
-    a = _node_data("a", a[:, None] if a.ndim == 1 else a, node_count(G), (None,))
+    a = node_data("a", a[:, None] if a.ndim == 1 else a, node_count(G), (None,))
     ones = torch.ones(a.shape[:2], dtype=a.dtype)
     return Problem(G, Quadratic(ones, a, y=a), constraints, batched)
 
 
-def least_squares(G, H, y, ridge=0.0, constraints="consensus"):
-    """f_i(x) = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2; H (n, k, d) or (B, n, k, d), y (n, k) or (B, n, k)."""
+def least_squares(G: GraphLike, H: Any, y: Any, ridge: float = 0.0, constraints: Constraints = "consensus") -> Problem:
+    """Distributed least squares: f_i(x) = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2 (docs/theory/problem.md
+    section 5).
+
+    Parameters
+    ----------
+    G : networkx.Graph, pdmm.Graph or scipy sparse matrix
+        The connected graph.
+    H : array_like
+        The node's design matrices, (n, k, d) or (B, n, k, d).
+    y : array_like
+        The node's targets, (n, k) or (B, n, k).
+    ridge : float
+        The ridge weight, a finite number >= 0.
+    constraints : str or dict
+        "consensus" or edge matrices, as pdmm.Problem takes them.
+
+    Returns
+    -------
+    Problem
+        The problem, batched where the data has a batch axis.
+
+    Raises
+    ------
+    ValueError
+        For data of the wrong shape, with NaN or inf, or a bad ridge (and what pdmm.Problem refuses).
+    """
     ridge = _weight("ridge", ridge)
     batched = _has_batch_axis(H, 3, y, 2)
     H, y = _regression_data(G, H, y)
@@ -214,8 +322,33 @@ def least_squares(G, H, y, ridge=0.0, constraints="consensus"):
     return Problem(G, Quadratic(P, q, H, y, ridge), constraints, batched)
 
 
-def lasso(G, H, y, lam, constraints="consensus"):
-    """f_i(x) = 1/2 ||H_i x - y_i||^2 + (lam / n) ||x||_1, so the centralised problem has weight lam."""
+def lasso(G: GraphLike, H: Any, y: Any, lam: float, constraints: Constraints = "consensus") -> Problem:
+    """Distributed lasso: f_i(x) = 1/2 ||H_i x - y_i||^2 + (lam / n) ||x||_1, so that the centralised problem has
+    weight lam (docs/theory/problem.md section 5).
+
+    Parameters
+    ----------
+    G : networkx.Graph, pdmm.Graph or scipy sparse matrix
+        The connected graph.
+    H : array_like
+        The node's design matrices, (n, k, d) or (B, n, k, d).
+    y : array_like
+        The node's targets, (n, k) or (B, n, k).
+    lam : float
+        The l1 weight of the centralised problem, a finite number >= 0.
+    constraints : str or dict
+        "consensus" or edge matrices, as pdmm.Problem takes them.
+
+    Returns
+    -------
+    Problem
+        The problem, batched where the data has a batch axis.
+
+    Raises
+    ------
+    ValueError
+        For data of the wrong shape, with NaN or inf, or a bad lam (and what pdmm.Problem refuses).
+    """
     lam = _weight("lam", lam)
     batched = _has_batch_axis(H, 3, y, 2)
     H, y = _regression_data(G, H, y)
@@ -223,13 +356,38 @@ def lasso(G, H, y, lam, constraints="consensus"):
     return Problem(G, Lasso(P, q, lam / node_count(G), H, y), constraints, batched)
 
 
-def logistic(G, X, y, reg=0.1, constraints="consensus"):
-    """f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2; labels +-1 (0/1 mapped to -1/+1)."""
+def logistic(G: GraphLike, X: Any, y: Any, reg: float = 0.1, constraints: Constraints = "consensus") -> Problem:
+    """Distributed logistic regression: f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2
+    (docs/theory/problem.md section 5).
+
+    Parameters
+    ----------
+    G : networkx.Graph, pdmm.Graph or scipy sparse matrix
+        The connected graph.
+    X : array_like
+        The node's features, (n, k, d) or (B, n, k, d).
+    y : array_like
+        The node's labels, -1/+1 or 0/1 (mapped to -1/+1), (n, k) or (B, n, k).
+    reg : float
+        The ridge weight, a finite number >= 0.
+    constraints : str or dict
+        "consensus" or edge matrices, as pdmm.Problem takes them.
+
+    Returns
+    -------
+    Problem
+        The problem, batched where the data has a batch axis.
+
+    Raises
+    ------
+    ValueError
+        For data of the wrong shape, with NaN or inf, other labels or a bad reg (and what pdmm.Problem refuses).
+    """
     reg = _weight("reg", reg)
     batched = _has_batch_axis(X, 3, y, 2)
     n = node_count(G)
-    X = _node_data("X", X, n, (None, None))
-    y = _node_data("y", y, n, (X.shape[2],))
+    X = node_data("X", X, n, (None, None))
+    y = node_data("y", y, n, (X.shape[2],))
     labels = set(torch.unique(y).tolist())
     if labels <= {0.0, 1.0}:
         y = 2 * y - 1
@@ -239,13 +397,37 @@ def logistic(G, X, y, reg=0.1, constraints="consensus"):
     return Problem(G, Logistic(X, y, reg), constraints, batched)
 
 
-def quadratic(G, P, q, constraints="consensus"):
-    """f_i(x) = 1/2 x^T P_i x - q_i^T x with P_i symmetric PSD (n, d, d) or (B, n, d, d), q (n, d) or (B, n, d)."""
+def quadratic(G: GraphLike, P: Any, q: Any, constraints: Constraints = "consensus") -> Problem:
+    """A general quadratic problem: f_i(x) = 1/2 x^T P_i x - q_i^T x with P_i symmetric positive semidefinite
+    (docs/theory/problem.md section 5).
+
+    Parameters
+    ----------
+    G : networkx.Graph, pdmm.Graph or scipy sparse matrix
+        The connected graph.
+    P : array_like
+        The curvatures, (n, d, d) or (B, n, d, d).
+    q : array_like
+        The linear terms, (n, d) or (B, n, d).
+    constraints : str or dict
+        "consensus" or edge matrices, as pdmm.Problem takes them.
+
+    Returns
+    -------
+    Problem
+        The problem, batched where the data has a batch axis.
+
+    Raises
+    ------
+    ValueError
+        For data of the wrong shape, with NaN or inf, or a P_i not symmetric positive semidefinite (and what
+        pdmm.Problem refuses).
+    """
     n = node_count(G)
     batched = _has_batch_axis(P, 3, q, 2)
-    q = _node_data("q", q, n, (None,))
+    q = node_data("q", q, n, (None,))
     d = q.shape[-1]
-    P = _node_data("P", P, n, (d, d))
+    P = node_data("P", P, n, (d, d))
     if not torch.allclose(P, P.transpose(-1, -2)):
         raise ValueError("every P_i must be symmetric")
     if bool((torch.linalg.eigvalsh(P)[..., 0] < -1e-10 * P.abs().amax((-1, -2)).clamp(min=1)).any()):

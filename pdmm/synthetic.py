@@ -7,7 +7,7 @@ problem = make_problem("lasso", G, data, lam=0.1)
 import numpy as np
 
 from . import problem as constructors
-from .graphs import available_memory
+from .graph_files import available_memory
 
 DATA_KEYS = {
     "averaging": ("a",),
@@ -62,7 +62,7 @@ def make_data(kind, n, dim=3, samples=10, batch=None, seed=0):
 
 def _check_memory(kind, lead, dim, samples):
     """ValueError, before anything is drawn, when the data and the problem built from it would take more memory
-    than this process can have (pdmm.graphs.available_memory): about PEAK_COPIES float64 copies of the largest
+    than this process can have (pdmm.graph_files.available_memory): about PEAK_COPIES float64 copies of the largest
     array (the draws, their products and the problem's tensors)."""
     rows = dim * dim if kind == "quadratic" else dim if kind == "averaging" else samples * dim
     need = PEAK_COPIES * 8 * rows * int(np.prod(lead))

@@ -16,14 +16,17 @@ times the documented default, 15).
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .loop import DivergenceError
 from .methods import METHODS
+from .network import Network
 from .problem import Problem
-from .solve import DivergenceError, solve
+from .solve import solve
 
 TUNED = {
     "pdmm": "rho",
@@ -53,9 +56,27 @@ class Trial:
 
 @dataclass
 class Tuning:
-    """What pdmm.tune chose: `method`, the `parameter` tuned ("rho" or "alpha") and its chosen `value`, with
-    every grid value's Trial in grid order, the `target`, the budget `max_iter`, the fixed `params` and the
-    `seconds` all the runs took."""
+    """What pdmm.tune chose (docs/decentralised.md section 8).
+
+    Attributes
+    ----------
+    method : str
+        The method tuned.
+    parameter : str
+        The parameter tuned, "rho" or "alpha".
+    value : float
+        Its chosen value.
+    trials : list of Trial
+        Every grid value's run, in grid order.
+    target : float
+        The relative error the runs aimed at.
+    max_iter : int
+        The budget of iterations per run.
+    params : dict
+        The method's other parameters, fixed.
+    seconds : float
+        The time all the runs took.
+    """
 
     method: str
     parameter: str
@@ -101,25 +122,60 @@ def default_grid(problem: Problem, method: str, **params) -> np.ndarray:
 def tune(
     problem: Problem,
     method: str,
-    reference="cvxpy",
-    values=None,
+    reference: Any = "cvxpy",
+    values: Any = None,
     target: float = TARGET,
     max_iter: int = 1000,
-    device="cpu",
+    device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float64,
-    network=None,
+    network: Network | None = None,
     progress: bool = False,
-    **params,
+    **params: Any,
 ) -> Tuning:
-    """Choose `method`'s rho or alpha on `problem` by the rule of this module's docstring.
+    """Choose `method`'s rho or alpha on `problem` by the rule of this module's docstring (docs/decentralised.md
+    section 8).
 
-    reference: "cvxpy" (pdmm.reference, solved once) or the solution x* as an array. values: the grid
-    (default: default_grid). params: the method's other parameters, fixed (theta=0.5, mixing=...);
-    rho or alpha among them is refused. Each run is pdmm.solve(..., tol=0, target=target,
-    max_iter=max_iter, device=device, dtype=dtype, network=network) with params, from x^0 = 0; once a
-    value has reached the target in k iterations, the later values run at most k iterations, as they
-    cannot win after that, which leaves the choice unchanged. progress: a bar over the grid. Raises
-    ValueError when every value diverges, KeyboardInterrupt when Ctrl-C stops a run.
+    Each run is pdmm.solve(..., tol=0, target=target, max_iter=max_iter, device=device, dtype=dtype,
+    network=network) with params, from x^0 = 0; once a value has reached the target in k iterations, the later
+    values run at most k iterations, as they cannot win after that, which leaves the choice unchanged.
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem to tune on.
+    method : str
+        A method with rho (pdmm, qa-pdmm, admm) or a step size alpha (dgd, extra, nids, gradient-tracking).
+    reference : str or array_like
+        "cvxpy" (pdmm.reference, solved once) or the solution x* as an array.
+    values : array_like or None
+        The grid, finite numbers > 0; None: default_grid.
+    target : float
+        The relative error ||x - x*||_F / ||x*||_F each run aims at, a finite number > 0.
+    max_iter : int
+        The budget of iterations per run.
+    device : torch.device or str
+        Where the runs take place.
+    dtype : torch.dtype
+        The runs' float dtype.
+    network : pdmm.Network or None
+        A simulated network for every run, or None for the ideal one.
+    progress : bool
+        Whether to show a bar over the grid.
+    **params
+        The method's other parameters, fixed (theta=0.5, mixing=...); rho or alpha among them is refused.
+
+    Returns
+    -------
+    Tuning
+        The chosen value and every trial.
+
+    Raises
+    ------
+    ValueError
+        For a method with nothing to tune, rho or alpha among params, a bad target or grid, or when every
+        value diverges.
+    KeyboardInterrupt
+        When Ctrl-C stops a run.
     """
     parameter = tuned_parameter(method)
     if parameter in params or ("alpha" if parameter == "rho" else "rho") in params:

@@ -218,7 +218,7 @@ def test_one_long_label_does_not_widen_every_label(tmp_path):
     with open(path, "a") as file:
         file.write("A" * 3000 + " 0\n")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    labels, src, dst = pdmm.graphs.read_edge_list(path)
+    labels, src, dst = pdmm.graph_files.read_edge_list(path)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300_000  # kB
     assert len(src) == len(pairs) + 1 and labels[src[-1]] == "A" * 3000 and labels[dst[-1]] == "0"
     text = [(labels[i], labels[j]) for i, j in zip(src[:-1].tolist(), dst[:-1].tolist(), strict=False)]
@@ -228,12 +228,12 @@ def test_one_long_label_does_not_widen_every_label(tmp_path):
 def test_a_graph_file_larger_than_memory_allows_is_refused_before_reading(tmp_path, monkeypatch):
     path = tmp_path / "g.txt"
     write_edge_list(path, 2000, 5000)
-    monkeypatch.setattr(pdmm.graphs, "available_memory", lambda: 10 * path.stat().st_size - 1)
+    monkeypatch.setattr(pdmm.graph_files, "available_memory", lambda: 10 * path.stat().st_size - 1)
     with pytest.raises(ValueError, match=r"would take about .* of memory, more than the .* available"):
         pdmm.load_graph(path, arrays=True)
-    monkeypatch.setattr(pdmm.graphs, "available_memory", lambda: 10 * path.stat().st_size)
+    monkeypatch.setattr(pdmm.graph_files, "available_memory", lambda: 10 * path.stat().st_size)
     assert pdmm.load_graph(path, arrays=True).n == 2000
-    assert pdmm.graphs.available_memory() is None or pdmm.graphs.available_memory() > 0
+    assert pdmm.graph_files.available_memory() is None or pdmm.graph_files.available_memory() > 0
 
 
 def test_synthetic_data_larger_than_memory_allows_is_refused_before_drawing(tmp_path, capsys, monkeypatch):

@@ -259,7 +259,7 @@ def test_only_self_loops_warn_then_fail():
 )
 def test_disconnected_graphs_name_their_components(graph, components):
     graph = graph()
-    n = pdmm.graph.node_count(graph)
+    n = pdmm.array_graph.node_count(graph)
     with pytest.raises(ValueError, match=f"the graph is disconnected: it has {components} connected components; "):
         pdmm.averaging(graph, np.zeros((n, 1)))
 

@@ -1,4 +1,4 @@
-"""Renumbering nodes for locality (pdmm.compiled.locality_order, CompiledGraph.relabelled, solve's reorder=):
+"""Renumbering nodes for locality (pdmm.edge_index.locality_order, CompiledGraph.relabelled, solve's reorder=):
 the renumbered graph against one compiled from relabelled networkx nodes, and solve run renumbered against
 the same run as given, for every method, constraint kind and a deterministic network."""
 
@@ -9,7 +9,7 @@ import torch
 from test_inequality import mixed_constraints
 
 import pdmm
-from pdmm.compiled import CompiledGraph, locality_order
+from pdmm.edge_index import CompiledGraph, locality_order
 from pdmm.solve import LARGE_GRAPH_EDGES, _node_order
 
 N, D = 40, 2

@@ -12,7 +12,7 @@ import torch
 import pdmm
 from pdmm.network import Network
 
-solve_module = importlib.import_module("pdmm.solve")  # `pdmm.solve` itself is the function
+loop_module = importlib.import_module("pdmm.loop")  # the iteration loop of both engines, where the test reads
 G = pdmm.topology("random_geometric", n=30, seed=1)
 
 
@@ -253,7 +253,7 @@ def test_an_interrupt_keeps_state_and_rows_in_step(monkeypatch, where):
     elif where == "objective":
         monkeypatch.setattr(pdmm.Quadratic, "value", interrupt_on_13th(pdmm.Quadratic.value))
     else:
-        monkeypatch.setattr(solve_module, "_read", interrupt_on_13th(solve_module._read))
+        monkeypatch.setattr(loop_module, "read", interrupt_on_13th(loop_module.read))
     result = pdmm.solve(problem, max_iter=100, **options)
     assert result.interrupted and not result.converged and result.iterations == 12
     np.testing.assert_array_equal(result.x, plain.x)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attention import TokenGraph
-from pdmm.compiled import EdgeList
+from pdmm.edge_index import EdgeList
 
 
 def as_set(graph):

@@ -5,59 +5,157 @@ A per-node curvature C_i is either a scalar multiple of I, stored (n, 1) or (n, 
 matrix, stored (n, 1, d, d) or (n, B, d, d).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, Self
 
 import torch
 
 
 class LocalFunction:
-    """f(x) = sum_i f_i(x_i) over the nodes, one instance per batch entry.
+    """f(x) = sum_i f_i(x_i) over the nodes, one instance per batch entry (docs/theory/problem.md section 5).
 
     Subclasses set `shape = (n, B, d)` and define value, gradient, prox and, if smooth, the
-    constants L_i and m_i.
+    constants L_i and m_i. Tensors are node-major: x is (n, B, d).
     """
 
     smooth = True
+    shape: tuple[int, ...]  # (n, B, d), set by every subclass
 
-    def value(self, x):
-        """sum_i f_i(x_i) per instance: (n, B, d) -> (B,)."""
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        """sum_i f_i(x_i) per instance.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (n, B, d) the nodes' points.
+
+        Returns
+        -------
+        torch.Tensor
+            (B,) the objective of each instance.
+        """
         raise NotImplementedError
 
-    def gradient(self, x):
-        """grad f_i(x_i) for every node: (n, B, d) -> (n, B, d)."""
+    def gradient(self, x: torch.Tensor) -> torch.Tensor:
+        """grad f_i(x_i) for every node.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (n, B, d) the nodes' points.
+
+        Returns
+        -------
+        torch.Tensor
+            (n, B, d) the gradients.
+
+        Raises
+        ------
+        ValueError
+            Where f_i is not differentiable (Lasso).
+        """
         raise NotImplementedError
 
-    def prox(self, curvature):
-        """A map u -> argmin_x f_i(x) + u_i^T x + 1/2 x^T C_i x, node by node (the PDMM x-update)."""
+    def prox(self, curvature: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The PDMM x-update, the fuse (docs/theory/pdmm.md section 14): u -> argmin_x f_i(x) + u_i^T x +
+        1/2 x^T C_i x, node by node.
+
+        Parameters
+        ----------
+        curvature : torch.Tensor
+            C_i: per-node scalars (n, 1) or (n, B), or matrices (n, 1, d, d) or (n, B, d, d).
+
+        Returns
+        -------
+        Callable
+            The map from u, (n, B, d), to the minimisers x, (n, B, d).
+
+        Raises
+        ------
+        ValueError
+            Where some x-update has no unique minimiser (f_i + C_i not strictly convex).
+        """
         raise NotImplementedError
 
-    def smoothness(self):
-        """L_i, a Lipschitz constant of grad f_i: (n, B)."""
+    def smoothness(self) -> torch.Tensor:
+        """L_i, a Lipschitz constant of grad f_i.
+
+        Returns
+        -------
+        torch.Tensor
+            (n, B) one constant per node and instance.
+
+        Raises
+        ------
+        ValueError
+            Where f_i is not smooth (Lasso).
+        """
         raise NotImplementedError
 
-    def strong_convexity(self):
-        """m_i, the strong-convexity modulus of f_i: (n, B)."""
+    def strong_convexity(self) -> torch.Tensor:
+        """m_i, the strong-convexity modulus of f_i.
+
+        Returns
+        -------
+        torch.Tensor
+            (n, B) one modulus per node and instance (0 where f_i is not strongly convex).
+        """
         raise NotImplementedError
 
     def composite(self) -> "tuple[LocalFunction, Callable | None]":
-        """(s, prox_r) for f_i = s_i + r_i, as the proximal gradient methods use it (PG-EXTRA and NIDS,
-        docs/decentralised.md sections 3-4): s a smooth LocalFunction (gradient, smoothness) and
-        prox_r(v, step) = argmin_x step r_i(x) + 1/2 ||x - v||^2 node by node, step a number or a
-        tensor broadcasting against v. A smooth f is (self, None); a non-smooth one overrides this
-        or is refused (ValueError)."""
+        """f_i = s_i + r_i, as the proximal gradient methods use it (PG-EXTRA and NIDS, docs/decentralised.md
+        sections 3-4). A smooth f is (self, None); a non-smooth one overrides this or is refused.
+
+        Returns
+        -------
+        smooth : LocalFunction
+            s, a smooth local function (gradient, smoothness).
+        prox_r : Callable or None
+            prox_r(v, step) = argmin_x step r_i(x) + 1/2 ||x - v||^2 node by node, step a number or a tensor
+            broadcasting against v; None where r = 0.
+
+        Raises
+        ------
+        ValueError
+            Where f is not smooth and has no such split.
+        """
         if self.smooth:
             return self, None
         raise ValueError(
             f"{type(self).__name__} is not smooth and has no proximal split f_i = s_i + r_i (LocalFunction.composite)"
         )
 
-    def cvxpy_value(self, xs, b):
-        """sum_i f_i(xs[i]) for instance b as a cvxpy expression (xs: n expressions of shape (d,))."""
+    def cvxpy_value(self, xs: Sequence, b: int) -> Any:
+        """sum_i f_i(xs[i]) for instance b as a cvxpy expression (pdmm.reference solves with it).
+
+        Parameters
+        ----------
+        xs : sequence of cvxpy expressions
+            n expressions of shape (d,), one per node.
+        b : int
+            The instance, 0..B-1.
+
+        Returns
+        -------
+        cvxpy.Expression
+            The objective of instance b.
+        """
         raise NotImplementedError
 
-    def nodes(self, rows):
-        """The local function of the nodes `rows` ((k,) int64 tensor), in that order: every node-major
-        tensor (first axis n) indexed, the others shared."""
+    def nodes(self, rows: torch.Tensor) -> Self:
+        """The local function of the nodes `rows`, in that order: every node-major tensor (first axis n)
+        indexed, the others shared.
+
+        Parameters
+        ----------
+        rows : torch.Tensor
+            (k,) int64 node indices.
+
+        Returns
+        -------
+        LocalFunction
+            The same kind of local function on k nodes.
+        """
         n = self.shape[0]
         part = object.__new__(type(self))
         part.__dict__.update(
@@ -69,8 +167,21 @@ class LocalFunction:
         part.shape = (len(rows), *self.shape[1:])
         return part
 
-    def to(self, device, dtype):
-        """A copy with every tensor on `device` in `dtype`."""
+    def to(self, device: torch.device | str, dtype: torch.dtype) -> Self:
+        """A copy with every floating-point tensor on `device` in `dtype`.
+
+        Parameters
+        ----------
+        device : torch.device or str
+            Where the tensors go.
+        dtype : torch.dtype
+            The float dtype.
+
+        Returns
+        -------
+        LocalFunction
+            The copy.
+        """
         moved = object.__new__(type(self))
         moved.__dict__.update(
             {

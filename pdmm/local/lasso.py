@@ -1,6 +1,7 @@
 """Lasso local functions f_i(x) = 1/2 ||H_i x - y_i||^2 + t ||x||_1 (least squares + l1)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -17,31 +18,63 @@ def soft_threshold(v, t):
 
 
 class Lasso(Quadratic):
-    """Quadratic plus t ||x||_1 at every node; not smooth, so QA-PDMM refuses it."""
+    """Quadratic plus t ||x||_1 at every node: f_i(x) = 1/2 x^T P_i x - q_i^T x + t ||x||_1
+    (docs/theory/problem.md section 5); not smooth, so QA-PDMM refuses it.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        (n, B) for P_i = p_i I, or (n, B, d, d) symmetric positive semidefinite.
+    q : torch.Tensor
+        (n, B, d).
+    t : float
+        The l1 weight at every node, >= 0.
+    H : torch.Tensor or None
+        The design matrices (n, B, k, d) of the least-squares part, or None.
+    y : torch.Tensor or None
+        Its targets (n, B, k), or None.
+    """
 
     smooth = False
 
-    def __init__(self, P, q, t, H=None, y=None):
+    def __init__(
+        self, P: torch.Tensor, q: torch.Tensor, t: float, H: torch.Tensor | None = None, y: torch.Tensor | None = None
+    ):
         super().__init__(P, q, H, y)
         self.t = t
 
-    def value(self, x):
+    def value(self, x: torch.Tensor) -> torch.Tensor:
         return super().value(x) + self.t * x.abs().sum(-1).sum(0)
 
-    def gradient(self, x):
+    def gradient(self, x: torch.Tensor) -> torch.Tensor:
         raise ValueError("the lasso objective is not differentiable; QA-PDMM needs smooth f_i")
 
-    def smoothness(self):
+    def smoothness(self) -> torch.Tensor:
         raise ValueError("the lasso objective is not smooth; QA-PDMM needs an L-smooth f_i")
 
-    def prox(self, curvature):
-        """argmin 1/2 x^T M_i x - (q_i - u_i)^T x + t ||x||_1 with M_i = P_i + C_i.
+    def prox(self, curvature: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """u -> argmin 1/2 x^T M_i x - (q_i - u_i)^T x + t ||x||_1 with M_i = P_i + C_i, node by node.
 
         Diagonal M_i: closed form, soft_threshold(v, t) / M_i. Otherwise a batched ADMM inner
         solver (x = z split, Cholesky of M_i + sigma_i I cached) whose support and signs are
         polished to the exact solution: solve M_SS x_S = v_S - t sign_S on the support S and keep
         it if the KKT conditions hold. Warm-started across calls, so once the support settles one
         polish per call suffices.
+
+        Parameters
+        ----------
+        curvature : torch.Tensor
+            C_i: per-node scalars (n, 1) or (n, B), or matrices (n, 1, d, d) or (n, B, d, d).
+
+        Returns
+        -------
+        Callable
+            The map from u, (n, B, d), to the minimisers x, (n, B, d).
+
+        Raises
+        ------
+        ValueError
+            Where some M_i is not positive definite (no unique minimiser).
         """
         d = self.q.shape[-1]
         M = add(self.P, curvature, d)
@@ -54,7 +87,7 @@ class Lasso(Quadratic):
         sigma = torch.sqrt(low.clamp(min=1e-12) * high).unsqueeze(-1)  # balances the two ADMM steps
         eye = torch.eye(d, dtype=M.dtype, device=M.device)
         inverse = spd_solver(M + sigma.unsqueeze(-1) * eye)
-        warm = {}
+        warm: dict[str, torch.Tensor] = {}
 
         def polish(v, z):
             """The exact minimiser with z's support and signs, or None if the KKT conditions fail."""
@@ -83,11 +116,18 @@ class Lasso(Quadratic):
         return solve
 
     def composite(self) -> "tuple[Quadratic, Callable]":
-        """s_i(x) = 1/2 x^T P_i x - q_i^T x (the least squares part) and prox_r(v, step) =
-        soft_threshold(v, step t), the prox of r_i = t ||x||_1."""
+        """The split f_i = s_i + r_i, r_i = t ||x||_1 (docs/decentralised.md sections 3-4).
+
+        Returns
+        -------
+        smooth : Quadratic
+            s_i(x) = 1/2 x^T P_i x - q_i^T x, the least-squares part.
+        prox_r : Callable
+            prox_r(v, step) = soft_threshold(v, step t), the prox of r_i.
+        """
         return Quadratic(self.P, self.q, self.H, self.y), lambda v, step: soft_threshold(v, step * self.t)
 
-    def cvxpy_value(self, xs, b):
+    def cvxpy_value(self, xs: Sequence, b: int) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
         return super().cvxpy_value(xs, b) + self.t * sum(cp.norm1(x) for x in xs)

@@ -1,5 +1,8 @@
 """Logistic-regression local functions f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2."""
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -10,19 +13,29 @@ NEWTON_TOL = 1e-13
 
 
 class Logistic(LocalFunction):
-    """X: (n, B, k, d) features, y: (n, B, k) labels in {-1, +1}, reg >= 0 (ridge weight)."""
+    """f_i(x) = sum_k log(1 + exp(-y_ik X_ik^T x)) + reg/2 ||x||^2 (docs/theory/problem.md section 5).
 
-    def __init__(self, X, y, reg):
+    Parameters
+    ----------
+    X : torch.Tensor
+        (n, B, k, d) features.
+    y : torch.Tensor
+        (n, B, k) labels in {-1, +1}.
+    reg : float
+        The ridge weight, >= 0.
+    """
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, reg: float):
         self.X, self.y, self.reg = X, y, reg
         self.shape = (*X.shape[:2], X.shape[-1])
 
     def _margins(self, x):
         return self.y * torch.einsum("nbkd,nbd->nbk", self.X, x)  # y_ik X_ik^T x
 
-    def value(self, x):
+    def value(self, x: torch.Tensor) -> torch.Tensor:
         return F.softplus(-self._margins(x)).sum((0, 2)) + 0.5 * self.reg * (x * x).sum((0, 2))
 
-    def gradient(self, x):
+    def gradient(self, x: torch.Tensor) -> torch.Tensor:
         weight = -self.y * torch.sigmoid(-self._margins(x))
         return torch.einsum("nbkd,nbk->nbd", self.X, weight) + self.reg * x
 
@@ -30,11 +43,22 @@ class Logistic(LocalFunction):
         s = torch.sigmoid(self._margins(x))
         return torch.einsum("nbkd,nbk,nbke->nbde", self.X, s * (1 - s), self.X)
 
-    def prox(self, curvature):
-        """argmin f_i(x) + u_i^T x + 1/2 x^T C_i x by batched Newton (warm-started, with backtracking)."""
+    def prox(self, curvature: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """u -> argmin f_i(x) + u_i^T x + 1/2 x^T C_i x by batched Newton (warm-started, with backtracking).
+
+        Parameters
+        ----------
+        curvature : torch.Tensor
+            C_i: per-node scalars (n, 1) or (n, B), or matrices (n, 1, d, d) or (n, B, d, d).
+
+        Returns
+        -------
+        Callable
+            The map from u, (n, B, d), to the minimisers x, (n, B, d).
+        """
         d = self.X.shape[-1]
         eye = torch.eye(d, dtype=self.X.dtype, device=self.X.device)
-        warm = {}
+        warm: dict[str, torch.Tensor] = {}
 
         def phi(x, u):  # the x-update objective, node by node: (n, B)
             quad = 0.5 * (x * multiply(curvature, x)).sum(-1)
@@ -60,15 +84,21 @@ class Logistic(LocalFunction):
 
         return solve
 
-    def smoothness(self):
-        """L_i = lambda_max(X_i^T X_i) / 4 + reg (the logistic loss has curvature <= 1/4)."""
+    def smoothness(self) -> torch.Tensor:
+        """L_i = lambda_max(X_i^T X_i) / 4 + reg (the logistic loss has curvature <= 1/4).
+
+        Returns
+        -------
+        torch.Tensor
+            (n, B) one constant per node and instance.
+        """
         gram = torch.einsum("nbkd,nbke->nbde", self.X, self.X)
         return eigenvalue_range(gram, self.X.shape[-1])[1] / 4 + self.reg
 
-    def strong_convexity(self):
+    def strong_convexity(self) -> torch.Tensor:
         return torch.full(self.X.shape[:2], float(self.reg), dtype=self.X.dtype, device=self.X.device)
 
-    def cvxpy_value(self, xs, b):
+    def cvxpy_value(self, xs: Sequence, b: int) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
         total = 0

@@ -1,5 +1,8 @@
 """Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x (averaging, least squares, general)."""
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -7,40 +10,59 @@ from .base import LocalFunction, add, eigenvalue_range, is_scalar, multiply, spd
 
 
 class Quadratic(LocalFunction):
-    """f_i(x) = 1/2 x^T P_i x - q_i^T x.
+    """f_i(x) = 1/2 x^T P_i x - q_i^T x (docs/theory/problem.md section 5).
 
-    P: (n, B) for P_i = p_i I, or (n, B, d, d) symmetric positive semidefinite; q: (n, B, d).
     The x-update solves (P_i + C_i) x = q_i - u_i (closed form, one factorisation per solve).
     Least squares also passes its data, f_i = 1/2 ||H_i x - y_i||^2 + ridge/2 ||x||^2 with
     P_i = H_i^T H_i + ridge I, q_i = H_i^T y_i (H = None: identity); values are then computed in
     that form, which includes the constant 1/2 ||y_i||^2 and avoids cancellation.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        (n, B) for P_i = p_i I, or (n, B, d, d) symmetric positive semidefinite.
+    q : torch.Tensor
+        (n, B, d).
+    H : torch.Tensor or None
+        Least squares' design matrices (n, B, k, d); None: no data form, or the identity where y is given.
+    y : torch.Tensor or None
+        Least squares' targets (n, B, k), or None.
+    ridge : float
+        Least squares' ridge weight.
     """
 
-    def __init__(self, P, q, H=None, y=None, ridge=0.0):
+    def __init__(
+        self,
+        P: torch.Tensor,
+        q: torch.Tensor,
+        H: torch.Tensor | None = None,
+        y: torch.Tensor | None = None,
+        ridge: float = 0.0,
+    ):
         self.P, self.q = P, q
         self.H, self.y, self.ridge = H, y, ridge
         self.shape = tuple(q.shape)
 
-    def value(self, x):
+    def value(self, x: torch.Tensor) -> torch.Tensor:
         if self.y is None:
             return ((0.5 * multiply(self.P, x) - self.q) * x).sum(-1).sum(0)
         fit = x if self.H is None else torch.einsum("nbkd,nbd->nbk", self.H, x)
         return 0.5 * (((fit - self.y) ** 2).sum(-1) + self.ridge * (x * x).sum(-1)).sum(0)
 
-    def gradient(self, x):
+    def gradient(self, x: torch.Tensor) -> torch.Tensor:
         return multiply(self.P, x) - self.q
 
-    def prox(self, curvature):
+    def prox(self, curvature: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         solve = spd_solver(add(self.P, curvature, self.q.shape[-1]))
         return lambda u: solve(self.q - u)
 
-    def smoothness(self):
+    def smoothness(self) -> torch.Tensor:
         return eigenvalue_range(self.P, self.q.shape[-1])[1].expand(self.q.shape[:2])
 
-    def strong_convexity(self):
+    def strong_convexity(self) -> torch.Tensor:
         return eigenvalue_range(self.P, self.q.shape[-1])[0].expand(self.q.shape[:2])
 
-    def cvxpy_value(self, xs, b):
+    def cvxpy_value(self, xs: Sequence, b: int) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
         d = self.q.shape[-1]

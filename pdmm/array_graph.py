@@ -18,12 +18,21 @@ import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import networkx as nx
 import numpy as np
 import torch
 
-from .graphs import MAX_RESAMPLES
+from .topologies import MAX_RESAMPLES
+
+if TYPE_CHECKING:
+    import scipy.sparse
+
+GraphLike: TypeAlias = "nx.Graph | Graph | scipy.sparse.sparray | scipy.sparse.spmatrix"
+"""What pdmm accepts as a graph: a networkx graph, a pdmm.Graph or a square scipy sparse adjacency matrix."""
+IndexLike: TypeAlias = "np.ndarray | torch.Tensor | Sequence[int]"
+"""Node indices: a 1-D integer numpy array, torch tensor or sequence."""
 
 MAX_NODES = 2**31  # edge keys i * n + j must fit in int64
 MAX_SWITCH_ROUNDS = 1000  # random_regular: rounds of switches that remove loops and repeated edges
@@ -32,21 +41,49 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Graph:
-    """An undirected simple graph on nodes 0..n-1. Build it with a class method (from_edges, from_scipy,
-    from_networkx or a generator), which checks and normalises the edges; the constructor itself
-    checks nothing."""
+    """An undirected simple graph on nodes 0..n-1 held as arrays (docs/theory/problem.md section 4).
+
+    Build it with a class method (from_edges, from_scipy, from_networkx or a generator), which checks and
+    normalises the edges; the constructor itself checks nothing.
+
+    Attributes
+    ----------
+    n : int
+        The number of nodes, indexed 0..n-1.
+    edges : numpy.ndarray
+        (m, 2) int64: rows (i, j) with i < j, sorted, each undirected edge once.
+    nodes : Sequence
+        Node labels: node index k is nodes[k]; range(n) for graphs built from arrays.
+    """
 
     n: int  # number of nodes, indexed 0..n-1
     edges: np.ndarray  # (m, 2) int64: rows (i, j) with i < j, sorted, each undirected edge once
     nodes: Sequence  # node labels: node index k is nodes[k]; range(n) for graphs built from arrays
 
     @classmethod
-    def from_edges(cls, src, dst, n=None):
-        """The undirected graph with an edge {src[e], dst[e]} for every e; n defaults to the largest index + 1.
+    def from_edges(cls, src: IndexLike, dst: IndexLike, n: int | None = None) -> "Graph":
+        """The undirected graph with an edge {src[e], dst[e]} for every e.
 
-        src, dst: 1-D integer numpy arrays, torch tensors or sequences of node indices in 0..n-1.
         Repeated edges and both directions of one edge become one undirected edge; self loops
         (i, i) are dropped with a warning, as a constraint couples two distinct nodes.
+
+        Parameters
+        ----------
+        src, dst : array_like of int
+            1-D integer numpy arrays, torch tensors or sequences of node indices in 0..n-1, one entry per edge.
+        n : int or None
+            The number of nodes; None: the largest index + 1.
+
+        Returns
+        -------
+        Graph
+            The graph, its edges checked, deduplicated and sorted.
+
+        Raises
+        ------
+        ValueError
+            For indices that are not 1-D integers, src and dst of different lengths, negative or out-of-range
+            indices, or n outside 1..MAX_NODES; also when no edge is left.
         """
         src, dst = _indices("src", src), _indices("dst", dst)
         if len(src) != len(dst):
@@ -60,12 +97,30 @@ class Graph:
             raise ValueError(f"n must be an integer in 1..{MAX_NODES}, got n={n!r}")
         if top >= n:
             raise ValueError(f"node index {top} is out of range for n={n} nodes (indices 0..{n - 1})")
-        return _from_pairs(int(n), src, dst, range(int(n)), warn=True)
+        return from_pairs(int(n), src, dst, range(int(n)), warn=True)
 
     @classmethod
-    def from_scipy(cls, adjacency):
+    def from_scipy(cls, adjacency: Any) -> "Graph":
         """The graph of a square scipy.sparse matrix or array: an edge {i, j} wherever A[i, j] or A[j, i] is
-        nonzero (the union of A and its transpose; stored zeros and the values are ignored, a NaN is an error)."""
+        nonzero (the union of A and its transpose; stored zeros and the values are ignored, a NaN is an error).
+
+        Parameters
+        ----------
+        adjacency : scipy.sparse matrix or array
+            The (n, n) adjacency matrix A.
+
+        Returns
+        -------
+        Graph
+            The graph on n nodes.
+
+        Raises
+        ------
+        TypeError
+            Where adjacency is not a scipy sparse matrix or array.
+        ValueError
+            Where it is not square or holds a NaN.
+        """
         import scipy.sparse as sp
 
         if not sp.issparse(adjacency):
@@ -79,8 +134,26 @@ class Graph:
         return cls.from_edges(coo.row[keep], coo.col[keep], n=adjacency.shape[0])
 
     @classmethod
-    def from_networkx(cls, G):
-        """The graph of an undirected networkx graph; node index k is list(G.nodes)[k], its label."""
+    def from_networkx(cls, G: nx.Graph) -> "Graph":
+        """The graph of an undirected networkx graph; node index k is list(G.nodes)[k], its label.
+
+        Parameters
+        ----------
+        G : networkx.Graph
+            An undirected graph.
+
+        Returns
+        -------
+        Graph
+            The same graph as arrays, with G's node labels.
+
+        Raises
+        ------
+        TypeError
+            Where G is not a networkx graph.
+        ValueError
+            Where G is directed.
+        """
         if not isinstance(G, nx.Graph):
             raise TypeError(f"from_networkx needs a networkx graph, got {type(G).__name__}")
         if G.is_directed():
@@ -90,16 +163,36 @@ class Graph:
         ends = np.fromiter(
             (index[v] for edge in G.edges() for v in edge), dtype=np.int64, count=2 * G.number_of_edges()
         )
-        return _from_pairs(len(nodes), ends[0::2], ends[1::2], nodes, warn=True)
+        return from_pairs(len(nodes), ends[0::2], ends[1::2], nodes, warn=True)
 
     @classmethod
-    def random_geometric(cls, n, radius=None, seed=0):
+    def random_geometric(cls, n: int, radius: float | None = None, seed: int = 0) -> "Graph":
         """n uniform random points in the unit square, an edge wherever two are within Euclidean distance
-        `radius` (<=, as networkx's random_geometric_graph); radius defaults to sqrt(2 ln n / n).
+        `radius` (<=, as networkx's random_geometric_graph), resampled until connected.
 
         The nodes are numbered by position, in horizontal strips of height `radius` and by x within a
         strip, so that neighbours have nearby indices (the same graph up to relabelling; edge arrays
-        indexed by node then stay close in memory)."""
+        indexed by node then stay close in memory).
+
+        Parameters
+        ----------
+        n : int
+            The number of nodes, >= 2.
+        radius : float or None
+            The connection radius, > 0; None: sqrt(2 ln n / n).
+        seed : int
+            The seed of numpy's random generator.
+
+        Returns
+        -------
+        Graph
+            A connected random geometric graph.
+
+        Raises
+        ------
+        ValueError
+            For a bad n or radius, or when MAX_RESAMPLES draws are all disconnected.
+        """
         from scipy.spatial import cKDTree
 
         _check_size(n)
@@ -111,17 +204,39 @@ class Graph:
             points = rng.random((n, 2))
             points = points[np.lexsort((points[:, 0], np.floor(points[:, 1] / radius)))]  # numbered by position
             pairs = cKDTree(points).query_pairs(radius, output_type="ndarray")  # (m, 2), i < j
-            return _from_pairs(n, pairs[:, 0], pairs[:, 1], range(n))
+            return from_pairs(n, pairs[:, 0], pairs[:, 1], range(n))
 
         return _connected(sample, seed, f"n={n}, radius={radius}")
 
     @classmethod
-    def random_regular(cls, n, degree=4, seed=0):
-        """A simple graph with every node of degree `degree`: the configuration model (n * degree stubs paired
-        at random), then every self loop or repeated edge {a, b} switched with a random other edge {c, d}
-        to {a, c}, {b, d} (or {a, d}, {b, c}), which keeps every degree, when that creates no loop or
-        repeated edge, until none is left. For degree > (n - 1) / 2 it is the complement of such a graph
-        of degree n - 1 - degree. Close to, not exactly, uniform over the degree-regular graphs."""
+    def random_regular(cls, n: int, degree: int = 4, seed: int = 0) -> "Graph":
+        """A simple graph with every node of degree `degree`, resampled until connected.
+
+        The configuration model (n * degree stubs paired at random), then every self loop or repeated edge
+        {a, b} switched with a random other edge {c, d} to {a, c}, {b, d} (or {a, d}, {b, c}), which keeps every
+        degree, when that creates no loop or repeated edge, until none is left. For degree > (n - 1) / 2 it is
+        the complement of such a graph of degree n - 1 - degree. Close to, not exactly, uniform over the
+        degree-regular graphs.
+
+        Parameters
+        ----------
+        n : int
+            The number of nodes, >= 2.
+        degree : int
+            Every node's degree, in 1..n-1, with n * degree even.
+        seed : int
+            The seed of numpy's random generator.
+
+        Returns
+        -------
+        Graph
+            A connected degree-regular graph.
+
+        Raises
+        ------
+        ValueError
+            For a bad n or degree, or when MAX_RESAMPLES draws are all disconnected.
+        """
         _check_size(n)
         if not (isinstance(degree, numbers.Integral) and 1 <= degree < n):
             raise ValueError(f"random_regular needs an integer degree in 1..n-1, got degree={degree!r} for n={n}")
@@ -129,14 +244,31 @@ class Graph:
             raise ValueError(f"random_regular needs n * degree even, got n={n}, degree={degree}")
 
         def sample(rng):
-            return _from_pairs(n, *_switched_pairing(rng, n, degree), range(n))
+            return from_pairs(n, *_switched_pairing(rng, n, degree), range(n))
 
         return _connected(sample, seed, f"n={n}, degree={degree}")
 
     @classmethod
-    def grid(cls, rows, cols, periodic=False):
-        """The rows x cols grid, node r * cols + c at row r, column c (nx.grid_2d_graph's node order);
-        periodic=True adds the wrap-around edges (a torus; needs rows, cols >= 3)."""
+    def grid(cls, rows: int, cols: int, periodic: bool = False) -> "Graph":
+        """The rows x cols grid, node r * cols + c at row r, column c (nx.grid_2d_graph's node order).
+
+        Parameters
+        ----------
+        rows, cols : int
+            The grid's size, >= 1 each (>= 3 when periodic), at least 2 nodes in all.
+        periodic : bool
+            Whether to add the wrap-around edges (a torus).
+
+        Returns
+        -------
+        Graph
+            The grid graph.
+
+        Raises
+        ------
+        ValueError
+            For sizes that are not such integers.
+        """
         for name, size in (("rows", rows), ("cols", cols)):
             if not (isinstance(size, numbers.Integral) and size >= (3 if periodic else 1)):
                 raise ValueError(f"{name} must be an integer >= {3 if periodic else 1}, got {size!r}")
@@ -148,36 +280,69 @@ class Graph:
         if periodic:
             pairs += [(index[:, -1], index[:, 0]), (index[-1], index[0])]
         src, dst = (np.concatenate([p[k].ravel() for p in pairs]) for k in (0, 1))
-        return _from_pairs(rows * cols, src, dst, range(rows * cols))
+        return from_pairs(rows * cols, src, dst, range(rows * cols))
 
     @classmethod
-    def erdos_renyi(cls, n, p=None, seed=0):
-        """G(n, p): each of the n(n-1)/2 pairs is an edge with probability p (default 2 ln n / n), drawn as an
-        edge count M ~ Binomial(n(n-1)/2, p) and then M distinct pairs uniformly at random."""
+    def erdos_renyi(cls, n: int, p: float | None = None, seed: int = 0) -> "Graph":
+        """G(n, p): each of the n(n-1)/2 pairs is an edge with probability p, drawn as an edge count
+        M ~ Binomial(n(n-1)/2, p) and then M distinct pairs uniformly at random; resampled until connected.
+
+        Parameters
+        ----------
+        n : int
+            The number of nodes, >= 2.
+        p : float or None
+            The edge probability, in (0, 1]; None: 2 ln n / n.
+        seed : int
+            The seed of numpy's random generator.
+
+        Returns
+        -------
+        Graph
+            A connected Erdos-Renyi graph.
+
+        Raises
+        ------
+        ValueError
+            For a bad n or p, or when MAX_RESAMPLES draws are all disconnected.
+        """
         _check_size(n)
         p = 2 * math.log(n) / n if p is None else p
         if not (isinstance(p, numbers.Real) and 0 < p <= 1):
             raise ValueError(f"erdos_renyi needs 0 < p <= 1, got p={p!r}")
 
         def sample(rng):
-            return _from_pairs(n, *_distinct_pairs(rng, n, int(rng.binomial(n * (n - 1) // 2, p))), range(n))
+            return from_pairs(n, *_distinct_pairs(rng, n, int(rng.binomial(n * (n - 1) // 2, p))), range(n))
 
         return _connected(sample, seed, f"n={n}, p={p}")
 
-    def number_of_nodes(self):
+    def number_of_nodes(self) -> int:
+        """n, as networkx's method of that name.
+
+        Returns
+        -------
+        int
+            The number of nodes.
+        """
         return self.n
 
-    def number_of_edges(self):
-        """m, the number of undirected edges."""
+    def number_of_edges(self) -> int:
+        """m, the number of undirected edges.
+
+        Returns
+        -------
+        int
+            The number of undirected edges.
+        """
         return len(self.edges)
 
     @property
-    def degree(self):
+    def degree(self) -> np.ndarray:
         """(n,) int64: the number of neighbours of every node."""
         return np.bincount(self.edges.ravel(), minlength=self.n)
 
     @functools.cached_property
-    def components(self):
+    def components(self) -> int:
         """The number of connected components (scipy.sparse.csgraph; 1 for a connected graph)."""
         from scipy.sparse.csgraph import connected_components
 
@@ -185,8 +350,19 @@ class Graph:
             connected_components(self.adjacency(triangle=True), directed=True, connection="weak", return_labels=False)
         )
 
-    def adjacency(self, triangle=False):
-        """The (n, n) scipy.sparse CSR adjacency matrix of ones; triangle=True keeps only entries (i, j) with i < j."""
+    def adjacency(self, triangle: bool = False) -> "scipy.sparse.csr_array":
+        """The (n, n) scipy.sparse CSR adjacency matrix of ones.
+
+        Parameters
+        ----------
+        triangle : bool
+            Whether to keep only the entries (i, j) with i < j (one per edge).
+
+        Returns
+        -------
+        scipy.sparse.csr_array
+            The adjacency matrix, float64.
+        """
         import scipy.sparse as sp
 
         i, j = self.edges[:, 0], self.edges[:, 1]
@@ -194,8 +370,14 @@ class Graph:
             i, j = np.concatenate([i, j]), np.concatenate([j, i])
         return sp.csr_array((np.ones(len(i)), (i, j)), shape=(self.n, self.n))
 
-    def to_networkx(self):
-        """The same graph as a networkx.Graph with the same node labels (small graphs: one Python object per edge)."""
+    def to_networkx(self) -> nx.Graph:
+        """The same graph as a networkx.Graph with the same node labels (small graphs: one Python object per edge).
+
+        Returns
+        -------
+        networkx.Graph
+            The graph, nodes in this graph's order.
+        """
         G = nx.Graph()
         G.add_nodes_from(self.nodes)
         labels = self.nodes
@@ -206,7 +388,7 @@ class Graph:
         return f"Graph(n={self.n}, edges={len(self.edges)})"
 
 
-def as_graph(graph):
+def as_graph(graph: GraphLike) -> Graph:
     """A pdmm.Graph from a pdmm.Graph, an undirected networkx graph or a square scipy sparse adjacency matrix."""
     if isinstance(graph, Graph):
         return graph
@@ -220,7 +402,7 @@ def as_graph(graph):
     )
 
 
-def node_count(graph):
+def node_count(graph: GraphLike) -> int:
     """n for any graph as_graph accepts, without converting a networkx graph or a scipy matrix."""
     if isinstance(graph, (Graph, nx.Graph)):
         return graph.number_of_nodes()
@@ -235,7 +417,7 @@ def _is_sparse(graph):
     return sparse is not None and sparse.issparse(graph)
 
 
-def _indices(name, values):
+def _indices(name: str, values: IndexLike) -> np.ndarray:
     """values as a 1-D integer numpy array (not yet range-checked)."""
     if torch.is_tensor(values):
         values = values.detach().cpu().numpy()
@@ -251,7 +433,7 @@ def _indices(name, values):
     return array
 
 
-def _from_pairs(n, src, dst, nodes, warn=False):
+def from_pairs(n, src, dst, nodes, warn=False):
     """The Graph of node-index arrays src, dst (in 0..n-1): self loops dropped (warn: with a warning), each
     undirected edge kept once, rows sorted. No edges is an error only when warn is set (user input)."""
     src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)

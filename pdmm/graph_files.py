@@ -1,9 +1,7 @@
-"""Communication graphs: named topologies (networkx generators) and graph files."""
+"""Graph files: GraphML and edge lists read into networkx graphs or, for large ones, pdmm.Graph arrays
+(pdmm.load_graph), with the memory they would take checked before anything is read."""
 
-import functools
-import inspect
-import math
-import numbers
+import os
 import re
 from pathlib import Path
 from xml.parsers import expat
@@ -11,114 +9,39 @@ from xml.parsers import expat
 import networkx as nx
 import numpy as np
 
-MAX_RESAMPLES = 100
+from .array_graph import Graph, from_pairs
 
 
-def _grid_shape(n, rows):
-    """rows x cols = n; by default the most square factorisation of n."""
-    if rows is None:
-        rows = max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
-    if not (isinstance(rows, numbers.Integral) and rows >= 1):
-        raise ValueError(f"rows must be a positive integer, got {rows!r}")
-    if n % rows:
-        raise ValueError(f"grid/torus needs rows to divide n, got n={n}, rows={rows}")
-    return rows, n // rows
-
-
-def _grid(n, rows=None):
-    return nx.grid_2d_graph(*_grid_shape(n, rows))
-
-
-def _torus(n, rows=None):
-    rows, cols = _grid_shape(n, rows)
-    if min(rows, cols) < 3:
-        raise ValueError(f"torus needs at least 3 rows and 3 columns, got {rows} x {cols} for n={n}")
-    return nx.grid_2d_graph(rows, cols, periodic=True)
-
-
-def _sampled(make):
-    """Wrap a random generator so it is resampled (new seeds from `seed`) until connected."""
-
-    @functools.wraps(make)  # keeps make's signature: the accepted parameters
-    def sample(n, seed, **params):
-        rng = np.random.default_rng(seed)
-        for _ in range(MAX_RESAMPLES):
-            G = make(n, seed=int(rng.integers(2**31)), **params)
-            if nx.is_connected(G):
-                return G
-        raise ValueError(f"no connected sample in {MAX_RESAMPLES} tries with {params}; make the graph denser")
-
-    return sample
-
-
-def _erdos_renyi(n, seed, p=None):
-    if p is not None and not 0 < p <= 1:
-        raise ValueError(f"erdos_renyi needs 0 < p <= 1, got p={p}")
-    return nx.erdos_renyi_graph(n, 2 * math.log(n) / n if p is None else p, seed=seed)
-
-
-def _random_geometric(n, seed, radius=None):
-    if radius is not None and not radius > 0:
-        raise ValueError(f"random_geometric needs radius > 0, got radius={radius}")
-    return nx.random_geometric_graph(n, math.sqrt(2 * math.log(n) / n) if radius is None else radius, seed=seed)
-
-
-def _random_regular(n, seed, degree=4):
-    return nx.random_regular_graph(degree, n, seed=seed)
-
-
-TOPOLOGIES = {
-    "ring": lambda n, seed: nx.cycle_graph(n),
-    "path": lambda n, seed: nx.path_graph(n),
-    "star": lambda n, seed: nx.star_graph(n - 1),
-    "complete": lambda n, seed: nx.complete_graph(n),
-    "grid": lambda n, seed, rows=None: _grid(n, rows),
-    "torus": lambda n, seed, rows=None: _torus(n, rows),
-    "erdos_renyi": _sampled(_erdos_renyi),
-    "random_geometric": _sampled(_random_geometric),
-    "random_regular": _sampled(_random_regular),
-    "small_world": lambda n, seed, k=4, p=0.1: nx.connected_watts_strogatz_graph(n, k, p, seed=seed),
-    "barabasi_albert": lambda n, seed, m=2: nx.barabasi_albert_graph(n, m, seed=seed),
-}
-
-
-def topology(kind, n, seed=0, **params):
-    """A connected networkx graph on nodes 0..n-1 of the named kind (see TOPOLOGIES).
-
-    Parameters beyond n and seed: grid/torus `rows`; erdos_renyi `p` (default 2 ln n / n);
-    random_geometric `radius` (default sqrt(2 ln n / n)); random_regular `degree` (4);
-    small_world `k` (4), `p` (0.1); barabasi_albert `m` (2). Random kinds are resampled
-    until connected. For graphs too large for networkx, pdmm.Graph samples random_geometric,
-    random_regular, grid and erdos_renyi directly as arrays (pdmm/graph.py).
-    """
-    if kind not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {kind!r}; choose one of {sorted(TOPOLOGIES)}")
-    if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 2):
-        raise ValueError(f"a topology needs an integer n >= 2 nodes, got n={n!r}")
-    accepted = list(inspect.signature(TOPOLOGIES[kind]).parameters)[2:]
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise TypeError(f"bad parameters {unknown} for topology {kind!r}; it accepts {accepted or 'none'}")
-    try:
-        G = TOPOLOGIES[kind](n, seed=seed, **params)
-    except (nx.NetworkXException, TypeError) as err:  # e.g. "n * d must be even", m >= n
-        raise ValueError(f"topology {kind!r} with n={n} and {params}: {err}") from None
-    return nx.convert_node_labels_to_integers(G, label_attribute="label")
-
-
-def load_graph(path, arrays=False):
-    """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix): a networkx
-    graph, or with arrays=True a pdmm.Graph (the same nodes in the same order; self loops dropped with a
-    warning), which large edge lists need (no Python object per edge).
+def load_graph(path: str | os.PathLike, arrays: bool = False) -> nx.Graph | Graph:
+    """Read an undirected graph from a GraphML file (.graphml) or an edge list (any other suffix).
 
     An edge list is read as networkx.read_edgelist reads it: text after "#" is a comment, a line with fewer
     than two fields is skipped, fields after the first two are ignored, never evaluated; nodes are numbered
     in order of first appearance, and labels that are all integers ("7", not "07") become ints. It is parsed
-    by read_edge_list at C speed in memory proportional to the edges (docs/guide/solve.md, "Graphs"). A GraphML file
-    that declares a DOCTYPE is refused (_refuse_doctype).
-    """
-    from .graph import Graph, _from_pairs
+    by read_edge_list at C speed in memory proportional to the edges (docs/guide/solve.md, "Graphs"). A
+    GraphML file that declares a DOCTYPE is refused (_refuse_doctype).
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The graph file.
+    arrays : bool
+        Whether to return a pdmm.Graph (the same nodes in the same order; self loops dropped with a warning),
+        which large edge lists need (no Python object per edge), instead of a networkx graph.
+
+    Returns
+    -------
+    networkx.Graph or pdmm.Graph
+        The graph.
+
+    Raises
+    ------
+    FileNotFoundError
+        Where there is no such file.
+    ValueError
+        Where the file cannot be read (malformed, a DOCTYPE, no edges) or would take more memory than is
+        available.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"graph file not found: {path}")
@@ -137,7 +60,7 @@ def load_graph(path, arrays=False):
     if graphml:
         return Graph.from_networkx(G) if arrays else G
     if arrays:
-        return _from_pairs(len(labels), src, dst, labels, warn=True)
+        return from_pairs(len(labels), src, dst, labels, warn=True)
     G = nx.Graph()
     G.add_nodes_from(labels)
     G.add_edges_from(zip(map(labels.__getitem__, src.tolist()), map(labels.__getitem__, dst.tolist()), strict=False))

@@ -1,7 +1,8 @@
 """Graphs compiled once into index tensors, and the message-passing primitives on them.
 
 `EdgeList` holds directed edges sorted by (src, dst), so the edges of node i (src = i) are
-contiguous. Edge tensors have shape (E, ...), node tensors (n, ...). Its primitives:
+contiguous. Edge tensors have shape (E, ...), node tensors (n, ...). Its primitives (gather: node to edge,
+aggregate: edge to node, exchange: edge to reverse edge; docs/theory/pdmm.md section 14):
 
     gather(x)            (E, ...)   x[src]: each edge reads its own node
     gather_neighbour(x)  (E, ...)   x[dst]: each edge reads the node at its other end
@@ -10,7 +11,7 @@ contiguous. Edge tensors have shape (E, ...), node tensors (n, ...). Its primiti
 
 `CompiledGraph` is an undirected graph as PDMM sees it: every edge {i, j} becomes i->j and j->i,
 and `exchange(v)` = v[rev] hands edge i->j what edge j->i sent; `from_graph` compiles a pdmm.Graph
-(pdmm/graph.py) with array operations only. The sparse attention path in
+(pdmm/array_graph.py) with array operations only. The sparse attention path in
 `attention` runs on the same `EdgeList` (src = the attending token, dst = the attended one).
 All primitives are differentiable.
 """
@@ -18,11 +19,12 @@ All primitives are differentiable.
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from .graph import Graph, as_graph
+from .array_graph import Graph, GraphLike, as_graph
 
 LOCALITY_GAIN = 1.25  # locality_order renumbers when reverse Cuthill-McKee shortens the mean |i - j| this much
 
@@ -68,15 +70,16 @@ class EdgeList:
         return len(self.src)
 
     def gather(self, x):
-        """x[src]: (n, ...) -> (E, ...)."""
+        """x[src]: (n, ...) -> (E, ...), node to edge (docs/theory/pdmm.md section 14)."""
         return select(x, self.src)
 
     def gather_neighbour(self, x):
-        """x[dst]: (n, ...) -> (E, ...)."""
+        """x[dst]: (n, ...) -> (E, ...), node to edge from the other end (docs/theory/pdmm.md section 14)."""
         return select(x, self.dst)
 
     def aggregate(self, v):
-        """Sum of v_e over the edges of each node: (E, ...) -> (n, ...)."""
+        """Sum of v_e over the edges of each node: (E, ...) -> (n, ...), edge to node (docs/theory/pdmm.md
+        section 14)."""
         if self.incidence is None:  # equal degrees: the contiguous edges of a node form one row
             return v.reshape(self.n, -1, *v.shape[1:]).sum(1)
         if v.dtype != self.incidence.dtype:  # e.g. bfloat16, which sparse CSR products do not support
@@ -84,7 +87,8 @@ class EdgeList:
         return (self.incidence @ v.reshape(len(v), -1)).view(self.n, *v.shape[1:])
 
     def aggregate_max(self, v):
-        """Max of v_e over the edges of each node (every node needs an edge): (E, ...) -> (n, ...)."""
+        """Max of v_e over the edges of each node (every node needs an edge): (E, ...) -> (n, ...), edge to node
+        (docs/theory/pdmm.md section 14)."""
         if self.incidence is None:
             return v.reshape(self.n, -1, *v.shape[1:]).amax(1)
         out = v.new_empty(self.n, *v.shape[1:])
@@ -94,20 +98,80 @@ class EdgeList:
 
 @dataclass(frozen=True)
 class CompiledGraph(EdgeList):
+    """An undirected graph as PDMM sees it: every edge {i, j} as the directed edges i->j and j->i, sorted by
+    (src, dst), with the reverse of each (docs/theory/problem.md section 4). Build it with from_graph,
+    from_networkx or build; exchange(v) = v[rev] hands edge i->j what edge j->i sent (docs/theory/pdmm.md
+    section 14).
+
+    Attributes
+    ----------
+    n : int
+        The number of nodes.
+    src, dst : torch.Tensor
+        (E,) int64: the directed edges' ends, sorted by (src, dst).
+    degree : torch.Tensor
+        (n,) int64: the edges of each node.
+    incidence : torch.Tensor or None
+        (n, E) sparse CSR matrix of ones (node by edge), None when every degree is equal.
+    nodes : Sequence
+        Node labels: node index k is nodes[k] (range(n) for graphs built from arrays).
+    rev : torch.Tensor
+        (E,) int64: the index of edge dst->src.
+    sign : torch.Tensor
+        (E,) +1 where src < dst, else -1, in the graph's float dtype.
+    forward : torch.Tensor
+        (E/2,) int64: the edges with src < dst, one per undirected edge.
+    """
+
     nodes: Sequence  # node labels; node index k is nodes[k] (range(n) for graphs built from arrays)
     rev: torch.Tensor  # (E,) int64, edge index of dst->src
     sign: torch.Tensor  # (E,) +1 where src < dst (in node order), else -1
     forward: torch.Tensor  # (E/2,) the edges with src < dst: one per undirected edge
 
     @classmethod
-    def from_networkx(cls, G):
-        """Compile an undirected networkx graph (self loops are dropped with a warning); node k is list(G.nodes)[k]."""
+    def from_networkx(cls, G: Any) -> "CompiledGraph":
+        """Compile an undirected networkx graph (self loops are dropped with a warning); node k is list(G.nodes)[k].
+
+        Parameters
+        ----------
+        G : networkx.Graph
+            A connected undirected graph.
+
+        Returns
+        -------
+        CompiledGraph
+            The compiled graph, float64 on the CPU.
+
+        Raises
+        ------
+        TypeError
+            Where G is not a networkx graph.
+        ValueError
+            Where G is directed or disconnected.
+        """
         return cls.from_graph(Graph.from_networkx(G))
 
     @classmethod
-    def from_graph(cls, graph):
-        """Compile a pdmm.Graph (or anything pdmm.graph.as_graph takes) with array operations only; raise if
-        it is not connected."""
+    def from_graph(cls, graph: GraphLike) -> "CompiledGraph":
+        """Compile a pdmm.Graph (or anything pdmm.array_graph.as_graph takes) with array operations only.
+
+        Parameters
+        ----------
+        graph : pdmm.Graph, networkx.Graph or scipy sparse matrix
+            A connected undirected graph.
+
+        Returns
+        -------
+        CompiledGraph
+            The compiled graph, float64 on the CPU.
+
+        Raises
+        ------
+        TypeError
+            Where graph is none of those types.
+        ValueError
+            Where it is disconnected (or not a valid graph).
+        """
         graph = as_graph(graph)
         if graph.components > 1:
             raise ValueError(
@@ -116,33 +180,111 @@ class CompiledGraph(EdgeList):
         return cls.build(graph.nodes, *directed_edges(graph))  # directed_edges' temporaries are freed by now
 
     @classmethod
-    def build(cls, nodes, src, dst, rev, device="cpu", dtype=torch.float64):
+    def build(
+        cls,
+        nodes: Sequence,
+        src: Any,
+        dst: Any,
+        rev: Any,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float64,
+    ) -> "CompiledGraph":
+        """A CompiledGraph from its directed edges, already sorted by (src, dst) and each with its reverse.
+
+        Parameters
+        ----------
+        nodes : Sequence
+            The node labels, one per node.
+        src, dst : array_like of int
+            (E,) the directed edges' ends, sorted by (src, dst).
+        rev : array_like of int
+            (E,) the index of each edge's reverse.
+        device : torch.device or str
+            Where the index tensors live.
+        dtype : torch.dtype
+            The float dtype of sign and incidence.
+
+        Returns
+        -------
+        CompiledGraph
+            The graph (nothing is checked).
+        """
         edges = cls.arrays(len(nodes), src, dst, device, dtype)
         src, dst = edges["src"], edges["dst"]
         sign = torch.where(src < dst, 1.0, -1.0).to(dtype)
         rev = torch.as_tensor(rev, dtype=torch.int64, device=device)
         return cls(**edges, nodes=nodes, rev=rev, sign=sign, forward=torch.nonzero(src < dst).squeeze(1))
 
-    def to(self, device, dtype):
-        """The same graph with index tensors on `device` and float tensors in `dtype`."""
+    def to(self, device: torch.device | str, dtype: torch.dtype) -> "CompiledGraph":
+        """The same graph with index tensors on `device` and float tensors in `dtype`.
+
+        Parameters
+        ----------
+        device : torch.device or str
+            Where the tensors go.
+        dtype : torch.dtype
+            The float dtype of sign and incidence.
+
+        Returns
+        -------
+        CompiledGraph
+            A copy on `device`.
+        """
         return CompiledGraph.build(self.nodes, self.src, self.dst, self.rev, device, dtype)
 
-    def gather_sub(self, x, v):
-        """x[src] - v, without materialising x[src] when every degree is equal (a broadcast)."""
+    def gather_sub(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """x[src] - v, without materialising x[src] when every degree is equal (a broadcast): a gather (node to
+        edge, docs/theory/pdmm.md section 14) fused with a subtraction.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (n, ...) node values.
+        v : torch.Tensor
+            (E, ...) edge values.
+
+        Returns
+        -------
+        torch.Tensor
+            (E, ...) x[src] - v.
+        """
         if self.incidence is None:
             return (x.unsqueeze(1) - v.reshape(self.n, -1, *v.shape[1:])).view(v.shape)
         return self.gather(x) - v
 
-    def exchange(self, v):
-        """v[rev]: what edge j->i sent arrives at edge i->j."""
+    def exchange(self, v: torch.Tensor) -> torch.Tensor:
+        """v[rev]: what edge j->i sent arrives at edge i->j (docs/theory/pdmm.md section 14).
+
+        Parameters
+        ----------
+        v : torch.Tensor
+            (E, ...) edge values.
+
+        Returns
+        -------
+        torch.Tensor
+            (E, ...) the values of the reverse edges.
+        """
         return select(v, self.rev)
 
-    def relabelled(self, order):
-        """(graph, edge_of): the same graph with its node k = node order[k] of this one (labels follow), and
-        edge_of (E,) int64 numpy, the edge of this graph that each directed edge of the new one is.
+    def relabelled(self, order: Any) -> tuple["CompiledGraph", np.ndarray]:
+        """The same graph with its node k = node order[k] of this one (labels follow).
 
         The edges' new ends sorted by (src, dst) with a CSR conversion (a counting sort by src; each
-        node's few edges then sorted), carrying each edge's old index; rev follows through edge_of."""
+        node's few edges then sorted), carrying each edge's old index; rev follows through edge_of.
+
+        Parameters
+        ----------
+        order : array_like of int
+            (n,) a permutation of the node indices.
+
+        Returns
+        -------
+        graph : CompiledGraph
+            The renumbered graph.
+        edge_of : numpy.ndarray
+            (E,) int64: the edge of this graph that each directed edge of the new one is.
+        """
         import scipy.sparse as sp
 
         order = np.asarray(order, dtype=np.int64)

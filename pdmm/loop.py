@@ -1,0 +1,552 @@
+"""The iteration loop both engines run (pdmm.solve's local engine and pdmm.distributed): the run's options in
+one object, the history it records, the stopping, stall and divergence tests, Ctrl-C, and the Result
+(docs/guide/solve.md, "The stopping test"; docs/theory/pdmm.md section 11).
+
+RunOptions is what one run was asked, checked once by pdmm.solve; Bookkeeping records history rows and takes the
+tests; iterate steps a method and asks the bookkeeping when to stop; make_result assembles the Result. Nothing here
+knows which engine runs it: the distributed engine subclasses Bookkeeping to sum its norms over the ranks.
+"""
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .network import Network, privacy_gaps
+from .problem import node_data
+
+DIVERGENCE_GROWTH = 1e6
+FROZEN_EPS = 4  # a state whose every tensor changes by <= FROZEN_EPS * eps * its RMS in a step is frozen (stalled)
+DUAL_SLACK = 100  # the multipliers' test is implied by x's for rho <= DUAL_SLACK (Bookkeeping.state_test)
+STATUSES = ("converged", "max_iter", "stalled", "diverged", "interrupted")
+HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
+COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
+CAPACITY = 4096  # history rows allocated ahead at most (the columns double when full)
+
+
+@dataclass
+class Result:
+    """What pdmm.solve returns: the last iterate and the recorded convergence (docs/guide/solve.md, "The stopping
+    test").
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (n, d), or (B, n, d) for batched problems, rows in G.nodes order (labels in `nodes`).
+    iterations : int
+        How many iterations were run (the state in x).
+    converged : bool
+        Whether the stopping test or target passed; True exactly when status is "converged".
+    history : dict
+        The recorded rows (solve's `history=` and `record_every=`): "iteration" (rows,) the iteration of each
+        row and per entry an array (rows,) or (rows, B): "residual", "objective", "messages" and "bits"
+        (cumulative messages delivered and bits sent), with a reference "error", with network privacy
+        "privacy_x" and "privacy_messages".
+    method : str
+        The method's name.
+    params : dict
+        rho (where the method has one) and the method's own parameters.
+    nodes : list
+        The node labels, in the order of x's rows.
+    seconds : float
+        The run's wall time.
+    reference : numpy.ndarray or None
+        The x* the error was measured against.
+    interrupted : bool
+        Whether Ctrl-C stopped the run.
+    network : pdmm.Network or None
+        The simulated network (None: ideal).
+    status : str or None
+        How the run ended, one of STATUSES: "converged", "max_iter", "stalled" (the state stopped changing
+        short of the tolerance: more iterations would not help), "diverged" (the Result of a DivergenceError)
+        or "interrupted" (Ctrl-C); None: from `converged` ("converged" or "max_iter"), for Results built by
+        hand.
+
+    Raises
+    ------
+    ValueError
+        For a status not in STATUSES, or one that disagrees with `converged`.
+    """
+
+    x: np.ndarray
+    iterations: int
+    converged: bool
+    history: dict
+    method: str
+    params: dict
+    nodes: list
+    seconds: float
+    reference: np.ndarray | None = field(default=None, repr=False)
+    interrupted: bool = False
+    network: Network | None = None
+    status: str | None = None  # None: from converged ("converged" or "max_iter"), for Results built by hand
+
+    def __post_init__(self):
+        if self.status is None:
+            self.status = "converged" if self.converged else "max_iter"
+        if self.status not in STATUSES or (self.status == "converged") != bool(self.converged):
+            raise ValueError(
+                f"status must be one of {STATUSES}, 'converged' exactly when converged is True; got "
+                f"status={self.status!r}, converged={self.converged!r}"
+            )
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the run stopped because its state no longer changed, short of the tolerance."""
+        return self.status == "stalled"
+
+    def __repr__(self):
+        last = {k: float(np.max(v[-1])) for k, v in self.history.items() if k != "iteration" and len(v)}
+        summary = "".join(f", {k}={v:.3g}" for k, v in last.items())
+        return f"Result({self.method}, iterations={self.iterations}, status={self.status}{summary})"
+
+
+class ConvergenceWarning(UserWarning):
+    """pdmm.solve stopped at max_iter, or stalled, without meeting its stopping test (tol > 0); like
+    scikit-learn's ConvergenceWarning. Silence it with warnings.filterwarnings("ignore",
+    category=pdmm.ConvergenceWarning); a run with tol=0 runs all its iterations and never warns."""
+
+
+class DivergenceError(RuntimeError):
+    """The iterates became non-finite or the residual grew by DIVERGENCE_GROWTH; `.result` holds the run so far.
+
+    Parameters
+    ----------
+    message : str
+        What diverged, at which iteration.
+    result : Result
+        The run so far, with status "diverged".
+    """
+
+    def __init__(self, message: str, result: Result):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What one run of pdmm.solve was asked, as the engines and the loop use it: checked and resolved once by
+    pdmm.solve (defaults filled in: rho, tol, check_every, record_every, the history names), then passed whole.
+
+    Attributes
+    ----------
+    method : str
+        The method's name, a key of pdmm.METHODS.
+    rho : float or None
+        The penalty parameter; None for the methods on a mixing matrix, which have none.
+    max_iter : int
+        Iterations at most.
+    tol : float
+        The stopping test's tolerance (docs/guide/solve.md, "The stopping test"); 0 runs every iteration.
+    reference : object
+        None, "cvxpy" or an array x*, the point the error is measured against.
+    device : torch.device or str
+        Where the run's tensors live.
+    dtype : torch.dtype
+        torch.float64 or torch.float32.
+    seed : int
+        The seed of x0="random".
+    x0 : object
+        None (zeros), "random" or an array shaped like x.
+    network : pdmm.Network or None
+        The simulated network, None for the ideal one.
+    target : float or None
+        A reference error that also stops the run.
+    history : tuple of str
+        The history entries recorded, in HISTORY order.
+    record_every : int
+        Iterations between recorded rows.
+    check_every : int
+        Iterations between stopping tests.
+    compile : bool
+        Whether the step runs through torch.compile.
+    method_params : dict
+        The method's own parameters (theta, eta, alpha, mixing, ...).
+    progress : bool
+        Whether a tqdm bar shows the run.
+    backend : str
+        "local" or "distributed".
+    partition : object
+        The distributed engine's rank of each node, or None.
+    reorder : object
+        The local engine's renumbering: None, True, False or a permutation of the nodes.
+    node_form : bool
+        Whether the local engine sums the edge state out (pdmm.methods.NodeForm).
+    scale : torch.Tensor or None
+        The problem's scale per instance (pdmm.solve.problem_scale), the stopping test's floor.
+    curvature : torch.Tensor or None
+        L_i per node and instance (pdmm.solve.local_curvature), where the local functions have it.
+    """
+
+    method: str
+    rho: float | None
+    max_iter: int
+    tol: float
+    reference: Any = None
+    device: torch.device | str = "cpu"
+    dtype: torch.dtype = torch.float64
+    seed: int = 0
+    x0: Any = None
+    network: Network | None = None
+    target: float | None = None
+    history: tuple[str, ...] = ()
+    record_every: int = 1
+    check_every: int = 1
+    compile: bool = False
+    method_params: Mapping[str, Any] = field(default_factory=dict)
+    progress: bool = False
+    backend: str = "local"
+    partition: Any = None
+    reorder: Any = None
+    node_form: bool = False
+    scale: torch.Tensor | None = field(default=None, repr=False)
+    curvature: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def capacity(self) -> int:
+        """History rows allocated ahead: one per record_every iterations and one more, at most CAPACITY."""
+        return min(self.max_iter // self.record_every + 1, CAPACITY)
+
+    @property
+    def params(self) -> dict:
+        """The parameters the Result reports: rho (where the method has one) and the method's own."""
+        return dict(self.method_params) if self.rho is None else {"rho": self.rho, **self.method_params}
+
+
+@dataclass
+class Progress:
+    """A run so far: `now` = (state after `done` iterations, done, history rows recorded), replaced in one
+    assignment, so a Ctrl-C at any point leaves the three in step."""
+
+    now: tuple
+
+
+def iterate(step, progress, book, options, finish, before=None, bar=None):
+    """Up to options.max_iter steps from progress.now, recording every record_every-th iteration (book.record) and
+    testing every check_every-th and the last (book.check, one read from the device). Returns "converged" once the
+    stopping test passes, "stalled" once the state stops changing short of it (book.check), else "max_iter".
+    The residual is computed at iteration 1 (the divergence baseline), at recorded and at tested iterations only,
+    once each (`seen`). Divergence raises DivergenceError with finish("diverged"), the Result so far. before():
+    called before each step (a network's draws); bar: a tqdm bar, updated at the tests."""
+    max_iter, record_every, check_every = options.max_iter, options.record_every, options.check_every
+    first, shown, posted = None, 0, -20
+    for k in range(1, max_iter + 1):
+        if before is not None:
+            before()
+        state, _, rows = progress.now
+        new = step(state)
+        x, seen = new["x"], {}  # seen: what iteration k has computed for its row and its test, each once
+        recorded = k % record_every == 0
+        if recorded:
+            book.record(rows, k, x, seen)
+        if first is None:  # iteration 1's residual: what the divergence test measures growth from
+            first = book.residual(x, seen)
+        if k % check_every and k < max_iter:
+            progress.now = new, k, rows + recorded
+            continue
+        stop, stalled, finite, grown, largest = book.check(
+            new, state, seen, first, rows + recorded, options.tol, options.target
+        )
+        if (stop or stalled or not finite or grown or k == max_iter) and not recorded:
+            book.record(rows, k, x, seen)
+            recorded = True
+        progress.now = new, k, rows + recorded
+        if not finite or grown:
+            message = (
+                f"{options.method} diverged at iteration {k}: "
+                + (
+                    "the iterates or the objective are no longer finite"
+                    if not finite
+                    else f"the residual grew from {first.max():.3g} to {largest:.3g}"
+                )
+                + (f" (rho={options.rho})" if options.rho else "")
+            )
+            raise DivergenceError(message, finish("diverged"))
+        if bar is not None:
+            bar.update(k - shown)
+            shown = k
+            if k - posted >= 20 or stop or stalled or k == max_iter:
+                bar.set_postfix(residual=f"{largest:.2e}")
+                posted = k
+        if stop or stalled:
+            return "converged" if stop else "stalled"
+        if book.interrupted:  # a Ctrl-C that book.check has agreed on (the distributed ranks)
+            return "interrupted"
+    return "max_iter"
+
+
+class Bookkeeping:
+    """What solve records and tests besides the step: history rows in tensors allocated ahead on
+    the run's device (their capacity doubles when full), and the stopping and divergence tests."""
+
+    def __init__(
+        self,
+        options,
+        *,
+        local,
+        edges,
+        per_round,
+        channel=None,
+        x_star=None,
+        private=None,
+        silent=0,
+        stiffness=None,
+        ideal=None,
+    ):
+        """options: the run's RunOptions (history names, rho, record_every, capacity, scale); local, edges: the
+        run's local functions and edge operator; per_round: (messages, bits) per sending round on the ideal network;
+        channel: the simulated network's channel or None; x_star: the reference point or None; private: the
+        network privacy's reference point or None; silent: the method's first rounds that send nothing."""
+        names, rho, scale = options.history, options.rho, options.scale
+        scale = None if scale is None else scale.to(options.device, options.dtype)
+        self.names, self.local, self.edges, self.channel, self.rho = names, local, edges, channel, rho
+        # scale (B,): the problem's scale (problem_scale); the test's floor min(1, scale), 1 where it is 0 or unknown
+        self.floor = None if scale is None else torch.where(scale > 0, torch.clamp(scale, max=1.0), 1.0)
+        self.baseline = scale  # the least residual the divergence test measures growth from
+        self.stiffness = stiffness  # (1 / step, L), each (B,), of a method with a step size (_stiffness), or None
+        self.ideal = ideal  # over a network: the method's step on the ideal network, which the test measures
+        self.x_star, self.private, self.per_round, self.every = x_star, private, per_round, options.record_every
+        self.silent = silent  # the method's first rounds that send nothing (ideal-network counts)
+        like = edges.graph.sign
+        self.x_star_norm = None if x_star is None else torch.clamp(norm(x_star), min=torch.finfo(like.dtype).tiny)
+        self.stored = [name for name in names if not (name in COUNTS and channel is None)]  # ideal counts: arithmetic
+        batch = local.shape[1]
+        self.capacity = capacity = options.capacity
+        self.columns = {
+            name: torch.empty(
+                (capacity, batch), device=like.device, dtype=torch.float64 if name in COUNTS else like.dtype
+            )
+            for name in self.stored
+        }
+        self.last = None  # (row, iteration) of a final row off the record_every grid: only the last row can be
+        self.checked = 0  # rows already seen by the divergence test
+        self.interrupted = False  # set by a check that learns of a Ctrl-C (distributed: every rank's, all-reduced)
+
+    def residual(self, x, seen):
+        """RMS over the edges of the constraint residual A_ij x_i + A_ji x_j - b_ij: (B,), kept in `seen`
+        (what this iteration has computed) so that its row and its test share one computation."""
+        if "residual" not in seen:
+            seen["residual"] = rms(self.edges.residual(x))
+        return seen["residual"]
+
+    def error(self, x, seen):
+        """||x - x*||_F / ||x*||_F per instance: (B,), kept in `seen` like the residual."""
+        if "error" not in seen:
+            seen["error"] = norm(x - self.x_star) / self.x_star_norm
+        return seen["error"]
+
+    def record(self, r, k, x, seen):
+        """Write row r (iteration k) into the columns, reusing what the iteration has computed (seen); the row
+        counts once solve commits it."""
+        row = {}
+        for name in self.stored:
+            if name == "residual":
+                row[name] = self.residual(x, seen)
+            elif name == "objective":
+                row[name] = self.local.value(x)
+            elif name == "error":
+                row[name] = self.error(x, seen)
+            elif name in COUNTS:
+                row[name] = getattr(self.channel, name)
+            elif "privacy_x" not in row:
+                row["privacy_x"], row["privacy_messages"] = privacy_gaps(
+                    x, self.channel.sent, self.private, self.edges, self.rho
+                )
+        if r == self.capacity:
+            self.columns = {name: torch.cat([c, torch.empty_like(c)]) for name, c in self.columns.items()}
+            self.capacity *= 2
+        for name in self.stored:
+            self.columns[name][r] = row[name]
+        self.last = None if k % self.every == 0 else (r, k)
+
+    def sizes(self, x, x_old):
+        """(RMS of x, RMS of x - x_old) per instance, (B,) each, and whether every entry of x is finite."""
+        return rms(x), rms(x - x_old), torch.isfinite(x).all()
+
+    def state_sizes(self, t, t_old):
+        """(RMS of t, RMS of t - t_old) per instance, (B,) each, for a state tensor (N, B, m) other than x."""
+        return rms(t), rms(t - t_old)
+
+    def state_test(self, new, old, tol, scale, change):
+        """(passes, frozen), 0-dim bool tensors, from the method's state besides x (z, u, x_half, ...;
+        docs/guide/solve.md, "The stopping test"). passes: the fixed-point residual of the multipliers, rho * (RMS
+        change of x), what one step moves them by, is <= tol * max(DUAL_SLACK * scale, their RMS), so a large rho (x
+        pinned while the multipliers still travel) cannot pass with x stuck near x^0; with rho <= DUAL_SLACK this
+        follows from the test on x, and methods without rho pass. Over a network (self.ideal: new is two ideal steps
+        from old) every state tensor's own change must also be <= tol * max(DUAL_SLACK * scale, its RMS): a message lost
+        for good leaves its z where it was, a fixed point of the lossy step whose x is not the solution, which an ideal
+        step moves in z (two steps, as pdmm with theta = 1 flips the part of z that x never sees, such as network
+        privacy's perturbation, at every step). frozen: every state tensor changed by at most FROZEN_EPS * eps * its RMS
+        in the step (rounding only): the step no longer moves the state."""
+        eps = FROZEN_EPS * torch.finfo(scale.dtype).eps
+        frozen = torch.ones((), dtype=torch.bool, device=scale.device)
+        settled = torch.ones((), dtype=torch.bool, device=scale.device)
+        largest = torch.zeros_like(scale)
+        for key, t in new.items():
+            before = old.get(key)
+            if (
+                key == "x"
+                or not (torch.is_tensor(t) and t.dim() == 3 and t.is_floating_point())
+                or not (torch.is_tensor(before) and before.shape == t.shape)
+            ):
+                continue
+            size, moved = self.state_sizes(t, before)
+            frozen = frozen & (moved <= eps * size).all()
+            largest = torch.maximum(largest, size)
+            if self.ideal is not None:
+                settled = settled & (moved <= tol * torch.maximum(DUAL_SLACK * scale, size)).all()
+        if self.rho is None:
+            return settled, frozen
+        passes = (self.rho * change <= tol * torch.maximum(DUAL_SLACK * scale, largest)).all()
+        return passes & settled, frozen
+
+    def scale(self, size):
+        """The stopping test's scale per instance, max(floor, RMS of x); floor = min(1, the problem's scale), or 1."""
+        return torch.clamp(size, min=1.0) if self.floor is None else torch.maximum(size, self.floor)
+
+    def check(self, new, old, seen, first, rows, tol, target):
+        """(stop, stalled, finite, grown, largest residual) after the step from state `old` to `new`: the
+        stopping test, the stall test and the divergence test, in one read from the device; rows: those
+        recorded up to this iteration's.
+
+        stop: the residual and the change of x are <= tol * max(floor, RMS of x), floor = min(1, the problem's
+        scale), the method's multipliers pass state_test and a method with a step size its step test (or the
+        target error is reached); over a network (self.ideal) the changes are two ideal steps' from `new`;
+        stalled: not stop, yet x and the whole state are frozen (a floating-point fixed point short of tol, or a
+        step that changes nothing), tested with tol > 0 for pdmm, qa-pdmm and admm on the ideal network only
+        (docs/guide/solve.md, "The stopping test")."""
+        x = new["x"]
+        residual = self.residual(x, seen)
+        size, change, finite = self.sizes(x, old["x"])
+        # over a network a random step may change nothing (all asleep): two ideal steps from here must not (two:
+        # pdmm's theta = 1 flips z's privacy part). Taken only where the residual test already passes (one more
+        # read from the device), so a run pays for them near its end, not at every test
+        if self.ideal is not None and read((residual <= tol * self.scale(size)).all())[0]:
+            old, new = new, self.ideal(self.ideal(new))
+            size, change, ideal_finite = self.sizes(new["x"], old["x"])
+            finite = finite & ideal_finite
+        scale = self.scale(size)
+        passes, frozen = self.state_test(new, old, tol, scale, change)
+        if self.stiffness is not None:  # a tiny step moves x little however far it is: 1/step * change is the
+            inverse_step, curvature = self.stiffness  # fixed-point residual in gradient units, against L's
+            passes = passes & (inverse_step * change <= tol * DUAL_SLACK * curvature * scale).all()
+        stop = (residual <= tol * scale).all() & (change <= tol * scale).all() & passes
+        if target is not None:
+            stop |= (self.error(x, seen) <= target).all()
+        frozen = frozen & (change <= FROZEN_EPS * torch.finfo(x.dtype).eps * size).all()
+        # tol=0: every iteration; a network: random steps; the methods on a mixing matrix: some settle off the
+        # solution by design (constant-step dgd) and run to max_iter as before
+        watched = 0 < tol < math.inf and self.channel is None and self.rho is not None
+        stalled = ~stop & frozen & watched
+        finite = finite & torch.isfinite(residual).all()
+        if "objective" in self.columns:  # every objective recorded since the last test
+            finite &= torch.isfinite(self.columns["objective"][self.checked : rows]).all()
+        floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
+        if self.baseline is not None:  # a first residual of 0 (nothing moved yet) is no baseline for growth
+            floor = torch.maximum(floor, self.baseline)
+        grown = (residual > DIVERGENCE_GROWTH * floor).any()
+        stop, stalled, finite, grown, largest = read(stop, stalled, finite, grown, residual.max())
+        self.checked = rows
+        return bool(stop), bool(stalled), bool(finite), bool(grown), largest
+
+    def arrays(self, rows, batched):
+        """The history as numpy arrays: "iteration" (rows,) and each name (rows, B), or (rows,) unbatched."""
+        iterations = np.arange(1, rows + 1, dtype=np.int64) * self.every
+        if self.last is not None and self.last[0] == rows - 1:
+            iterations[-1] = self.last[1]
+        history = {"iteration": iterations}
+        for name in self.names:
+            if name in self.columns:
+                values = self.columns[name][:rows].cpu().numpy()
+            else:  # the ideal network: every directed edge delivers the same messages in every sending round
+                rounds = np.maximum(iterations - self.silent, 0)
+                values = np.repeat(
+                    (rounds * self.per_round[COUNTS.index(name)]).astype(np.float64)[:, None], self.local.shape[1], 1
+                )
+            history[name] = values if batched else values[:, 0]
+        return history
+
+
+def read(*values):
+    """The values (0-dim tensors) as Python floats, in one read from the device."""
+    return torch.stack([v.to(torch.float64) for v in values]).tolist()
+
+
+def rms(v):
+    """Root mean square over nodes/edges of the per-row vector norm: (N, B, m) -> (B,)."""
+    return torch.linalg.vector_norm(v, dim=(0, 2)) / math.sqrt(len(v))
+
+
+def norm(v):
+    """Frobenius norm per instance: (n, B, d) -> (B,)."""
+    return torch.linalg.vector_norm(v, dim=(0, 2))
+
+
+def initial_x(problem, options):
+    """x^0, (n, B, d) on the run's device: zeros for x0=None, standard normal from the seed for "random", else the
+    array given (one instance or B); ValueError for anything else."""
+    x0, seed, device, dtype = options.x0, options.seed, options.device, options.dtype
+    shape = (problem.n, problem.batch, problem.dim)
+    if x0 is None:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    if isinstance(x0, str):
+        if x0 != "random":
+            raise ValueError(f"x0 must be None, 'random' or an array, got {x0!r}")
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randn(shape, generator=generator, dtype=torch.float64).to(device, dtype)
+    return expand_instances(problem, node_data("x0", x0, problem.n, (problem.dim,))).to(device, dtype)
+
+
+def reference_point(problem, options):
+    """x*, (n, B, d) on the run's device, from options.reference: None, "cvxpy" (pdmm.reference solves the problem
+    centrally) or an array; ValueError for anything else."""
+    reference, device, dtype = options.reference, options.device, options.dtype
+    if reference is None:
+        return None
+    if isinstance(reference, str):
+        if reference != "cvxpy":
+            raise ValueError(f"reference must be None, 'cvxpy' or an array, got {reference!r}")
+        from .reference import reference as centralised
+
+        reference = centralised(problem)
+    return expand_instances(problem, node_data("reference", reference, problem.n, (problem.dim,))).to(device, dtype)
+
+
+def expand_instances(problem, x):
+    """Node data x, (n, 1 or B, d), as (n, B, d), one copy per instance; ValueError for another count."""
+    if x.shape[1] not in (1, problem.batch):
+        raise ValueError(f"expected {problem.batch} instances, got {x.shape[1]}")
+    return x.expand(problem.n, problem.batch, problem.dim).contiguous()
+
+
+def to_numpy(x, batched):
+    """(n, B, d) tensor -> (B, n, d) array, or (n, d) for an unbatched problem."""
+    x = x.detach().cpu().numpy().transpose(1, 0, 2)
+    return x if batched else x[0]
+
+
+def make_result(state, done, book, rows, status, start, problem, options, x_star, order=None):
+    """The Result of a run that ran `done` iterations to `state` and recorded `rows` rows in `book`, started at
+    time.perf_counter() `start`, with node rows back in the graph's own order where the run renumbered them
+    (order)."""
+    x = state["x"] if order is None else torch.empty_like(state["x"]).index_copy_(0, order, state["x"])
+    if x_star is not None and order is not None:
+        x_star = torch.empty_like(x_star).index_copy_(0, order, x_star)
+    return Result(
+        x=to_numpy(x, problem.batched),
+        iterations=done,
+        converged=status == "converged",
+        status=status,
+        interrupted=status == "interrupted",
+        history=book.arrays(rows, problem.batched),
+        method=options.method,
+        params=options.params,
+        nodes=list(problem.compiled.nodes),
+        seconds=time.perf_counter() - start,
+        reference=None if x_star is None else to_numpy(x_star, problem.batched),
+        network=options.network,
+    )

@@ -9,7 +9,7 @@ from .config import KERNELS, RESIDUALS, AttentionConfig
 from .convex import ConvexAttention, ConvexBlock, ConvexTokenClassifier, ConvexTransformer
 from .gat import GraphAttention
 from .gpt import GPT
-from .graph import TokenGraph
+from .token_graph import TokenGraph
 from .graph_transformer import GraphTransformer
 from .mha import MultiHeadAttention
 from .vit import ViT

@@ -15,7 +15,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .config import AttentionConfig
-from .graph import TokenGraph
+from .token_graph import TokenGraph
 from .mha import MultiHeadAttention, SignalMemory
 
 NORMS = ("layernorm", None)

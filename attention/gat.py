@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import AttentionConfig
-from .graph import TokenGraph
+from .token_graph import TokenGraph
 from .kernels import sparse_setup
 from .mha import MultiHeadAttention
 from .sparse import edge_aggregate, edge_softmax

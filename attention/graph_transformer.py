@@ -13,7 +13,7 @@ from torch import Tensor
 from .block import Block, init_weights, make_norm
 from .config import AttentionConfig
 from .gat import GraphAttention
-from .graph import TokenGraph
+from .token_graph import TokenGraph
 from .mha import MultiHeadAttention, SignalMemory
 
 LAYERS: dict[str, type[MultiHeadAttention]] = {"attention": MultiHeadAttention, "gat": GraphAttention}

@@ -18,7 +18,7 @@ from torch import Tensor
 from .sparse import block_size, edge_aggregate, edge_scores, edge_softmax
 
 if TYPE_CHECKING:
-    from .graph import EdgeList, TokenGraph
+    from .token_graph import EdgeList, TokenGraph
 
 
 def softmax_attention(

@@ -17,12 +17,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .graph import resolve
+from .token_graph import resolve
 from .kernels import linear_attention, softmax_attention, softmax_entropy
 
 if TYPE_CHECKING:
     from .config import AttentionConfig
-    from .graph import TokenGraph
+    from .token_graph import TokenGraph
 
 
 class MultiHeadAttention(nn.Module):

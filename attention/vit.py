@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .block import Block, init_weights
 from .config import AttentionConfig
-from .graph import TokenGraph
+from .token_graph import TokenGraph
 from .mha import SignalMemory
 
 

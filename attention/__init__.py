@@ -9,9 +9,9 @@ from .config import KERNELS, RESIDUALS, AttentionConfig
 from .convex import ConvexAttention, ConvexBlock, ConvexTokenClassifier, ConvexTransformer
 from .gat import GraphAttention
 from .gpt import GPT
-from .token_graph import TokenGraph
 from .graph_transformer import GraphTransformer
 from .mha import MultiHeadAttention
+from .token_graph import TokenGraph
 from .vit import ViT
 
 __all__ = [

@@ -15,8 +15,8 @@ import torch.nn as nn
 from torch import Tensor
 
 from .config import AttentionConfig
-from .token_graph import TokenGraph
 from .mha import MultiHeadAttention, SignalMemory
+from .token_graph import TokenGraph
 
 NORMS = ("layernorm", None)
 

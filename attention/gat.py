@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import AttentionConfig
-from .token_graph import TokenGraph
 from .kernels import sparse_setup
 from .mha import MultiHeadAttention
 from .sparse import edge_aggregate, edge_softmax
+from .token_graph import TokenGraph
 
 NEGATIVE_SLOPE = 0.2
 

@@ -7,8 +7,8 @@ from torch import Tensor
 
 from .block import Block, init_weights
 from .config import AttentionConfig
-from .token_graph import TokenGraph
 from .mha import SignalMemory
+from .token_graph import TokenGraph
 
 
 class GPT(nn.Module):

@@ -13,8 +13,8 @@ from torch import Tensor
 from .block import Block, init_weights, make_norm
 from .config import AttentionConfig
 from .gat import GraphAttention
-from .token_graph import TokenGraph
 from .mha import MultiHeadAttention, SignalMemory
+from .token_graph import TokenGraph
 
 LAYERS: dict[str, type[MultiHeadAttention]] = {"attention": MultiHeadAttention, "gat": GraphAttention}
 

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .token_graph import resolve
 from .kernels import linear_attention, softmax_attention, softmax_entropy
+from .token_graph import resolve
 
 if TYPE_CHECKING:
     from .config import AttentionConfig

@@ -8,8 +8,8 @@ from torch import Tensor
 
 from .block import Block, init_weights
 from .config import AttentionConfig
-from .token_graph import TokenGraph
 from .mha import SignalMemory
+from .token_graph import TokenGraph
 
 
 class ViT(nn.Module):

@@ -87,7 +87,9 @@ def attention_output(module, x, mask):
         r = reject(mh, v)
     y = F.linear(r, module.c_proj.weight, module.c_proj.bias)
     if cfg.residual == "belief_star":
-        per_head = torch.cat([reject(h, vm) for h, vm in zip(heads_of(mh, cfg.n_head), heads_of(v, cfg.n_head), strict=False)], -1)
+        per_head = torch.cat(
+            [reject(h, vm) for h, vm in zip(heads_of(mh, cfg.n_head), heads_of(v, cfg.n_head), strict=False)], -1
+        )
         y = y + F.linear(per_head, module.c_proj_s.weight, module.c_proj_s.bias)
     return y
 

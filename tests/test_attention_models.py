@@ -99,7 +99,7 @@ def test_graph_transformer_learns_to_average_over_neighbours():
     a = torch.randn(64, 10, 1)
     target = (a + a.roll(1, 1) + a.roll(-1, 1)) / 3  # the one-round neighbourhood average on the cycle
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for step in range(150):
+    for _step in range(150):
         loss = ((model(a, graph)[0] - target) ** 2).mean()
         opt.zero_grad()
         loss.backward()

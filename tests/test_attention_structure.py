@@ -109,7 +109,10 @@ def test_diff_lambda_init_per_layer_matches_the_formula_and_the_notes_table():
 def test_diff_parameters_output_and_gradient_to_the_lambda_vectors():
     standard, diff = module_for(), module_for(kernel="diff", layer_index=3)
     hs = C // NH
-    count = lambda m: sum(p.numel() for p in m.parameters())
+
+    def count(m):
+        return sum(p.numel() for p in m.parameters())
+
     assert count(diff) - count(standard) == 4 * (hs // 2) + hs  # four lambda vectors + the head norm's gain
     assert diff.lambda_q1.shape == (hs // 2,)
     x = torch.randn(B, T, C, dtype=torch.float64)
@@ -122,7 +125,9 @@ def test_diff_parameters_output_and_gradient_to_the_lambda_vectors():
 
 
 def test_parameter_counts_and_shared_state_dicts():
-    count = lambda m: sum(p.numel() for p in m.parameters())
+    def count(m):
+        return sum(p.numel() for p in m.parameters())
+
     for bias in (True, False):
         standard = module_for(bias=bias)
         for residual in ("attentionx", "belief"):

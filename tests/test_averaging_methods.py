@@ -56,7 +56,7 @@ def loop_mixing(G, kind):
 def chebyshev_reference(W, a, r, low, high):
     """T_r(t(W)) a / T_r(t(1)) by the eigendecomposition of the dense symmetric W; a (n, d)."""
     eigenvalues, V = np.linalg.eigh(W)
-    t = lambda l: (2 * l - low - high) / (high - low)  # noqa: E731
+    t = lambda lam: (2 * lam - low - high) / (high - low)  # noqa: E731
     T = lambda y: np.polynomial.chebyshev.chebval(y, [0] * r + [1])  # noqa: E731
     p = T(t(eigenvalues)) / T(t(1.0))
     return V @ (p[:, None] * (V.T @ a))

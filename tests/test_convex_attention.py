@@ -67,8 +67,8 @@ def test_forward_matches_a_loop_over_gates_and_outputs():
     for i in range(6):
         for j in range(4):
             if model.u1[j].double() @ x[i] @ model.u2[j].double() >= 0:  # I_j(X_i)
-                for l in range(2):
-                    expected[i, l] += torch.trace(model.Z[j, l].T @ x[i])
+                for c in range(2):
+                    expected[i, c] += torch.trace(model.Z[j, c].T @ x[i])
     torch.testing.assert_close(model(x), expected.detach(), rtol=1e-12, atol=1e-12)
 
 

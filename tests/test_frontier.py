@@ -74,7 +74,7 @@ def test_the_mixture_draws_no_held_out_topology():
     assert {family.topology for family in frontier.MIXTURE}.isdisjoint(held_out - {"random_geometric"})
     drawn = frontier.mixture(FAMILY, 2, 3, np.random.default_rng(0))
     assert len(drawn) == 2 * len(frontier.MIXTURE)
-    for G, a, s in drawn:
+    for G, a, _s in drawn:
         assert nx.is_connected(G) and FAMILY.n_min <= G.number_of_nodes() <= FAMILY.n_max and a.shape[0] == 3
         assert not (nx.cycle_basis(G) and all(d == 2 for _, d in G.degree))  # no ring
 

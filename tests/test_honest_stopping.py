@@ -228,7 +228,9 @@ def path_problem(n=4):
     "network",
     [
         lambda c: pdmm.Network(drop={(1, 2): 1.0, (2, 1): 1.0}),
-        lambda c: pdmm.Network(drop=[1.0 if {s, d} == {1, 2} else 0.0 for s, d in zip(c.src.tolist(), c.dst.tolist(), strict=False)]),
+        lambda c: pdmm.Network(
+            drop=[1.0 if {s, d} == {1, 2} else 0.0 for s, d in zip(c.src.tolist(), c.dst.tolist(), strict=False)]
+        ),
         lambda c: pdmm.Network(edge_up=[[(0, 1)], [(2, 3)]]),
         lambda c: pdmm.Network(wake={node: 0.0 for node in range(4)}),
     ],

@@ -689,12 +689,18 @@ def test_rare_per_edge_and_per_node_events_follow_their_probabilities(problems):
     drop[:5], drop[5:10] = 0, 0.2
     (delivered,) = draws(Network(drop=drop, seed=5), graph, B, K, "delivered")
     lost = (~delivered).sum((0, 2))[graph.rev.numpy()]  # by transmission: entry e sends src[e] -> dst[e]
-    assert min(binomtest(int(k), K * B, q).pvalue for k, q in zip(lost, drop, strict=False)) > 1e-3 / E and (lost[:5] == 0).all()
+    assert (
+        min(binomtest(int(k), K * B, q).pvalue for k, q in zip(lost, drop, strict=False)) > 1e-3 / E
+        and (lost[:5] == 0).all()
+    )
     wake = np.random.default_rng(2).uniform(0.85, 1, n)
     wake[0] = 1
     (awake,) = draws(Network(wake=wake, seed=6), graph, B, K, "awake")
     asleep = (~awake).sum((0, 2))
-    assert min(binomtest(int(k), K * B, 1 - q).pvalue for k, q in zip(asleep, wake, strict=False)) > 1e-3 / n and asleep[0] == 0
+    assert (
+        min(binomtest(int(k), K * B, 1 - q).pvalue for k, q in zip(asleep, wake, strict=False)) > 1e-3 / n
+        and asleep[0] == 0
+    )
 
 
 class LoopChannel:

@@ -209,7 +209,10 @@ def test_bad_options_and_features_are_rejected():
     with pytest.raises(ValueError, match="rho must be"):
         bridge.pdmm_features(nx.cycle_graph(9), np.zeros((2, 9)), 0)
     model, instances = bridge.pdmm_transformer(1.0, 2), [(nx.cycle_graph(5), np.ones((1, 5)))]
-    features = lambda G, a: bridge.pdmm_features(G, a, 1.0)
+
+    def features(G, a):
+        return bridge.pdmm_features(G, a, 1.0)
+
     for steps, lr, data, match in (
         (-1, 1e-3, instances, "steps must be"),
         (1, 0.0, instances, "lr must be > 0"),
@@ -228,7 +231,10 @@ def test_fine_tuning_from_pdmm_lowers_the_loss_and_moves_the_weights():
     rho = 1.0
     model = bridge.pdmm_transformer(rho, 4, start="a")
     reference = copy.deepcopy(model)
-    features = lambda G, a: bridge.pdmm_features(G, a, rho)
+
+    def features(G, a):
+        return bridge.pdmm_features(G, a, rho)
+
     pdmm_errors = torch.cat(
         [disagreement_error(solve_iterates(G, a, rho, "a", 4), torch.as_tensor(a)) for G, a in instances], dim=1
     )
@@ -241,7 +247,10 @@ def test_fine_tuning_from_pdmm_lowers_the_loss_and_moves_the_weights():
 
 def test_random_init_has_the_same_architecture_and_depends_on_the_seed():
     pdmm_model, random_model = bridge.pdmm_transformer(1.0, 3), bridge.pdmm_transformer(1.0, 3, init="random", seed=0)
-    shapes = lambda model: {name: p.shape for name, p in model.named_parameters()}
+
+    def shapes(model):
+        return {name: p.shape for name, p in model.named_parameters()}
+
     assert shapes(pdmm_model) == shapes(random_model)
     assert bridge.weight_shift(bridge.pdmm_transformer(1.0, 3, init="random", seed=0), random_model) == 0
     assert bridge.weight_shift(bridge.pdmm_transformer(1.0, 3, init="random", seed=1), random_model) > 0.5

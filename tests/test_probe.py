@@ -76,7 +76,10 @@ def test_probe_statistics_against_a_hand_computation_of_one_layer():
     x = torch.randn(2, 5, 8, dtype=torch.float64)  # the residual stream; the layer reads LN(x) in a block
     with torch.no_grad():
         y = layer(x, TokenGraph.full(5))
-    q, k, v = (x @ w.T + b for w, b in zip(layer.c_attn.weight.detach().split(8), layer.c_attn.bias.detach().split(8), strict=False))
+    q, k, v = (
+        x @ w.T + b
+        for w, b in zip(layer.c_attn.weight.detach().split(8), layer.c_attn.bias.detach().split(8), strict=False)
+    )
     w_o = layer.c_proj.weight.detach()
     sums = dict.fromkeys(["phi", "delta", "wdelta", "cos_delta", "cos_mh", "cos_update"], 0.0)
     for batch in range(2):
@@ -99,7 +102,10 @@ def test_probe_statistics_against_a_hand_computation_of_one_layer():
             )  # softmax over all tokens j, per head
             vi, xi = v[batch, i], x[batch, i]
             delta = mh - (mh @ vi) / (vi @ vi) * vi
-            cos = lambda a, b: float(a @ b / (a.norm() * b.norm()))
+
+            def cos(a, b):
+                return float(a @ b / (a.norm() * b.norm()))
+
             for key, value in (
                 ("phi", (vi - 3 * mh).norm() / vi.norm()),
                 ("delta", delta.norm() / mh.norm()),

@@ -61,7 +61,10 @@ def rows(module, w):
     k_start = 0 if module.config.symmetric else w_k
     v_start = k_start + w_k
     assert weight.shape[0] == v_start + w_v
-    part = lambda start, width: (weight[start : start + width], bias[start : start + width])
+
+    def part(start, width):
+        return (weight[start : start + width], bias[start : start + width])
+
     return part(0, w_k), part(k_start, w_k), part(v_start, w_v)
 
 
@@ -160,7 +163,10 @@ def head_output(q_i, keys, values, kernel, module):
         weights = torch.softmax(keys @ q_i / math.sqrt(len(q_i)), 0)
         return weights @ values
     if kernel == "linear":
-        phi = lambda t: torch.nn.functional.elu(t) + 1
+
+        def phi(t):
+            return torch.nn.functional.elu(t) + 1
+
         weights = phi(keys) @ phi(q_i)
         return weights @ values / weights.sum()
     half = len(q_i) // 2  # diff: two softmax maps on the halves of q and k
@@ -261,7 +267,9 @@ def test_diff_parameters_follow_the_key_and_value_head_sizes():
 
 
 def test_graph_transformer_numbers_sent():
-    config = lambda **kw: AttentionConfig(d_model=C, n_head=2, **kw)
+    def config(**kw):
+        return AttentionConfig(d_model=C, n_head=2, **kw)
+
     assert GraphTransformer(config(), 2).numbers_sent == 2 * C
     assert GraphTransformer(config(send_width=4), 2).numbers_sent == 4
     assert GraphTransformer(config(send_width=4, symmetric=True), 2, tied=True).numbers_sent == 4

@@ -153,7 +153,7 @@ def test_regular_graph_blocks_of_whole_tokens_pass_gradcheck():
     q, k, v = (torch.randn(1, 2, 6, 2, dtype=torch.float64, requires_grad=True) for _ in range(3))
     for block in (3, 6, 18):
         assert torch.autograd.gradcheck(
-            lambda q, k, v: softmax_attention(q, k, v, graph.sparse(block=block)), (q, k, v)
+            lambda q, k, v, block=block: softmax_attention(q, k, v, graph.sparse(block=block)), (q, k, v)
         )
 
 

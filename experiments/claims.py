@@ -13,6 +13,7 @@ two-sided paired t-test, or for probe claims a one-sample t-test across seeds of
 
 import functools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -179,9 +180,9 @@ class ClaimTest:
     claim: str
     condition: str
     quantity: str
-    test: dict
+    test: dict[str, float]  # bridge.statistics.paired_test / one_sample_test's summary
     favours: bool  # whether the mean points the claim's way
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     early: str = ""  # early_training's note
     outcome: str = ""  # replaces the verdict when no test can decide (no run reached the threshold)
 
@@ -202,7 +203,7 @@ def _quantity(claim):
     return "seconds per step" if metric == "seconds_per_step" else f"final {metric}"
 
 
-def comparison_tests(claim, runs, keys):
+def comparison_tests(claim: dict[str, Any], runs: list[Any], keys: list[str]) -> list[ClaimTest]:
     """One ClaimTest per condition: the claim's variant minus its `than`, paired by seed (MIN_PAIRS, Holm later)."""
     finished = [run for run in runs if run.finished]
     lower = "threshold" in claim or lower_better(claim["metric"])
@@ -246,7 +247,7 @@ def _probe_totals(path, mtime, batches):
     return probe_layers(path, batches)[1]
 
 
-def probe_tests(claim, runs, keys):
+def probe_tests(claim: dict[str, Any], runs: list[Any], keys: list[str]) -> list[ClaimTest]:
     """One ClaimTest per condition of the claim's variant, from each seed's probe (bridge.probe,
     docs/theory/residuals.md section 14):
     "below 1" tests the statistic's mean over layers minus 1, "falls with depth" its least-squares slope per
@@ -266,7 +267,7 @@ def probe_tests(claim, runs, keys):
                 f"mean over layers of {claim['statistic']} − 1",
             )
         else:
-            layers = np.arange(1, curves.shape[1] + 1) if len(curves) else []
+            layers: Any = np.arange(1, curves.shape[1] + 1) if len(curves) else []
             values = [np.polyfit(layers, curve, 1)[0] for curve in curves]
             quantity = f"slope of {claim['statistic']} per layer"
         test = one_sample_test(values)
@@ -274,7 +275,7 @@ def probe_tests(claim, runs, keys):
     return tests
 
 
-def section_tests(spec, runs):
+def section_tests(spec: dict[str, Any], runs: list[Any]) -> list[ClaimTest]:
     """Every hypothesis of a section: its claims and probe claims, each per condition."""
     keys = variant_keys(spec, runs)
     return [test for claim in spec.get("claims", []) for test in comparison_tests(claim, runs, keys)] + [
@@ -289,23 +290,24 @@ def early_training(claim, runs):
     return f"early training: {steps:,} of the {full:,} steps of the source's regime" if steps < full else ""
 
 
-def verdict(test, adjusted_p, favours):
+def verdict(test: dict[str, float], adjusted_p: float, favours: bool) -> str:
     """ "agrees" / "disagrees" (favours: the mean difference points the claim's way) when the Holm-adjusted p
     is below ALPHA over at least MIN_PAIRS pairs, else "inconclusive (p = ..., n = ...)"."""
-    if significant(adjusted_p, test["n"], ALPHA, MIN_PAIRS):
+    if significant(adjusted_p, int(test["n"]), ALPHA, MIN_PAIRS):
         return "agrees" if favours else "disagrees"
     return f"inconclusive (p = {format_p(test['p'])}, n = {test['n']})"
 
 
-def format_p(p):
+def format_p(p: float) -> str:
+    """A p-value as the tables show it: two significant digits, scientific below 0.001, "—" for NaN."""
     return "—" if not np.isfinite(p) else f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
 
 
-def judge(tests):
+def judge(tests: list[ClaimTest]) -> list[tuple[ClaimTest, float, str]]:
     """[(test, Holm-adjusted p, verdict text)] of a section's tests: Holm over all of them, then verdict (or the
     test's outcome where no test can decide, "no paired runs" without pairs), with its early-training note."""
     adjusted = holm([test.test["p"] for test in tests])
-    judged = []
+    judged: list[tuple[ClaimTest, Any, str]] = []
     for test, p in zip(tests, adjusted, strict=False):
         text = test.outcome or (verdict(test.test, p, test.favours) if test.test["n"] else "no paired runs")
         if test.early:

@@ -1,7 +1,7 @@
 """pdmm-bridge network-sweep: iterations to a target error against loss, wake probability and bits, written
-to --out as network_sweep.md with its figure network_sweep.png (the computation and
-the tables are experiments/network_sweep.py, the figure experiments.plots.plot_network_sweep),
-and with --results FILE also as section "network-sweep" of FILE (the figure copied to figures/ beside it).
+to --out as network_sweep.md with its figure network_sweep.png (computed and tabulated by
+experiments/network_sweep.py, drawn by experiments/plots.py), and with --results FILE also as section
+"network-sweep" of FILE (the figure copied to figures/ beside it).
 
     pdmm-bridge network-sweep                                   # n = 100, 3 seeds: runs/network-sweep/
     pdmm-bridge network-sweep --results docs/RESULTS.md         # and the section, docs/figures/network_sweep.png

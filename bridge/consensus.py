@@ -21,10 +21,23 @@ from pdmm.graph import as_graph
 
 @dataclass(frozen=True)
 class GraphFamily:
-    """Connected graphs of one topology with n drawn uniformly from [n_min, n_max].
+    """Connected graphs of one topology with n drawn uniformly from [n_min, n_max] (docs/theory/pdmm.md section 8
+    for the averaging problem on them).
 
-    radius: the connection radius of random_geometric graphs (None: pdmm.topology's default
-    sqrt(2 ln n / n)); a small radius gives graphs of large diameter. Grids and tori are square.
+    Attributes
+    ----------
+    topology : str
+        One of pdmm.TOPOLOGIES; grids and tori are square.
+    n_min, n_max : int
+        The range of the number of nodes, 2 <= n_min <= n_max.
+    radius : float or None
+        The connection radius of random_geometric graphs (None: pdmm.topology's default sqrt(2 ln n / n)); a
+        small radius gives graphs of large diameter.
+
+    Raises
+    ------
+    ValueError
+        For an unknown topology, n_min or n_max out of order, or a radius <= 0 or on another topology.
     """
 
     topology: str = "random_geometric"
@@ -32,7 +45,7 @@ class GraphFamily:
     n_max: int = 32
     radius: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.topology not in pdmm.TOPOLOGIES:
             raise ValueError(f"topology must be one of {', '.join(pdmm.TOPOLOGIES)}, got {self.topology!r}")
         if not 2 <= self.n_min <= self.n_max:
@@ -42,8 +55,19 @@ class GraphFamily:
                 f"radius applies to random_geometric graphs and must be > 0, got {self.radius} for {self.topology}"
             )
 
-    def sample(self, rng):
-        """One graph on nodes 0..n-1, drawn with the numpy Generator `rng`."""
+    def sample(self, rng: np.random.Generator) -> nx.Graph:
+        """One graph of the family.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            Draws n and the graph's seed.
+
+        Returns
+        -------
+        networkx.Graph
+            A connected graph on nodes 0..n-1.
+        """
         n = int(rng.integers(self.n_min, self.n_max + 1))
         if self.topology in ("grid", "torus"):  # k x k: a prime n would make a 1 x n path
             n = int(np.clip(round(np.sqrt(n)), np.ceil(np.sqrt(self.n_min)), np.floor(np.sqrt(self.n_max)))) ** 2

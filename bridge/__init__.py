@@ -21,6 +21,18 @@ from .oracle import ball_oracle, bayes_ball_oracle
 from .pdmm_transformer import fit_graph_model, graph_errors, pdmm_features, pdmm_transformer, weight_shift
 from .polynomial import apply_filter, fit_filter, oracle_filter
 from .probe import probe_model
+from .statistics import (
+    holm,
+    one_sample_test,
+    paired_interval,
+    paired_p,
+    paired_test,
+    powers,
+    ratio_interval,
+    side,
+    significant,
+    t_interval,
+)
 from .unrolled import UnrolledPDMM
 
 __all__ = [
@@ -44,4 +56,15 @@ __all__ = [
     "probe_model",
     "sample_instances",
     "weight_shift",
+    # bridge.statistics: t intervals, t-tests, Holm and the verdict rule of every comparison
+    "holm",
+    "one_sample_test",
+    "paired_interval",
+    "paired_p",
+    "paired_test",
+    "powers",
+    "ratio_interval",
+    "side",
+    "significant",
+    "t_interval",
 ]

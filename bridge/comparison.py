@@ -41,11 +41,13 @@ Rows (evaluate_seed):
 """
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import networkx as nx
 import numpy as np
 import torch
-from scipy import stats
 
 import attention
 import pdmm
@@ -58,6 +60,7 @@ from .learned import fit
 from .oracle import ball_oracle, bayes_ball_oracle
 from .pdmm_transformer import D_MODEL, fit_graph_model, pdmm_features, pdmm_transformer, weight_shift
 from .polynomial import apply_filter, fit_filter, nontrivial_spectrum, oracle_filters
+from .statistics import paired_p, powers, ratio_interval, side, t_interval
 from .unrolled import UnrolledPDMM
 
 RHO_GRID = np.logspace(-2, 2, 33)
@@ -67,6 +70,10 @@ SAFE_INTERVAL_GRID = [(-1.0, high) for high in HIGH_GRID]  # |p| <= 1 on [-1, 1]
 MIXING = "metropolis"  # the weights of gossip, Chebyshev and the polynomial rows
 FILTER_ROUNDS = 64  # polynomial rows up to this degree (one quadratic program per degree and seed)
 FLOOR = 1e-15  # errors below float64 resolution count as this
+
+Instance = tuple[nx.Graph, np.ndarray, np.ndarray]  # (graph, a (B, n), spreads s (B,)): bridge.consensus
+Compiled = tuple[Any, Any, Any, torch.Tensor]  # pdmm's compiled graph, local functions, edge operator, a (B, n)
+Cell = tuple[float, float, float]  # (value, 95 % low, high)
 
 ORACLE, BAYES = "ball oracle", "bayes oracle (knows prior and s)"
 POLY_ORACLE = "best polynomial of W per graph (bound)"
@@ -83,7 +90,7 @@ ONE_NUMBER_TIED = "pdmm-transformer (1 number, tied, topology mixture, depth cur
 BOUNDS = (ORACLE, BAYES, POLY_ORACLE)
 
 # name: (pdmm method, fixed parameters, the tuned parameter and its grid)
-TUNED = {
+TUNED: dict[str, tuple[str, dict[str, Any], str | None, Any]] = {
     "pdmm": ("pdmm", {"theta": 1.0}, "rho", RHO_GRID),
     "averaged pdmm": ("pdmm", {"theta": 0.5}, "rho", RHO_GRID),
     "admm": ("admm", {}, "rho", RHO_GRID),
@@ -93,21 +100,32 @@ TUNED = {
 }
 
 
-def per_round(name):
+def per_round(name: str) -> str:
     """The row label of classical method `name` tuned per round."""
     return name if TUNED[name][2] is None else f"{name} (tuned per round)"
 
 
-def for_horizon(name, rounds):
+def for_horizon(name: str, rounds: int) -> str:
     """The row label of classical method `name` tuned for the last round only."""
     return f"{name} (tuned for round {rounds})"
+
+
+def is_transformer(method: str) -> bool:
+    """Whether row `method` is a trained GraphTransformer (untied or tied)."""
+    return method.startswith(("transformer", "tied transformer"))
+
+
+def is_model(method: str) -> bool:
+    """Model rows, trained and hand-set transformers (PDMM-transformers among them), whose numbers sent per edge
+    and round (w, 1 for the one-number ones) the verdicts at equal numbers sent match."""
+    return is_transformer(method) or method.startswith("pdmm-transformer")
 
 
 CANDIDATES = [per_round(name) for name in TUNED] + [FILTER]  # what "best classical" chooses from
 NON_DIVERGING = [label for label in CANDIDATES if label != per_round("chebyshev")]  # and "best non-diverging"
 
 
-def protocol():
+def protocol() -> dict[str, Any]:
     """The constants a seed's numbers depend on besides its Setting (part of compare's cache key)."""
     return {
         "rho grid": RHO_GRID.tolist(),
@@ -124,9 +142,40 @@ def protocol():
 
 @dataclass(frozen=True)
 class Setting:
-    """What one comparison runs: the training family, the transformers' depth K, the horizon R >= K
-    rounds, further rounds at which the classical rows are evaluated (checkpoints: equal numbers
-    sent), instance counts (graphs x value vectors per graph) and the fitting caps."""
+    """What one comparison runs (docs/guide/bridge.md, "Transformers against the classical methods, round by round").
+
+    Attributes
+    ----------
+    family : GraphFamily
+        The training family: the transformers are trained on it, the classical rows tuned on it.
+    depth : int
+        K, the transformers' depth (1 <= K <= rounds).
+    rounds : int
+        R, the horizon of the tables: every row is evaluated at rounds 1..R.
+    test_graphs : int
+        Held-out graphs per set and seed.
+    tune_graphs : int
+        Training-family graphs per seed for tuning and fitting.
+    batch : int
+        Value vectors per graph.
+    mu_scale : float
+        The spread of the offset mu of the values a_i = mu + s z_i (bridge.consensus).
+    learned_steps : int
+        Cap on the Adam steps of learned PDMM (it stops earlier on a validation plateau).
+    finetune_steps : int
+        The same cap for the PDMM-transformers.
+    finetune_lr : tuple of float
+        Adam's learning rate from the PDMM weights and from random weights.
+    checkpoints : tuple of int
+        Further rounds (>= 1) at which the classical rows are evaluated: equal numbers sent.
+    val_graphs : int
+        Training-family graphs per seed for validation (the choice of the best classical row).
+
+    Raises
+    ------
+    ValueError
+        For depth outside 1..rounds, a count below 1 or a checkpoint that is not a round >= 1.
+    """
 
     family: GraphFamily
     depth: int = 8
@@ -137,11 +186,11 @@ class Setting:
     mu_scale: float = 1.0
     learned_steps: int = 2000
     finetune_steps: int = 2000
-    finetune_lr: tuple = (1e-4, 1e-2)  # Adam's lr from the PDMM weights, from random weights
-    checkpoints: tuple = ()
+    finetune_lr: tuple[float, float] = (1e-4, 1e-2)  # Adam's lr from the PDMM weights, from random weights
+    checkpoints: tuple[int, ...] = ()
     val_graphs: int = 2
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 1 <= self.depth <= self.rounds:
             raise ValueError(f"need 1 <= depth <= rounds, got depth {self.depth}, rounds {self.rounds}")
         if min(self.test_graphs, self.tune_graphs, self.batch, self.val_graphs) < 1:
@@ -150,17 +199,29 @@ class Setting:
             raise ValueError(f"checkpoints must be rounds >= 1, got {self.checkpoints}")
 
     @property
-    def horizon(self):
-        """The last round any row is evaluated at."""
+    def horizon(self) -> int:
+        """The last round any row is evaluated at: R or the largest checkpoint."""
         return max((self.rounds, *self.checkpoints))
 
-    def classical_rounds(self):
-        """The rounds at which the classical rows are evaluated: 1..R and the checkpoints."""
+    def classical_rounds(self) -> list[int]:
+        """The rounds at which the classical rows are evaluated.
+
+        Returns
+        -------
+        list of int
+            1..R and the checkpoints, ascending.
+        """
         return sorted(set(range(1, self.rounds + 1)) | set(self.checkpoints))
 
-    def held_out(self):
-        """{set name: GraphFamily}: the training family, 3x larger graphs (radius / sqrt 3 keeps the mean
-        degree of random geometric graphs), rings and k x k grids with diameter > rounds."""
+    def held_out(self) -> dict[str, GraphFamily]:
+        """The held-out sets' graph families.
+
+        Returns
+        -------
+        dict
+            {set name: GraphFamily}: the training family, 3x larger graphs (radius / sqrt 3 keeps the mean
+            degree of random geometric graphs), rings and k x k grids with diameter > rounds.
+        """
         f, r = self.family, self.rounds
         radius = None if f.radius is None else f.radius / math.sqrt(3)
         k = r // 2 + 2  # a k x k grid has diameter 2 (k - 1) > r
@@ -171,9 +232,20 @@ class Setting:
             "grid": GraphFamily("grid", k * k, (k + 6) ** 2),
         }
 
-    def draw(self, seed):
-        """({set name: [(graph, a, s)]}, tuning, validation) of seed `seed`; the same for every method. Tuning
-        and validation instances come from the training family, drawn apart from the held-out sets."""
+    def draw(self, seed: int) -> tuple[dict[str, list[Instance]], list[Instance], list[Instance]]:
+        """The instances of one seed, the same for every method.
+
+        Parameters
+        ----------
+        seed : int
+            The seed; its held-out, tuning and validation instances come from three separate streams.
+
+        Returns
+        -------
+        tuple
+            ({set name: [(graph, a (B, n), s (B,))]}, tuning, validation): tuning and validation instances
+            come from the training family, drawn apart from the held-out sets.
+        """
         rng = np.random.default_rng([seed, 1])
         sets = {
             name: sample_instances(family, self.test_graphs, self.batch, rng, self.mu_scale)
@@ -188,14 +260,14 @@ class Setting:
         return sets, tuning, validation
 
 
-def averaging_problem(G, a):
+def averaging_problem(G: nx.Graph, a: np.ndarray) -> pdmm.Problem:
     """pdmm.averaging on G for values a (B, n), keeping the batch axis."""
     problem = pdmm.averaging(G, a[..., None])
     problem.batched = True
     return problem
 
 
-def oracle_errors(instances, rounds):
+def oracle_errors(instances: Sequence[Instance], rounds: int) -> torch.Tensor:
     """(rounds, instances) errors of the r-hop ball average."""
     return torch.cat(
         [
@@ -206,7 +278,7 @@ def oracle_errors(instances, rounds):
     )
 
 
-def bayes_oracle_errors(instances, rounds, offset_var):
+def bayes_oracle_errors(instances: Sequence[Instance], rounds: int, offset_var: float) -> torch.Tensor:
     """(rounds, instances) errors of the posterior mean given each ball, prior and spread known (instances
     (graph, a, spreads))."""
     return torch.cat(
@@ -218,7 +290,7 @@ def bayes_oracle_errors(instances, rounds, offset_var):
     )
 
 
-def compiled(instances):
+def compiled(instances: Sequence[Instance]) -> list[Compiled]:
     """[(pdmm's compiled graph, local functions, edge operator, a (B, n) tensor)] of averaging instances,
     compiled once (float64, CPU) for every run of the classical methods on them."""
     return [
@@ -228,7 +300,7 @@ def compiled(instances):
 
 
 @torch.no_grad()
-def classical_errors(method, params, rounds, instances):
+def classical_errors(method: str, params: dict[str, Any], rounds: int, instances: Sequence[Compiled]) -> torch.Tensor:
     """(rounds, instances) errors of pdmm's `method` step (pdmm.methods, as in pdmm.solve) run from
     x0 = a with `params` (rho among them for the methods that take one); `instances` from compiled()."""
     params = dict(params)
@@ -246,17 +318,19 @@ def classical_errors(method, params, rounds, instances):
     return torch.cat(out, dim=1)
 
 
-def mean_log(errors):
+def mean_log(errors: torch.Tensor) -> np.ndarray:
     """(rounds, instances) errors -> (rounds,) mean log10 error, errors below FLOOR counted as FLOOR and
     non-finite ones (a diverged run) as +inf."""
     logs = torch.log10(errors.clamp_min(FLOOR)).nan_to_num(nan=math.inf, posinf=math.inf)
     return logs.mean(1).numpy()
 
 
-def filter_errors(filters_of, instances):
+def filter_errors(
+    filters_of: Callable[[Any], dict[int, Callable[[np.ndarray], np.ndarray]]], instances: Sequence[Instance]
+) -> dict[int, torch.Tensor]:
     """{round: (instances,) errors} of polynomial filters of each graph's Metropolis matrix W: filters_of(W) gives
     {round: a function a -> p(W) a}."""
-    out = {}
+    out: dict[int, list[torch.Tensor]] = {}
     for G, a, *_ in instances:
         W = pdmm.mixing_matrix(G, MIXING)
         a = np.asarray(a, dtype=np.float64)
@@ -267,19 +341,25 @@ def filter_errors(filters_of, instances):
 
 
 @torch.no_grad()
-def model_errors(model, instances, rounds=None, features=node_features, self_loops=True):
+def model_errors(
+    model: torch.nn.Module,
+    instances: Sequence[Instance],
+    rounds: int | None = None,
+    features: Callable[..., torch.Tensor] = node_features,
+    self_loops: bool = True,
+) -> torch.Tensor:
     """(rounds, instances) errors of a GraphTransformer's readout after every round (rounds past its
     depth only for tied models), in the model's dtype."""
     p = next(model.parameters())
     out = []
-    for G, a, *_ in instances:
-        a = torch.as_tensor(a, dtype=p.dtype, device=p.device)
+    for G, values, *_ in instances:
+        a = torch.as_tensor(values, dtype=p.dtype, device=p.device)
         graph = attention.TokenGraph.from_networkx(G, self_loops=self_loops)
         out.append(disagreement_error(model(features(G, a), graph, rounds=rounds)[..., 0], a).cpu())
     return torch.cat(out, dim=1).double()
 
 
-def depth_of(model, rounds):
+def depth_of(model: Any, rounds: int) -> int:
     """How many rounds a trained GraphTransformer is shown for: its depth, or every round when tied."""
     return rounds if model.tied else model.n_layer
 
@@ -289,29 +369,37 @@ class SeedResult:
     """One seed's mean log10 errors {(method, set): (horizon,) array, nan at rounds a method is not shown}
     and what was fitted on the way (tuned parameters, learned schedules, weight shifts, choices)."""
 
-    log_errors: dict = field(default_factory=dict)
-    fitted: dict = field(default_factory=dict)
+    log_errors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    fitted: dict[str, Any] = field(default_factory=dict)
 
 
 class _Recorder:
     """Writes rows of one seed's SeedResult: rows are (horizon,) arrays, nan where a method has no value."""
 
-    def __init__(self, setting, result):
+    def __init__(self, setting: Setting, result: SeedResult) -> None:
         self.horizon, self.result = setting.horizon, result
 
-    def rounds(self, label, name, values, rounds=None):
+    def rounds(self, label: str, name: str, values: Any, rounds: Iterable[int] | None = None) -> None:
         """values[k] is the mean log10 error at round rounds[k] (default 1, 2, ...)."""
         row = np.full(self.horizon, np.nan)
         rounds = np.arange(1, len(values) + 1) if rounds is None else np.asarray(rounds)
         row[rounds - 1] = values
         self.result.log_errors[(label, name)] = row
 
-    def errors(self, label, name, errors):
+    def errors(self, label: str, name: str, errors: torch.Tensor) -> None:
         """errors: (rounds, instances) from round 1."""
         self.rounds(label, name, mean_log(errors))
 
 
-def tune_classical(name, setting, tuning, validation, sets, record, result):
+def tune_classical(
+    name: str,
+    setting: Setting,
+    tuning: Sequence[Compiled],
+    validation: Sequence[Compiled],
+    sets: dict[str, list[Compiled]],
+    record: _Recorder,
+    result: SeedResult,
+) -> dict[int, float]:
     """Rows of classical method `name` (TUNED) tuned per round and for the last round on the tuning instances;
     returns the validation scores {round: mean log10 error} of its per-round choices, by which the best
     classical row is chosen."""
@@ -320,7 +408,7 @@ def tune_classical(name, setting, tuning, validation, sets, record, result):
     params = [dict(fixed) if value is None else {**fixed, key: value} for value in grid]
     scores = np.stack([mean_log(classical_errors(method, p, rounds[-1], tuning)) for p in params])  # (grid, horizon)
     choice = {r: int(np.argmin(scores[:, r - 1])) for r in rounds}
-    needed = {}  # the grid entries the held-out sets run, and up to which round
+    needed: dict[int, int] = {}  # the grid entries the held-out sets run, and up to which round
     for r, g in choice.items():
         needed[g] = max(needed.get(g, 0), r)
     chosen = dict(needed)
@@ -336,12 +424,19 @@ def tune_classical(name, setting, tuning, validation, sets, record, result):
     return {r: float(held[g][r - 1]) for r, g in choice.items()}
 
 
-def _plain(value):
+def _plain(value: Any) -> float | list[float]:
     """A grid value as JSON: a float or a list of floats."""
     return [float(v) for v in value] if isinstance(value, tuple) else float(value)
 
 
-def polynomial_rows(setting, tuning, validation, sets, record, result):
+def polynomial_rows(
+    setting: Setting,
+    tuning: Sequence[Instance],
+    validation: Sequence[Instance],
+    sets: dict[str, list[Instance]],
+    record: _Recorder,
+    result: SeedResult,
+) -> dict[int, float]:
     """The fitted filter rows and the per-graph polynomial bound; returns the filter's validation scores."""
     degrees = [r for r in setting.classical_rounds() if r <= FILTER_ROUNDS]
     spectra = [nontrivial_spectrum(pdmm.mixing_matrix(G, MIXING)) for G, *_ in tuning]
@@ -363,7 +458,9 @@ def polynomial_rows(setting, tuning, validation, sets, record, result):
     return {r: float(mean_log(e[None])[0]) for r, e in filter_errors(fitted_of, validation).items()}
 
 
-def best_classical(setting, scores, sets, record, result):
+def best_classical(
+    setting: Setting, scores: dict[str, dict[int, float]], sets: dict[str, Any], record: _Recorder, result: SeedResult
+) -> None:
     """The BEST and BEST_SAFE rows: per round, the candidate (of CANDIDATES, of NON_DIVERGING) with the smallest
     validation score there (each candidate at the setting its tuning chose for that round)."""
     rounds = setting.classical_rounds()
@@ -374,7 +471,13 @@ def best_classical(setting, scores, sets, record, result):
         result.fitted[f"{'best classical' if label == BEST else 'best non-diverging classical'} per round"] = chosen
 
 
-def evaluate_seed(setting, seed, transformers, progress=lambda text: None, training=None):
+def evaluate_seed(
+    setting: Setting,
+    seed: int,
+    transformers: dict[str, Any],
+    progress: Callable[[str], None] = lambda text: None,
+    training: dict[str, Any] | None = None,
+) -> SeedResult:
     """SeedResult of every row (module docstring) on seed `seed`'s instances; `transformers` maps a row
     label to that seed's trained GraphTransformer; `training` (optional) what training them took,
     {label: {...}}, kept in the result."""
@@ -395,8 +498,8 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
         scores[per_round(name)] = tune_classical(
             name, setting, compiled_tuning, compiled_validation, compiled_sets, record, result
         )
-    for name, instances in compiled_sets.items():
-        record.errors(OWN_INTERVAL, name, classical_errors("chebyshev", {"mixing": MIXING}, R, instances))
+    for name, compiled_instances in compiled_sets.items():
+        record.errors(OWN_INTERVAL, name, classical_errors("chebyshev", {"mixing": MIXING}, R, compiled_instances))
     progress("polynomial filters")
     scores[FILTER] = polynomial_rows(setting, tuning, validation, sets, record, result)
     best_classical(setting, scores, sets, record, result)
@@ -406,14 +509,17 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
 
     rho = result.fitted["pdmm: rho per round"][R]
     progress("learned pdmm")
-    problems = lambda data: [
-        (
-            averaging_problem(G, a),
-            torch.as_tensor(a.mean(1, keepdims=True)[..., None]).expand(*a.shape, 1),  # noqa: E731
-            a[..., None],
-        )
-        for G, a, _ in data
-    ]
+
+    def problems(data):
+        return [
+            (
+                averaging_problem(G, a),
+                torch.as_tensor(a.mean(1, keepdims=True)[..., None]).expand(*a.shape, 1),
+                a[..., None],
+            )
+            for G, a, _ in data
+        ]
+
     learned = UnrolledPDMM(R, rho=rho, learnable=True)
     log = fit(learned, problems(tuning), setting.learned_steps, validation=problems(validation))
     for name, instances in sets.items():
@@ -471,7 +577,15 @@ def evaluate_seed(setting, seed, transformers, progress=lambda text: None, train
     return result
 
 
-def frontier_rows(setting, seed, result, record, sets, tuning, validation):
+def frontier_rows(
+    setting: Setting,
+    seed: int,
+    result: SeedResult,
+    record: _Recorder,
+    sets: dict[str, list[Instance]],
+    tuning: list[Instance],
+    validation: list[Instance],
+) -> None:
     """The one-number PDMM-transformers of bridge.frontier: untied from PDMM tuned for round K, tied from PDMM
     (x^0 = 0) tuned for round R, each fitted with the PDMM-transformer's cap and lr per stage."""
     K, R = setting.depth, setting.rounds
@@ -494,7 +608,7 @@ def frontier_rows(setting, seed, result, record, sets, tuning, validation):
         result.fitted[f"{label}: fit"] = [_fit_summary(log) for log in logs]
 
 
-def _fit_summary(log):
+def _fit_summary(log: Any) -> dict[str, Any]:
     """What a full-batch fit did, for compare.json: first and best losses, steps, best step, why it stopped."""
     watched = log.validation or log.losses
     return {
@@ -506,7 +620,7 @@ def _fit_summary(log):
     }
 
 
-def numbers_sent(label, model=None):
+def numbers_sent(label: str, model: Any = None) -> int | None:
     """Numbers a node sends per edge and round for row `label`: None for the bounds (every value in the
     ball; the spectrum), a trained transformer's keys and values (model.numbers_sent), the PDMM-
     transformer's 2 D_MODEL = 14 when trained with keys, else 1 (every classical method and the one-number
@@ -518,10 +632,34 @@ def numbers_sent(label, model=None):
     return 1 if model is None else model.numbers_sent
 
 
-def compare(setting, seeds, transformers=lambda seed: {}, progress=lambda text: None):
-    """CompareTable of every row over `seeds`; transformers(seed) gives that seed's {label: trained
-    GraphTransformer} (labels as in the table, e.g. "transformer (belief)")."""
-    results, sent = {}, {}
+def compare(
+    setting: Setting,
+    seeds: Iterable[int],
+    transformers: Callable[[int], dict[str, Any]] = lambda seed: {},
+    progress: Callable[[str], None] = lambda text: None,
+) -> "CompareTable":
+    """Every row of the comparison (the module docstring) over seeds (docs/guide/bridge.md, "Transformers against
+    the classical methods, round by round").
+
+    Parameters
+    ----------
+    setting : Setting
+        What runs: the family, depth, rounds, instance counts and fitting caps.
+    seeds : iterable of int
+        The seeds; each draws its own instances (Setting.draw) and fits its own rows.
+    transformers : callable
+        transformers(seed) gives that seed's {label: trained GraphTransformer}, labels as in the table (e.g.
+        "transformer (belief)"); by default none.
+    progress : callable
+        Called with a line of text as each row starts.
+
+    Returns
+    -------
+    CompareTable
+        The per-seed mean log10 errors of every (row, held-out set) and round.
+    """
+    results: dict[int, SeedResult] = {}
+    sent: dict[str, int | None] = {}
     for seed in seeds:
         models = transformers(seed)
         results[seed] = evaluate_seed(setting, seed, models, progress)
@@ -529,41 +667,60 @@ def compare(setting, seeds, transformers=lambda seed: {}, progress=lambda text: 
     return CompareTable.from_seeds(setting, results, sent)
 
 
-def t_interval(values, confidence=0.95):
-    """(mean, low, high) of `values` (seeds,) with a Student t interval; (mean, nan, nan) for one value or a
-    non-finite one."""
-    values = np.asarray(values, dtype=float)
-    mean = float(values.mean())
-    if len(values) < 2 or not np.all(np.isfinite(values)):  # a diverged run (+inf) has no interval
-        return mean, math.nan, math.nan
-    half = stats.t.ppf((1 + confidence) / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
-def _powers(*logs):
-    """10 ** each value, as floats (inf for a diverged run's +inf or a mean beyond float range)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return tuple(float(np.power(10.0, value)) for value in logs)
-
-
+VERDICTS = {"below": "better", "above": "worse", "contains": "not separable"}  # a paired ratio against 1
+TRENDS = {"below": "keeps falling", "above": "grows", "contains": "stalls"}  # a tied model's e_R / e_K against 1
 SEED_COLUMNS = ("method", "set", "seed", "round", "log10_error", "numbers_sent")
 
 
 @dataclass
 class CompareTable:
-    """Per-seed mean log10 errors of every (method, set), stacked: log_errors[(method, set)] is (seeds, horizon),
-    nan at rounds where the method has no value."""
+    """Per-seed mean log10 errors of every (method, set), stacked, and the statistics over seeds (bridge.statistics:
+    t intervals of geometric means, paired ratios, verdicts; docs/guide/bridge.md, "Transformers against the
+    classical methods, round by round").
 
-    seeds: list
+    Attributes
+    ----------
+    seeds : list of int
+        The seeds, in the order of the rows of each array.
+    rounds : int
+        R, the horizon of the tables.
+    depth : int
+        K, the transformers' depth.
+    log_errors : dict
+        {(method, set): (seeds, horizon) array} of mean log10 errors, NaN at rounds where the method has no value.
+    sent : dict
+        {method: numbers sent per edge and round}, None for the bounds (unbounded).
+    fitted : dict
+        {seed: what was fitted} (tuned parameters, schedules, choices, training budgets).
+    """
+
+    seeds: list[int]
     rounds: int
     depth: int
-    log_errors: dict
-    sent: dict  # method -> numbers sent per edge and round (None: unbounded, the bounds)
-    fitted: dict  # seed -> what was fitted
+    log_errors: dict[tuple[str, str], np.ndarray]
+    sent: dict[str, int | None]
+    fitted: dict[Any, Any]
 
     @classmethod
-    def from_seeds(cls, setting, results, sent):
-        """Stack {seed: SeedResult} into a table."""
+    def from_seeds(
+        cls, setting: Setting, results: dict[int, SeedResult], sent: dict[str, int | None]
+    ) -> "CompareTable":
+        """Stack the seeds' results into a table.
+
+        Parameters
+        ----------
+        setting : Setting
+            The comparison's setting (its rounds and depth).
+        results : dict
+            {seed: SeedResult}, every seed with the same rows.
+        sent : dict
+            {method: numbers sent per edge and round, None for the bounds}.
+
+        Returns
+        -------
+        CompareTable
+            The table of the seeds in `results`' order.
+        """
         seeds = list(results)
         keys = list(results[seeds[0]].log_errors)
         return cls(
@@ -575,9 +732,15 @@ class CompareTable:
             {s: results[s].fitted for s in seeds},
         )
 
-    def seed_rows(self):
-        """The per-seed values, one dict per (method, set, seed, round) with a value (SEED_COLUMNS; numbers_sent
-        cumulative per edge, empty for the bounds): what compare writes to seeds.csv."""
+    def seed_rows(self) -> list[dict[str, Any]]:
+        """The per-seed values: what compare writes to seeds.csv.
+
+        Returns
+        -------
+        list of dict
+            One dict per (method, set, seed, round) with a value, keys SEED_COLUMNS; log10_error as repr of the
+            float, numbers_sent cumulative per edge and empty for the bounds.
+        """
         out = []
         for (method, name), values in self.log_errors.items():
             sent = self.sent.get(method)
@@ -596,11 +759,32 @@ class CompareTable:
         return out
 
     @classmethod
-    def from_seed_rows(cls, rows, rounds, depth, fitted=None):
-        """The table of seed_rows() output (e.g. read back from seeds.csv with csv.DictReader)."""
+    def from_seed_rows(
+        cls, rows: Iterable[dict[str, Any]], rounds: int, depth: int, fitted: dict[Any, Any] | None = None
+    ) -> "CompareTable":
+        """The table of seed_rows() output, e.g. read back from seeds.csv with csv.DictReader.
+
+        Parameters
+        ----------
+        rows : iterable of dict
+            Rows with the keys SEED_COLUMNS (values as text or numbers).
+        rounds : int
+            R, the horizon of the tables.
+        depth : int
+            K, the transformers' depth.
+        fitted : dict, optional
+            {seed: what was fitted}; empty by default.
+
+        Returns
+        -------
+        CompareTable
+            The table, seeds ascending, horizon the largest round in `rows`.
+        """
+        rows = list(rows)
         seeds = sorted({int(row["seed"]) for row in rows})
         horizon = max(int(row["round"]) for row in rows)
-        log_errors, sent = {}, {}
+        log_errors: dict[tuple[str, str], np.ndarray] = {}
+        sent: dict[str, int | None] = {}
         for row in rows:
             key = (row["method"], row["set"])
             if key not in log_errors:
@@ -610,53 +794,128 @@ class CompareTable:
         return cls(seeds, rounds, depth, log_errors, sent, fitted or {})
 
     @property
-    def methods(self):
+    def methods(self) -> list[str]:
+        """The rows' method labels, in the order they were recorded."""
         return list(dict.fromkeys(m for m, _ in self.log_errors))
 
     @property
-    def sets(self):
+    def sets(self) -> list[str]:
+        """The held-out sets' names, in the order they were recorded."""
         return list(dict.fromkeys(s for _, s in self.log_errors))
 
     @property
-    def horizon(self):
+    def horizon(self) -> int:
+        """The number of rounds each array holds (R or the largest checkpoint)."""
         return next(iter(self.log_errors.values())).shape[1]
 
-    def available(self, method):
-        """The rounds (1-based, ascending) at which `method` has a value on every seed."""
-        values = self.log_errors[(method, self.sets[0])]
-        return [r + 1 for r in np.flatnonzero(~np.isnan(values).any(axis=0))]
+    def available(self, method: str) -> list[int]:
+        """The rounds at which a method has a value on every seed.
 
-    def has(self, method, r):
+        Parameters
+        ----------
+        method : str
+            A row label.
+
+        Returns
+        -------
+        list of int
+            The rounds, 1-based and ascending.
+        """
+        values = self.log_errors[(method, self.sets[0])]
+        return [int(r) + 1 for r in np.flatnonzero(~np.isnan(values).any(axis=0))]
+
+    def has(self, method: str, r: int) -> bool:
+        """Whether a method has a value after round r on every seed.
+
+        Parameters
+        ----------
+        method : str
+            A row label.
+        r : int
+            The round, 1-based (outside 1..horizon: False).
+
+        Returns
+        -------
+        bool
+            True where every seed has a value.
+        """
         return 1 <= r <= self.horizon and not np.isnan(self.log_errors[(method, self.sets[0])][:, r - 1]).any()
 
-    def shown(self, method):
-        """The last round up to R at which `method` has a value (its depth for untied transformers)."""
+    def shown(self, method: str) -> int:
+        """The last round up to R at which a method has a value.
+
+        Parameters
+        ----------
+        method : str
+            A row label.
+
+        Returns
+        -------
+        int
+            That round: R, or the depth of an untied transformer.
+        """
         return max(r for r in self.available(method) if r <= self.rounds)
 
-    def cell(self, method, name, r):
-        """(geometric-mean error, 95 % low, high) over seeds after round r (1-based)."""
-        return _powers(*t_interval(self.log_errors[(method, name)][:, r - 1]))
+    def cell(self, method: str, name: str, r: int) -> Cell:
+        """The geometric-mean error over seeds after round r and its 95 % t interval: 10 ** the t_interval of the
+        per-seed mean log10 errors (bridge.statistics).
 
-    def paired(self, method, other, name, r, r_other=None):
-        """Paired comparison of `method` after round r with `other` after round r_other (default r): (ratio of
-        geometric means, 95 % low, high, p of scipy's ttest_rel) over seeds; ratio < 1: `method` has the smaller
-        error."""
+        Parameters
+        ----------
+        method : str
+            A row label.
+        name : str
+            A held-out set.
+        r : int
+            The round, 1-based.
+
+        Returns
+        -------
+        tuple of float
+            (geometric-mean error, 95 % low, high); NaN bounds for one seed or a diverged run (inf).
+        """
+        value, low, high = powers(*t_interval(self.log_errors[(method, name)][:, r - 1]))
+        return value, low, high
+
+    def paired(
+        self, method: str, other: str, name: str, r: int, r_other: int | None = None
+    ) -> tuple[float, float, float, float]:
+        """The paired comparison over seeds of `method` after round r with `other` after round r_other
+        (bridge.statistics.ratio_interval and paired_p of the per-seed mean log10 errors).
+
+        Parameters
+        ----------
+        method, other : str
+            The two row labels.
+        name : str
+            A held-out set.
+        r : int
+            The round of `method`, 1-based.
+        r_other : int, optional
+            The round of `other`; r by default.
+
+        Returns
+        -------
+        tuple of float
+            (ratio of geometric means, 95 % low, high, p of the paired t-test); ratio < 1: `method` has the
+            smaller error.
+        """
         a = self.log_errors[(method, name)][:, r - 1]
         b = self.log_errors[(other, name)][:, (r if r_other is None else r_other) - 1]
-        with np.errstate(invalid="ignore"):  # inf - inf: two diverged runs
-            difference = a - b
-        p = (
-            float(stats.ttest_rel(a, b).pvalue)
-            if len(a) > 1 and np.all(np.isfinite(difference)) and np.any(a != b)
-            else math.nan
-        )
-        return (*_powers(*t_interval(difference)), p)
+        ratio, low, high = ratio_interval(a, b)
+        return ratio, low, high, paired_p(a, b)
 
-    def rows(self):
-        """Summary CSV rows: method, set, round, the cell and its interval, the paired ratios to the two best
-        classical rows at the same round (where they have a value) and the numbers sent per edge so far."""
+    def rows(self) -> list[dict[str, Any]]:
+        """The summary rows compare writes to compare.csv.
+
+        Returns
+        -------
+        list of dict
+            Per method, set and round with a value: the cell and its interval, the paired ratios to the two best
+            classical rows at the same round (where they have a value) and the numbers sent per edge so far.
+        """
         out = []
-        for (method, name), values in self.log_errors.items():
+        for method, name in self.log_errors:
             for r in self.available(method):
                 error, low, high = self.cell(method, name, r)
                 row = {
@@ -675,25 +934,57 @@ class CompareTable:
                         else (math.nan,) * 4
                     )
                     row.update({column: ratio, f"{column}_low": r_low, f"{column}_high": r_high})
-                row["sent_per_edge"] = None if self.sent.get(method) is None else self.sent[method] * r
+                sent = self.sent.get(method)
+                row["sent_per_edge"] = None if sent is None else sent * r
                 out.append(row)
         return out
 
-    def verdict(self, method, other, name, r, r_other=None):
-        """'better' / 'worse' where the paired 95 % interval of the log ratio excludes 0, else 'not separable'."""
-        _, low, high, _ = self.paired(method, other, name, r, r_other)
-        if len(self.seeds) < 2 or math.isnan(low):
-            return "not separable (one seed)" if len(self.seeds) < 2 else "not separable"
-        return "better" if high < 1 else "worse" if low > 1 else "not separable"
+    def verdict(self, method: str, other: str, name: str, r: int, r_other: int | None = None) -> str:
+        """The verdict of a paired comparison (bridge.statistics.side of its ratio interval against 1).
 
-    def trend(self, method, name):
-        """How a tied model's error moves from its training depth K to the last round R: the paired ratio
-        e_R / e_K over seeds and 'keeps falling' / 'grows' / 'stalls' (interval containing 1)."""
+        Parameters
+        ----------
+        method, other : str
+            The two row labels.
+        name : str
+            A held-out set.
+        r : int
+            The round of `method`, 1-based.
+        r_other : int, optional
+            The round of `other`; r by default.
+
+        Returns
+        -------
+        str
+            "better" / "worse" where the paired 95 % interval of the ratio excludes 1, else "not separable"
+            ("not separable (one seed)" with one seed).
+        """
+        _, low, high, _ = self.paired(method, other, name, r, r_other)
+        if len(self.seeds) < 2:
+            return "not separable (one seed)"
+        return VERDICTS[side(low, high, 1.0)]
+
+    def trend(self, method: str, name: str) -> tuple[float, float, float, str]:
+        """How a tied model's error moves from its training depth K to the last round R.
+
+        Parameters
+        ----------
+        method : str
+            A tied model's row label.
+        name : str
+            A held-out set.
+
+        Returns
+        -------
+        tuple
+            (ratio e_R / e_K of geometric means over seeds, 95 % low, high, word): "keeps falling" / "grows"
+            where the interval of the log ratio excludes 0, else "stalls"; "one seed: no verdict" with one seed.
+        """
         values = self.log_errors[(method, name)]
         mean, low, high = t_interval(values[:, self.rounds - 1] - values[:, self.depth - 1])
-        ratio, r_low, r_high = _powers(mean, low, high)
+        ratio, r_low, r_high = powers(mean, low, high)
         if len(self.seeds) < 2:
             word = "one seed: no verdict"
         else:
-            word = "keeps falling" if high < 0 else "grows" if low > 0 else "stalls"
+            word = TRENDS[side(low, high, 0.0)]
         return ratio, r_low, r_high, word

@@ -10,9 +10,7 @@ import json
 import math
 from collections import Counter
 
-import matplotlib
 import numpy as np
-from matplotlib.figure import Figure
 
 from bridge.comparison import (
     BAYES,
@@ -31,16 +29,18 @@ from bridge.comparison import (
     REFERENCES,
     SEED_COLUMNS,
     CompareTable,
+    is_model,
+    is_transformer,
     per_round,
 )
 
 from . import rundir
-from .rundir import save_figure, write_csv
+from .plots import plot_compare, plot_learning_curves
+from .rundir import write_csv
 
 CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
 MAX_ROUNDS = 10_000  # compare --rounds: every row keeps a number per round and seed, and tuning runs them all
 MAX_HORIZON = 1_000_000  # rounds past --rounds at which the classical rows run (w r for a row sending w numbers)
-MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
 
 
 def read_csv(path):
@@ -186,23 +186,13 @@ def write_outputs(out, table, meta, curves):
     rows = table.rows()
     write_csv(out / "compare.csv", rows, rows[0])
     rundir.write_file(out / "compare.json", json.dumps(meta, indent=1))
-    plot(table, headline_methods(table), out / "compare.png")
-    plot(table, {name: table.methods for name in table.sets}, out / "compare_all.png")
+    plot_compare(table, headline_methods(table), out / "compare.png")
+    plot_compare(table, {name: table.methods for name in table.sets}, out / "compare_all.png")
     if curves:
-        plot_learning(curves, out / "learning.png")
+        plot_learning_curves(curves, out / "learning.png")
     text = markdown(table, meta, curves)
     rundir.write_file(out / "compare.md", text)
     return text
-
-
-def is_transformer(method):
-    return method.startswith(("transformer", "tied transformer"))
-
-
-def is_model(method):
-    """Model rows, trained and hand-set transformers (PDMM-transformers among them), whose numbers sent per edge
-    and round (w, 1 for the one-number ones) the verdicts at equal numbers sent match."""
-    return is_transformer(method) or method.startswith("pdmm-transformer")
 
 
 def final(table, method, name):
@@ -222,82 +212,6 @@ def headline_methods(table):
         chosen += [m for m in (ONE_NUMBER, ONE_NUMBER_TIED) if m in table.methods]
         out[name] = [m for m in dict.fromkeys(chosen) if m in table.methods]
     return out
-
-
-def plot(table, methods, path):
-    """Top row: error against round (1..R), one panel per set; bottom row: against numbers sent per edge (every
-    round a row has a value). Mean over seeds (geometric) with the 95 % seed interval as a band (from
-    MIN_BAND_SEEDS seeds on); the axes are set by the mean lines alone (cut below at a third of the smallest
-    non-bound mean, above at 3: a diverging row runs off the top), so a wide band is clipped instead of
-    squashing the lines."""
-    sets = table.sets
-    fig = Figure(figsize=(4.6 * len(sets), 8.2), layout="constrained")
-    axes = fig.subplots(2, len(sets), squeeze=False)
-    shown = list(dict.fromkeys(m for name in sets for m in methods[name]))
-    colours = {
-        m: f"C{i % 10}" if len(shown) <= 10 else matplotlib.colormaps["tab20"](i % 20) for i, m in enumerate(shown)
-    }
-    for column, name in enumerate(sets):
-        low, high = math.inf, 0.0
-        for method in methods[name]:
-            rounds = np.array(table.available(method))
-            cells = np.array([table.cell(method, name, r) for r in rounds])
-            style = dict(
-                color=colours[method], ls="-" if is_model(method) else ":" if method in BOUNDS else "--", label=method
-            )
-            top = rounds <= table.rounds
-            means = cells[top, 0][np.isfinite(cells[top, 0]) & (cells[top, 0] > 0)]
-            if len(means) and method not in BOUNDS:
-                low = min(low, means.min())
-            if len(means):
-                high = max(high, means.max())
-            sent = table.sent.get(method)
-            for row, x, keep in ((0, rounds, top), (1, None if sent is None else rounds * sent, rounds > 0)):
-                if x is None:
-                    continue
-                ax = axes[row, column]
-                ax.plot(x[keep], cells[keep, 0], marker="." if row else None, ms=3, **style)
-                if len(table.seeds) >= MIN_BAND_SEEDS:
-                    ax.fill_between(
-                        x[keep], cells[keep, 1], cells[keep, 2], color=colours[method], alpha=0.12, linewidth=0
-                    )
-        top = min(high, 1.5) * 2 if high > 0 else 3.0  # a row above error 1 (diverging) runs off the top
-        limits = (max(low / 3, FLOOR) if math.isfinite(low) else FLOOR, top)
-        axes[0, column].set(title=name, xlabel="communication round", yscale="log", ylim=limits)
-        axes[1, column].set(xlabel="numbers sent per edge (cumulative)", xscale="log", yscale="log", ylim=limits)
-        axes[0, column].legend(fontsize=6.5, loc="lower left")
-        for ax in axes[:, column]:
-            ax.grid(True, alpha=0.4)
-    for ax in axes[:, 0]:
-        ax.set(ylabel="error ||x - x*|| / ||a - x*||")
-    bands = (
-        "band: 95 % interval across seeds (clipped to the axes)"
-        if len(table.seeds) >= MIN_BAND_SEEDS
-        else f"no bands below {MIN_BAND_SEEDS} seeds"
-    )
-    fig.suptitle(f"mean of {len(table.seeds)} seeds; {bands}", fontsize=9)
-    save_figure(fig, path, dpi=110)
-
-
-def plot_learning(curves, path):
-    """Validation loss against training step, one panel per trained row, one line per seed."""
-    methods = list(dict.fromkeys(row["method"] for row in curves))
-    columns = min(4, len(methods))
-    fig = Figure(figsize=(3.6 * columns, 2.9 * math.ceil(len(methods) / columns)), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(math.ceil(len(methods) / columns), columns, squeeze=False)).ravel()
-    for ax, method in zip(axes, methods, strict=False):
-        for i, seed in enumerate(dict.fromkeys(row["seed"] for row in curves if row["method"] == method)):
-            points = [
-                (int(r["step"]), float(r["val_loss"])) for r in curves if r["method"] == method and r["seed"] == seed
-            ]
-            ax.plot(*zip(*points, strict=False), color=f"C{i}", lw=1, label=f"seed {seed}")
-        ax.set(title=method, xlabel="step", ylabel="validation loss", yscale="log")
-        ax.title.set_fontsize(8)
-        ax.grid(True, alpha=0.4)
-    axes[0].legend(fontsize=6)
-    for ax in axes[len(methods) :]:
-        ax.set_visible(False)
-    save_figure(fig, path, dpi=100)
 
 
 def fmt(cell):
@@ -535,7 +449,7 @@ def training_lines(meta):
     """The training budget of every trained row: steps, wall time and why training stopped, over seeds."""
     fitted = meta.get("fitted", {})
     runs = {}
-    for seed, values in fitted.items():
+    for values in fitted.values():
         for label, info in values.get("training", {}).items():
             runs.setdefault(label, []).append(info)
     if not runs:
@@ -560,15 +474,19 @@ def training_lines(meta):
         fits = [values.get(f"{label}: fit") for values in fitted.values() if values.get(f"{label}: fit")]
         if fits:
             stages = [f if isinstance(f, list) else [f] for f in fits]  # the tied one: one fit per curriculum stage
-            joined = lambda key: ", ".join("+".join(str(f[key]) for f in s) for s in stages)  # noqa: E731
             stops = Counter(f["stopped by"] for s in stages for f in s)
             lines.append(
                 f"| {label} (full-batch Adam{', per depth stage' if label == ONE_NUMBER_TIED else ''}) | "
-                f"{joined('steps')} | {joined('best step')} | - | "
+                f"{_joined(stages, 'steps')} | {_joined(stages, 'best step')} | - | "
                 + ", ".join(f"{k} {v}" for k, v in sorted(stops.items()))
                 + " |"
             )
     return lines + [""]
+
+
+def _joined(stages, key):
+    """`key` of each seed's fits, stages joined by "+" and seeds by ", " (the tied one: one fit per stage)."""
+    return ", ".join("+".join(str(f[key]) for f in s) for s in stages)
 
 
 def fitted_lines(meta, table):

@@ -1,4 +1,5 @@
-"""Iterations to a target error under simulated networks, over seeds: what `pdmm-bridge network-sweep` reports.
+"""Iterations to a target error under simulated networks, over seeds: what `pdmm-bridge network-sweep` computes
+and the Markdown of its tables (its figure is experiments.plots.plot_network_sweep).
 
 One cell = one method under one network setting: for each seed s, a random geometric graph
 (seed s), averaging data a ~ N(0, 1) (seed s) and network draws (seed s); the count is the first
@@ -6,11 +7,9 @@ iteration k with ||x^k - x*||_F / ||x*||_F <= target, x* = mean(a) exact
 (docs/theory/pdmm.md section 8), or None if not reached within max_iter.
 """
 
-import math
-
 import numpy as np
-from scipy import stats
 
+from bridge.statistics import paired_interval
 from pdmm.network import Network
 from pdmm.problem import averaging
 from pdmm.solve import solve
@@ -78,11 +77,66 @@ def network_sweep(
     return rows
 
 
-def paired_interval(first, second, level=0.95):
-    """Mean of first - second over paired seeds and its t interval: (mean, low, high); None if a value is
-    missing or fewer than 2 pairs."""
-    if len(first) < 2 or any(v is None for v in (*first, *second)):
-        return None
-    d = np.asarray(first, dtype=float) - np.asarray(second, dtype=float)
-    half = stats.t.ppf((1 + level) / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
-    return d.mean(), d.mean() - half, d.mean() + half
+AXIS_TITLES = {"drop": "loss probability p", "wake": "wake probability q", "bits": "bits b (subtractive dither)"}
+
+
+def count_cell(counts):
+    """ "mean [min, max]" of one cell's iteration counts over seeds, with how many seeds did not reach the target."""
+    reached = [c for c in counts if c is not None]
+    if len(reached) < len(counts):
+        return (
+            f"not reached ({len(counts) - len(reached)}/{len(counts)})"
+            if not reached
+            else f"{np.mean(reached):.0f} [{min(reached)}, {max(reached)}], {len(counts) - len(reached)} not reached"
+        )
+    return f"{np.mean(counts):.0f} [{min(counts)}, {max(counts)}]"
+
+
+def interval_cell(first, second):
+    """ "mean [low, high]" of the paired differences first - second (bridge.statistics.paired_interval), or "—"."""
+    found = paired_interval(first, second)
+    return "—" if found is None else f"{found[0]:+.0f} [{found[1]:+.0f}, {found[2]:+.0f}]"
+
+
+def markdown(rows, command, figure, *, target, dim, nodes, rho, seeds, iters):
+    """Tables per axis: mean [min, max] iterations per method, and paired 95 % t intervals between methods; the
+    sweep ran with `nodes`, `dim`, `rho`, `seeds` seeds, `target` and `iters` (network_sweep's arguments)."""
+    labels = list(METHODS)
+    by = {(r["axis"], r["value"], r["method"]): r["iterations"] for r in rows}
+    lines = [
+        f"## Iterations to {target:g} under simulated networks",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        f"Averaging (f_i = 1/2 ||x - a_i||^2, d = {dim}, a ~ N(0, 1)) on random geometric graphs with "
+        f"n = {nodes} (radius sqrt(2 ln n / n)), rho = {rho:g}, x^0 = 0, seeds 0-{seeds - 1} "
+        "(each seed its own graph, data and network draws). A cell is the first iteration with "
+        f"||x - x*||_F / ||x*||_F <= {target:g} (x* = mean(a), exact): mean [min, max] over the seeds, "
+        f"or not reached within {iters} iterations. The differences are paired by seed: mean and "
+        f"95 % t interval (t with {seeds - 1} d.f.); an interval containing 0 shows no difference "
+        "at this number of seeds. Quantised runs use subtractive dither and an adaptive range. The figure "
+        "shows the mean with min-max bars over the seeds that reached the target (the tables count the others).",
+        "",
+    ]
+    for axis in ["ideal", *AXES]:
+        values = [None] if axis == "ideal" else AXES[axis]
+        key = None if axis == "ideal" else axis
+        title = "ideal network" if axis == "ideal" else AXIS_TITLES[axis]
+        lines += [
+            f"**{title}**",
+            "",
+            "| setting | " + " | ".join(labels) + " | pdmm − admm | averaged pdmm − admm |",
+            "|---|" + "---:|" * (len(labels) + 2),
+        ]
+        for value in values:
+            counts = [by[(key, value, label)] for label in labels]
+            lines.append(
+                f"| {'—' if value is None else value} | "
+                + " | ".join(count_cell(c) for c in counts)
+                + f" | {interval_cell(counts[0], counts[2])} | {interval_cell(counts[1], counts[2])} |"
+            )
+        lines.append("")
+    lines += [f"![iterations to {target:g} against loss, wake probability and bits]({figure})", ""]
+    return "\n".join(lines)

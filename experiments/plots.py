@@ -1,7 +1,9 @@
 """Figures shared by the pdmm-bridge commands, drawn on a bare matplotlib Figure (Agg, no display needed)."""
 
+import math
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, StrMethodFormatter
 
@@ -127,7 +129,8 @@ def plot_training(rows, path, title, best_step=None):
 
 
 def plot_groups(groups, metric, path):
-    """Save the figure of `metric` for {label: [runs]} to `path`; returns the Figure (one line per variant and panel)."""
+    """Save the figure of `metric` for {label: [runs]} to `path`; returns the Figure (one line per variant and
+    panel)."""
     curves = {name: curve for name, members in groups.items() if (curve := aligned(members, metric)) is not None}
     if not curves:
         raise UsageError(f"the seeds of each variant share no step that logs {metric!r}")
@@ -135,3 +138,212 @@ def plot_groups(groups, metric, path):
     title = f"{metric}, {tasks.pop()}" if len(tasks) == 1 and None not in tasks else metric
     rundir.make_dir(Path(path).parent)
     return plot_runs(curves, metric, path, title)
+
+
+# Figures of compare, the reproductions' report and the network sweep (moved from compare_report, repro_report and
+# network_command; each imports matplotlib and what it draws from where it draws).
+
+MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
+
+
+def plot_compare(table, methods, path):
+    """Top row: error against round (1..R), one panel per set; bottom row: against numbers sent per edge (every
+    round a row has a value). Mean over seeds (geometric) with the 95 % seed interval as a band (from
+    MIN_BAND_SEEDS seeds on); the axes are set by the mean lines alone (cut below at a third of the smallest
+    non-bound mean, above at 3: a diverging row runs off the top), so a wide band is clipped instead of
+    squashing the lines."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    from bridge.comparison import BOUNDS, FLOOR, is_model
+
+    sets = table.sets
+    fig = Figure(figsize=(4.6 * len(sets), 8.2), layout="constrained")
+    axes = fig.subplots(2, len(sets), squeeze=False)
+    shown = list(dict.fromkeys(m for name in sets for m in methods[name]))
+    colours = {
+        m: f"C{i % 10}" if len(shown) <= 10 else matplotlib.colormaps["tab20"](i % 20) for i, m in enumerate(shown)
+    }
+    for column, name in enumerate(sets):
+        low, high = math.inf, 0.0
+        for method in methods[name]:
+            rounds = np.array(table.available(method))
+            cells = np.array([table.cell(method, name, r) for r in rounds])
+            style = dict(
+                color=colours[method], ls="-" if is_model(method) else ":" if method in BOUNDS else "--", label=method
+            )
+            top = rounds <= table.rounds
+            means = cells[top, 0][np.isfinite(cells[top, 0]) & (cells[top, 0] > 0)]
+            if len(means) and method not in BOUNDS:
+                low = min(low, means.min())
+            if len(means):
+                high = max(high, means.max())
+            sent = table.sent.get(method)
+            for row, x, keep in ((0, rounds, top), (1, None if sent is None else rounds * sent, rounds > 0)):
+                if x is None:
+                    continue
+                ax = axes[row, column]
+                ax.plot(x[keep], cells[keep, 0], marker="." if row else None, ms=3, **style)
+                if len(table.seeds) >= MIN_BAND_SEEDS:
+                    ax.fill_between(
+                        x[keep], cells[keep, 1], cells[keep, 2], color=colours[method], alpha=0.12, linewidth=0
+                    )
+        top = min(high, 1.5) * 2 if high > 0 else 3.0  # a row above error 1 (diverging) runs off the top
+        limits = (max(low / 3, FLOOR) if math.isfinite(low) else FLOOR, top)
+        axes[0, column].set(title=name, xlabel="communication round", yscale="log", ylim=limits)
+        axes[1, column].set(xlabel="numbers sent per edge (cumulative)", xscale="log", yscale="log", ylim=limits)
+        axes[0, column].legend(fontsize=6.5, loc="lower left")
+        for ax in axes[:, column]:
+            ax.grid(True, alpha=0.4)
+    for ax in axes[:, 0]:
+        ax.set(ylabel="error ||x - x*|| / ||a - x*||")
+    bands = (
+        "band: 95 % interval across seeds (clipped to the axes)"
+        if len(table.seeds) >= MIN_BAND_SEEDS
+        else f"no bands below {MIN_BAND_SEEDS} seeds"
+    )
+    fig.suptitle(f"mean of {len(table.seeds)} seeds; {bands}", fontsize=9)
+    save_figure(fig, path, dpi=110)
+
+
+def plot_learning_curves(curves, path):
+    """Validation loss against training step, one panel per trained row, one line per seed."""
+    from matplotlib.figure import Figure
+
+    methods = list(dict.fromkeys(row["method"] for row in curves))
+    columns = min(4, len(methods))
+    fig = Figure(figsize=(3.6 * columns, 2.9 * math.ceil(len(methods) / columns)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(math.ceil(len(methods) / columns), columns, squeeze=False)).ravel()
+    for ax, method in zip(axes, methods, strict=False):
+        for i, seed in enumerate(dict.fromkeys(row["seed"] for row in curves if row["method"] == method)):
+            points = [
+                (int(r["step"]), float(r["val_loss"])) for r in curves if r["method"] == method and r["seed"] == seed
+            ]
+            ax.plot(*zip(*points, strict=False), color=f"C{i}", lw=1, label=f"seed {seed}")
+        ax.set(title=method, xlabel="step", ylabel="validation loss", yscale="log")
+        ax.title.set_fontsize(8)
+        ax.grid(True, alpha=0.4)
+    axes[0].legend(fontsize=6)
+    for ax in axes[len(methods) :]:
+        ax.set_visible(False)
+    save_figure(fig, path, dpi=100)
+
+
+def plot_log_steps(groups, metrics, path):
+    """One panel per variant: each seed's curve of each metric against the step, log step axis."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
+
+    names = [name for name, members in groups.items() if any(run.finished for run in members)]
+    cols = min(len(names), 4)
+    rows = -(-len(names) // cols)
+    fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
+    colors = {metric: f"C{i}" for i, metric in enumerate(metrics)}
+    for ax, name in zip(axes, names, strict=False):
+        for run in (run for run in groups[name] if run.finished):
+            for metric in metrics:
+                steps, _, values = run.series(metric)
+                ax.plot(
+                    steps,
+                    values,
+                    color=colors[metric],
+                    alpha=0.7,
+                    lw=1,
+                    label=metric if run is next(r for r in groups[name] if r.finished) else None,
+                )
+        ax.set(xscale="log", xlabel="step", title=name.replace(", ", "\n", 2), ylim=(-0.02, 1.02))
+        ax.title.set_fontsize(8)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(True, alpha=0.4)
+    for ax in axes[len(names) :]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=8)
+    save_figure(fig, path, dpi=110)
+
+
+def plot_probe_layers(means, path):
+    """Save the probe figure of the reproductions: per variant and layer, ||Delta W^o|| / ||MH W^o|| (belief Fig. 4),
+    ||Phi|| / ||V|| (AttentionX) and the angles of Delta W^o and MH W^o to the token X.
+
+    means: [(index, variant, {statistic: (layers,) mean over seeds})] (experiments.repro_report.probe_means); a
+    variant's colour is C{index}.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(15, 3.8), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for index, name, values in means:
+        layers = np.arange(1, len(values["phi_ratio"]) + 1)
+        axes[0].plot(layers, values["wdelta_ratio"], "o-", color=f"C{index}", label=name)
+        axes[1].plot(layers, values["phi_ratio"], "o-", color=f"C{index}", label=name)
+        axes[2].plot(layers, values["cos_delta_wo"], "o-", color=f"C{index}", label=f"{name}: Delta W^o")
+        axes[2].plot(layers, values["cos_mh_wo"], "s--", color=f"C{index}", label=f"{name}: MH W^o")
+    for ax, (ylabel, title) in zip(
+        axes,
+        (
+            ("ratio", "||Delta W^o|| / ||MH W^o|| (belief Fig. 4)"),
+            ("ratio", "||Phi|| / ||V|| (AttentionX)"),
+            ("cos", "angle to the token X"),
+        ),
+        strict=False,
+    ):
+        ax.set(xlabel="layer", ylabel=ylabel, title=title)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(True, alpha=0.4)
+        ax.legend(fontsize=7)
+    save_figure(fig, path, dpi=120)
+
+
+def plot_against(xs, values, seconds, short, metric, path):
+    """Save the final `metric` (left) and the seconds per step (right) against a config key's values `xs` (log
+    axis, named `short`), one line per variant: values and seconds {variant: [mean over seeds per x]}."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
+
+    fig = Figure(figsize=(10, 3.8), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for name in values:
+        left.plot(xs, values[name], "o-", label=name)
+        right.plot(xs, seconds[name], "o-", label=name)
+    left.set(xscale="log", xlabel=short, ylabel=f"final {metric}", title=f"{metric} against {short}")
+    right.set(xscale="log", xlabel=short, ylabel="seconds per step", title=f"time per step against {short}")
+    for ax in (left, right):
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(True, alpha=0.4)
+        ax.legend(fontsize=8)
+    save_figure(fig, path, dpi=120)
+
+
+def plot_network_sweep(rows, path, target):
+    """Three panels (loss, wake, bits): mean iterations per method with min-max bars; unreached seeds left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .network_sweep import AXES, AXIS_TITLES, METHODS
+
+    fig, axes = plt.subplots(1, len(AXES), figsize=(4 * len(AXES), 3.4), sharey=True)
+    ideal = {r["method"]: r["iterations"] for r in rows if r["axis"] is None}
+    for ax, axis in zip(axes, AXES, strict=False):
+        for label in METHODS:
+            xs = ([0.0] if axis == "drop" else [1.0] if axis == "wake" else []) + list(AXES[axis])
+            series = ([ideal[label]] if axis in ("drop", "wake") else []) + [
+                next(r["iterations"] for r in rows if r["axis"] == axis and r["value"] == v and r["method"] == label)
+                for v in AXES[axis]
+            ]
+            points = [(x, [c for c in s if c is not None]) for x, s in zip(xs, series, strict=False)]
+            points = [(x, c) for x, c in points if c]
+            if points:
+                mean = np.array([np.mean(c) for _, c in points])
+                low, high = mean - [min(c) for _, c in points], [max(c) for _, c in points] - mean
+                ax.errorbar([x for x, _ in points], mean, yerr=[low, high], marker="o", capsize=3, label=label)
+        ax.set_xlabel(AXIS_TITLES[axis])
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"iterations to {target:g}")
+    axes[0].legend()
+    fig.tight_layout()
+    rundir.save_figure(fig, path, dpi=110)
+    plt.close(fig)

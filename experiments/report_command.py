@@ -32,15 +32,14 @@ from pathlib import Path
 import numpy as np
 
 from . import rundir
+from .claims import checked_spec, metric_value
 from .common import UsageError
 from .plots import plot_groups
 from .repro_report import (
     SUMMARY_SECTION,
-    checked_spec,
     copy_figures,
     extra_figures,
     extra_sections,
-    metric_value,
     refresh_summary,
     setting,
     verdict_lines,

@@ -25,179 +25,47 @@
     statistic = "wdelta_ratio"                                   # one of bridge.probe.STATISTICS
     expect = "below 1"                                           # or "falls with depth"
 
-Paired differences match each run with the run of the same seed whose config differs only in the
-compared keys; a pair counts only when both runs trained the same full step budget (an early-stopped
-run's last value is not at the budget). A claim is tested separately under each condition, i.e. each
-combination of the variant keys it leaves free (block size, fraction x operation), never pooled: a
-two-sided paired t-test (scipy.stats.ttest_rel), or for probe claims a one-sample t-test across seeds
-of the per-seed quantity. The p-values of all tests of a section are Holm-corrected; a verdict
-("agrees" / "disagrees") needs Holm p < 0.05 and at least 5 seeds, anything else is
-"inconclusive (p = ..., n = ...)". With --results, the verdict rows also feed the summary section
-"What reproduces at laptop scale" at the head of the reproductions (refresh_summary).
+The claims are tested by experiments/claims.py (paired by seed, per condition, Holm-corrected within
+the section; a verdict "agrees" / "disagrees" needs Holm p < 0.05 and at least 5 seeds); this module
+writes the Markdown: the verdict table, the baseline, threshold, lambda and probe tables, and the
+section's figures (drawn by experiments/plots.py). With --results, the verdict rows also feed the
+summary section "What reproduces at laptop scale" at the head of the reproductions (refresh_summary).
 """
 
-import functools
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
-from scipy import stats
 
 from attention import MultiHeadAttention
-from bridge.probe import STATISTICS
+from bridge.statistics import paired_test
 
 from . import rundir
-from .common import UsageError
+from .claims import (
+    ALPHA,
+    MIN_PAIRS,
+    first_step,
+    format_p,
+    full_budget,
+    judge,
+    lower_better,
+    matches,
+    metric_value,
+    paired_values,
+    run_probe,
+    section_tests,
+    variant_keys,
+)
 from .config import load_config
-from .probing import probe_layers
+from .plots import plot_against, plot_log_steps, plot_probe_layers
 from .results_doc import replace_section
-from .rundir import save_figure
-from .runs import differing_keys, flat_config, label, relevant
+from .runs import flat_config, label
 from .tasks import build_task
 from .train import CHECKPOINT, load_weights, lower_is_better
 
-KEYS = {
-    "title",
-    "source",
-    "claim",
-    "metrics",
-    "baseline",
-    "label_keys",
-    "thresholds",
-    "log_steps",
-    "probe",
-    "lambdas",
-    "against",
-    "claims",
-    "probe_claims",
-    "notes",
-}
-
-
-def checked_spec(table, source):
-    """The [report] table, with unknown keys and malformed claims rejected."""
-    unknown = set(table) - KEYS
-    if unknown:
-        raise UsageError(
-            f"{source}: unknown key(s) {', '.join(sorted(unknown))} in [report]; it accepts {', '.join(sorted(KEYS))}"
-        )
-    if not isinstance(table.get("notes", ""), str):
-        raise UsageError(f"{source}: [report] notes must be a string")
-    for claim in table.get("claims", []):
-        if not (
-            isinstance(claim, dict)
-            and isinstance(claim.get("variant"), dict)
-            and isinstance(claim.get("than"), dict)
-            and isinstance(claim.get("metric"), str)
-        ):
-            raise UsageError(f"{source}: each [[report.claims]] needs variant = {{...}}, than = {{...}} and metric")
-    for claim in table.get("probe_claims", []):
-        if not (
-            isinstance(claim, dict)
-            and isinstance(claim.get("variant"), dict)
-            and claim.get("statistic") in STATISTICS
-            and claim.get("expect") in EXPECTATIONS
-        ):
-            raise UsageError(
-                f"{source}: each [[report.probe_claims]] needs variant = {{...}}, statistic (one of "
-                f"{', '.join(STATISTICS)}) and expect ({' or '.join(map(repr, EXPECTATIONS))})"
-            )
-    return table
-
-
-def matches(run, values):
-    flat = flat_config(run.config)
-    return all(flat.get(key) == value for key, value in values.items())
-
-
-def partner(run, runs, swap, keys):
-    """The finished run with run's seed and values of the variant keys `keys`, except swap's keys set to
-    swap's values; or None."""
-    flat = flat_config(run.config)
-    want = {**{key: flat.get(key) for key in keys}, **swap, "train.seed": run.seed}
-    for other in runs:
-        if other is not run and other.finished and matches(other, want):
-            return other
-    return None
-
-
-def metric_value(run, metric):
-    """The metric at the run's last evaluation (summary["final"]; "seconds_per_step" from the summary), else its
-    last logged value; None if never logged."""
-    value = (
-        run.summary.get("seconds_per_step")
-        if metric == "seconds_per_step"
-        else run.summary.get("final", {}).get(metric)
-    )
-    if value is None:
-        values = run.series(metric)[2]
-        value = float(values[-1]) if len(values) else None
-    return value
-
-
-MIN_PAIRS, ALPHA = 5, 0.05  # a verdict needs >= MIN_PAIRS pairs and Holm-adjusted p < ALPHA
-EXPECTATIONS = ("below 1", "falls with depth")
 SUMMARY_SECTION = "repro-summary"
-
-
-def paired_test(values, baseline):
-    """Paired two-sided t-test (scipy.stats.ttest_rel) of values - baseline: {mean, low, high, p, n}, with the
-    95 % t interval of the mean difference; p and the interval are NaN below two pairs or with no spread."""
-    a, b = np.asarray(values, dtype=float), np.asarray(baseline, dtype=float)
-    return _test_summary(a - b, lambda: stats.ttest_rel(a, b))
-
-
-def one_sample_test(values):
-    """Two-sided t-test of mean(values) = 0 (scipy.stats.ttest_1samp), summarised as paired_test's."""
-    values = np.asarray(values, dtype=float)
-    return _test_summary(values, lambda: stats.ttest_1samp(values, 0.0))
-
-
-def _test_summary(differences, test):
-    n = len(differences)
-    summary = {
-        "mean": float(differences.mean()) if n else float("nan"),
-        "low": float("nan"),
-        "high": float("nan"),
-        "p": float("nan"),
-        "n": n,
-    }
-    if n >= 2 and np.ptp(differences) > 0:
-        result = test()
-        low, high = result.confidence_interval(0.95)
-        summary.update(low=float(low), high=float(high), p=float(result.pvalue))
-    return summary
-
-
-def holm(pvalues):
-    """Holm-adjusted p-values: the k-th smallest of the m finite p is max_{j <= k} min(1, (m - j + 1) p_(j));
-    NaN stays NaN and does not count in m."""
-    p = np.asarray(pvalues, dtype=float)
-    adjusted = np.full(p.shape, np.nan)
-    finite = np.flatnonzero(np.isfinite(p))
-    order = finite[np.argsort(p[finite], kind="stable")]
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * p[index]))
-        adjusted[index] = running
-    return adjusted
-
-
-def verdict(test, adjusted_p, favours):
-    """ "agrees" / "disagrees" (favours: the mean difference points the claim's way) when the Holm-adjusted p
-    is below ALPHA over at least MIN_PAIRS pairs, else "inconclusive (p = ..., n = ...)"."""
-    if test["n"] >= MIN_PAIRS and adjusted_p < ALPHA:
-        return "agrees" if favours else "disagrees"
-    return f"inconclusive (p = {format_p(test['p'])}, n = {test['n']})"
-
-
-def format_p(p):
-    return "—" if not np.isfinite(p) else f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
 
 
 def format_interval(test):
@@ -235,168 +103,12 @@ def baseline_table(groups, runs, baseline, metrics, keys):
     return lines if len(lines) > 2 else []
 
 
-@dataclass
-class ClaimTest:
-    """One hypothesis of a section: a claim under one condition, its t-test, and notes on what was left out."""
-
-    claim: str
-    condition: str
-    quantity: str
-    test: dict
-    favours: bool  # whether the mean points the claim's way
-    notes: list = field(default_factory=list)
-    early: str = ""  # early_training's note
-    outcome: str = ""  # replaces the verdict when no test can decide (no run reached the threshold)
-
-
-def lower_better(metric):
-    """Losses, errors and seconds per step are minimised; accuracies maximised."""
-    return lower_is_better(metric) or metric == "seconds_per_step"
-
-
-def full_budget(run):
-    """Whether the run trained its whole step budget (no early stop), so its final values are at the budget."""
-    return run.summary.get("steps") == run.config.get("train", {}).get("max_iters")
-
-
-def claim_value(run, claim):
-    """(value, censored): the claim's metric at the budget, or with a threshold the first evaluated step that
-    reaches it (never reached: the budget, censored)."""
-    if "threshold" not in claim:
-        return metric_value(run, claim["metric"]), False
-    step = first_step(run, claim["metric"], claim["threshold"])
-    return (float(run.summary["steps"]), True) if step is None else (float(step), False)
-
-
-def paired_values(runs, others, swap, value, keys):
-    """(values, baseline values, pairs left out, censored runs): value(run) -> (number, censored) over `runs`
-    and their partners among `others` (same seed, swap's keys swapped); a pair counts only when both runs
-    trained the same full step budget."""
-    values, baseline, unequal, censored = [], [], 0, 0
-    for run in runs:
-        other = partner(run, others, swap, keys)
-        if other is None:
-            continue
-        if not (full_budget(run) and full_budget(other) and run.summary["steps"] == other.summary["steps"]):
-            unequal += 1
-            continue
-        (a, censored_a), (b, censored_b) = value(run), value(other)
-        if a is not None and b is not None:
-            values.append(a)
-            baseline.append(b)
-            censored += censored_a + censored_b
-    return values, baseline, unequal, censored
-
-
-def conditions(runs, claim, keys):
-    """{condition label: finished runs of the claim's variant}, one entry per combination of the variant keys
-    the claim leaves free (block size, fraction x operation): conditions are never pooled."""
-    free = [key for key in keys if key not in claim["variant"] and key not in claim.get("than", {})]
-    groups = {}
-    for run in runs:
-        if run.finished and matches(run, claim["variant"]):
-            flat = flat_config(run.config)
-            groups.setdefault(label({key: flat.get(key) for key in free if relevant(key, flat)}), []).append(run)
-    return groups or {"": []}
-
-
-def claim_text(claim):
-    """The claim in words: its `text`, else one built from its keys."""
-    if claim.get("text"):
-        return claim["text"]
-    if "statistic" in claim:
-        return f"{claim['statistic']} {claim['expect']} in {label(claim['variant'])}"
-    return f"{label(claim['variant'])} better than {label(claim['than'])} on {_quantity(claim)}"
-
-
-def _quantity(claim):
-    metric = claim["metric"]
-    if "threshold" in claim:
-        return f"steps to {metric} {'≤' if lower_better(metric) else '≥'} {claim['threshold']:g}"
-    return "seconds per step" if metric == "seconds_per_step" else f"final {metric}"
-
-
-def comparison_tests(claim, runs, keys):
-    """One ClaimTest per condition: the claim's variant minus its `than`, paired by seed (MIN_PAIRS, Holm later)."""
-    finished = [run for run in runs if run.finished]
-    lower = "threshold" in claim or lower_better(claim["metric"])
-    tests = []
-    for condition, members in conditions(finished, claim, keys).items():
-        values, baseline, unequal, censored = paired_values(
-            members, finished, claim["than"], lambda run: claim_value(run, claim), keys
-        )
-        test = paired_test(values, baseline)
-        notes = ([f"{unequal} pair(s) left out: not the same full step budget"] if unequal else []) + (
-            [f"{censored} run(s) never reached the threshold, counted at the budget"] if censored else []
-        )
-        quantity = f"{_quantity(claim)}, {label(claim['variant'])} − {label(claim['than'])}"
-        never = bool(values) and censored == 2 * len(values)
-        outcome = f"neither reached {claim['metric']} {claim['threshold']:g} within the budget" if never else ""
-        tests.append(
-            ClaimTest(
-                claim_text(claim),
-                condition,
-                quantity,
-                test,
-                bool(test["mean"] < 0 if lower else test["mean"] > 0),
-                notes,
-                early_training(claim, members),
-                outcome,
-            )
-        )
-    return tests
-
-
-def probe_tests(claim, runs, keys):
-    """One ClaimTest per condition of the claim's variant, from each seed's probe (bridge.probe,
-    docs/theory/residuals.md section 14):
-    "below 1" tests the statistic's mean over layers minus 1, "falls with depth" its least-squares slope per
-    layer, against 0 across seeds."""
-    tests = []
-    for condition, members in conditions(runs, claim, keys).items():
-        curves = np.array(
-            [
-                [layer[claim["statistic"]] for layer in totals]
-                for totals in (run_probe(run) for run in members)
-                if totals
-            ]
-        )  # (seeds, layers)
-        if claim["expect"] == "below 1":
-            values, quantity = (
-                curves.mean(1) - 1 if len(curves) else [],
-                f"mean over layers of {claim['statistic']} − 1",
-            )
-        else:
-            layers = np.arange(1, curves.shape[1] + 1) if len(curves) else []
-            values = [np.polyfit(layers, curve, 1)[0] for curve in curves]
-            quantity = f"slope of {claim['statistic']} per layer"
-        test = one_sample_test(values)
-        tests.append(ClaimTest(claim_text(claim), condition, quantity, test, bool(test["mean"] < 0)))
-    return tests
-
-
-def section_tests(spec, runs):
-    """Every hypothesis of a section: its claims and probe claims, each per condition."""
-    keys = variant_keys(spec, runs)
-    return [test for claim in spec.get("claims", []) for test in comparison_tests(claim, runs, keys)] + [
-        test for claim in spec.get("probe_claims", []) for test in probe_tests(claim, runs, keys)
-    ]
-
-
-def early_training(claim, runs):
-    """ "early training (N of M steps)" when the runs trained fewer steps than the claim's full_steps, else ""."""
-    steps = max((run.config.get("train", {}).get("max_iters", 0) for run in runs), default=0)
-    full = claim.get("full_steps", 0)
-    return f"early training: {steps:,} of the {full:,} steps of the source's regime" if steps < full else ""
-
-
 def verdict_lines(spec, runs):
     """The verdict table (claim, condition, mean difference and 95 % CI, p, Holm p, n, verdict), its notes, and
     the rows as a JSON comment that the summary section of the results file reads."""
     tests = section_tests(spec, runs)
     if not tests:
         return []
-    adjusted = holm([test.test["p"] for test in tests])
     lines = [
         "",
         f"Verdicts: per claim and condition, a two-sided t-test across seeds (paired by seed for "
@@ -407,10 +119,7 @@ def verdict_lines(spec, runs):
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     rows, notes = [], []
-    for test, p in zip(tests, adjusted, strict=False):
-        text = test.outcome or (verdict(test.test, p, test.favours) if test.test["n"] else "no paired runs")
-        if test.early:
-            text += f" ({test.early})"
+    for test, p, text in judge(tests):
         difference = "—" if test.outcome else format_interval(test.test)
         cells = [
             test.claim,
@@ -486,7 +195,7 @@ def summary_lines(results):
     ]
     pattern = re.compile(r"<!-- begin (repro-[\w.-]+)[^\n]*-->\n## ([^\n]*)\n(.*?)<!-- end \1 -->", re.S)
     walls = {}
-    for name, title, body in pattern.findall(text):
+    for _name, title, body in pattern.findall(text):
         for found in re.findall(r"<!-- wall (\{.*?\}) -->", body):
             walls[title] = json.loads(found)
         for found in re.findall(r"<!-- claims (\[.*?\]) -->", body):
@@ -507,8 +216,8 @@ def summary_lines(results):
         lines += [
             "",
             f"Training time of the {len(walls)} reproductions: {total:.0f} min ({total / 60:.1f} h) summed over "
-            f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, so about {total / 120:.1f} h end to "
-            "end as two sweeps side by side on a 2-core machine (half the sum); longest: "
+            f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, so about "
+            f"{total / 120:.1f} h end to end as two sweeps side by side on a 2-core machine (half the sum); longest: "
             + "; ".join(f"{title} {wall['minutes']:.0f} min" for title, wall in ranked[:3])
             + ".",
         ]
@@ -524,26 +233,6 @@ def refresh_summary(results):
         empty = f"<!-- begin {SUMMARY_SECTION} -->\n<!-- end {SUMMARY_SECTION} -->\n\n"
         rundir.write_file(path, text[:first] + empty + text[first:] if first >= 0 else text + "\n" + empty)
     replace_section(path, SUMMARY_SECTION, "\n".join(summary_lines(path)), force=True)
-
-
-def run_probe(run, batches=4):
-    """The run's per-layer probe statistics (bridge.probe.STATISTICS), None without a checkpoint; once per file."""
-    checkpoint = run.path / CHECKPOINT
-    if not checkpoint.is_file():
-        return None
-    return _probe_totals(str(checkpoint.parent.resolve()), checkpoint.stat().st_mtime_ns, batches)
-
-
-@functools.cache
-def _probe_totals(path, mtime, batches):
-    return probe_layers(path, batches)[1]
-
-
-def first_step(run, metric, threshold):
-    """The first evaluated step where `metric` reaches `threshold` (<= for losses, >= otherwise); None if never."""
-    steps, _, values = run.series(metric)
-    reached = values <= threshold if lower_is_better(metric) else values >= threshold
-    return int(steps[np.argmax(reached)]) if reached.any() else None
 
 
 def threshold_table(groups, thresholds):
@@ -568,7 +257,10 @@ def threshold_table(groups, thresholds):
         if delay:
             cells.append(
                 _steps_cell(
-                    [b - a if a is not None and b is not None else None for a, b in zip(steps[keys[0]], steps[keys[1]], strict=False)]
+                    [
+                        b - a if a is not None and b is not None else None
+                        for a, b in zip(steps[keys[0]], steps[keys[1]], strict=False)
+                    ]
                 )
             )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -581,36 +273,6 @@ def _steps_cell(values):
         return f"not reached (0/{len(values)})"
     text = f"{np.mean(reached):.0f} ± {np.std(reached, ddof=1):.0f}" if len(reached) > 1 else f"{reached[0]}"
     return text + (f" ({len(reached)}/{len(values)} reached)" if len(reached) < len(values) else "")
-
-
-def plot_log_steps(groups, metrics, path):
-    """One panel per variant: each seed's curve of each metric against the step, log step axis."""
-    names = [name for name, members in groups.items() if any(run.finished for run in members)]
-    cols = min(len(names), 4)
-    rows = -(-len(names) // cols)
-    fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
-    colors = {metric: f"C{i}" for i, metric in enumerate(metrics)}
-    for ax, name in zip(axes, names, strict=False):
-        for run in (run for run in groups[name] if run.finished):
-            for metric in metrics:
-                steps, _, values = run.series(metric)
-                ax.plot(
-                    steps,
-                    values,
-                    color=colors[metric],
-                    alpha=0.7,
-                    lw=1,
-                    label=metric if run is next(r for r in groups[name] if r.finished) else None,
-                )
-        ax.set(xscale="log", xlabel="step", title=name.replace(", ", "\n", 2), ylim=(-0.02, 1.02))
-        ax.title.set_fontsize(8)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.grid(True, alpha=0.4)
-    for ax in axes[len(names) :]:
-        ax.set_visible(False)
-    axes[0].legend(fontsize=8)
-    save_figure(fig, path, dpi=110)
 
 
 def run_lambdas(run):
@@ -652,46 +314,36 @@ PROBE_COLUMNS = (
 )
 
 
-def plot_probes(groups, path):
-    """Per variant (mean over seeds) and layer: ||Delta W^o|| / ||MH W^o|| (belief Fig. 4, after the output
-    projection), ||Phi|| / ||V|| (AttentionX) and the angles of Delta W^o and MH W^o to the token X; figure + table."""
-    fig = Figure(figsize=(15, 3.8), layout="constrained")
-    axes = fig.subplots(1, 3)
-    table = [
-        "| variant | " + " | ".join(f"{title} per layer" for _, title in PROBE_COLUMNS) + " |",
-        "| --- |" + " --- |" * len(PROBE_COLUMNS),
-    ]
+def probe_means(groups):
+    """[(index, variant, {statistic: (layers,) mean over seeds})] of the variants whose finished runs have a
+    checkpoint to probe (index: the variant's place among all groups, its figure colour)."""
+    out = []
     for index, (name, members) in enumerate(groups.items()):
         totals = [t for t in (run_probe(run) for run in members if run.finished) if t]
-        if not totals:
-            continue
-        means = {key: np.array([[layer[key] for layer in t] for t in totals]).mean(0) for key, _ in PROBE_COLUMNS}
-        layers = np.arange(1, len(means["phi_ratio"]) + 1)
-        axes[0].plot(layers, means["wdelta_ratio"], "o-", color=f"C{index}", label=name)
-        axes[1].plot(layers, means["phi_ratio"], "o-", color=f"C{index}", label=name)
-        axes[2].plot(layers, means["cos_delta_wo"], "o-", color=f"C{index}", label=f"{name}: Delta W^o")
-        axes[2].plot(layers, means["cos_mh_wo"], "s--", color=f"C{index}", label=f"{name}: MH W^o")
-        table.append(
-            f"| {name} | " + " | ".join(", ".join(f"{v:.3f}" for v in means[key]) for key, _ in PROBE_COLUMNS) + " |"
-        )
-    for ax, (ylabel, title) in zip(
-        axes,
-        (
-            ("ratio", "||Delta W^o|| / ||MH W^o|| (belief Fig. 4)"),
-            ("ratio", "||Phi|| / ||V|| (AttentionX)"),
-            ("cos", "angle to the token X"),
-        ), strict=False,
-    ):
-        ax.set(xlabel="layer", ylabel=ylabel, title=title)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.grid(True, alpha=0.4)
-        ax.legend(fontsize=7)
-    save_figure(fig, path, dpi=120)
-    return table
+        if totals:
+            means = {key: np.array([[layer[key] for layer in t] for t in totals]).mean(0) for key, _ in PROBE_COLUMNS}
+            out.append((index, name, means))
+    return out
+
+
+def probe_table(groups, path):
+    """Per variant (mean over seeds) and layer: ||Delta W^o|| / ||MH W^o|| (belief Fig. 4, after the output
+    projection), ||Phi|| / ||V|| (AttentionX) and the angles of Delta W^o and MH W^o to the token X: the table's
+    lines, the figure (plots.plot_probe_layers) saved to `path`."""
+    means = probe_means(groups)
+    plot_probe_layers(means, path)
+    return [
+        "| variant | " + " | ".join(f"{title} per layer" for _, title in PROBE_COLUMNS) + " |",
+        "| --- |" + " --- |" * len(PROBE_COLUMNS),
+    ] + [
+        f"| {name} | " + " | ".join(", ".join(f"{v:.3f}" for v in values[key]) for key, _ in PROBE_COLUMNS) + " |"
+        for _, name, values in means
+    ]
 
 
 def against_section(runs, key, metric, baseline, keys, path):
-    """Metric and seconds per step against config key `key` (one line per other variant), figure + s/step table."""
+    """Metric and seconds per step against config key `key` (one line per other variant): the s/step table's
+    lines, the figure (plots.plot_against) saved to `path`."""
     finished = [run for run in runs if run.finished]
     xs = sorted({flat_config(run.config).get(key) for run in finished})
     others = {}
@@ -699,24 +351,13 @@ def against_section(runs, key, metric, baseline, keys, path):
         flat = flat_config(run.config)
         rest = {k: flat.get(k) for k in keys if k != key}
         others.setdefault(label(rest) or "runs", []).append(run)
-    fig = Figure(figsize=(10, 3.8), layout="constrained")
-    left, right = fig.subplots(1, 2)
-    seconds = {}
+    values, seconds = {}, {}
     for name, members in others.items():
         at = {x: [r for r in members if flat_config(r.config).get(key) == x] for x in xs}
-        values = [np.mean([metric_value(r, metric) for r in at[x]]) if at[x] else np.nan for x in xs]
+        values[name] = [np.mean([metric_value(r, metric) for r in at[x]]) if at[x] else np.nan for x in xs]
         seconds[name] = [np.mean([r.summary["seconds_per_step"] for r in at[x]]) if at[x] else np.nan for x in xs]
-        left.plot(xs, values, "o-", label=name)
-        right.plot(xs, seconds[name], "o-", label=name)
     short = key.rsplit(".", 1)[-1]
-    left.set(xscale="log", xlabel=short, ylabel=f"final {metric}", title=f"{metric} against {short}")
-    right.set(xscale="log", xlabel=short, ylabel="seconds per step", title=f"time per step against {short}")
-    for ax in (left, right):
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.grid(True, alpha=0.4)
-        ax.legend(fontsize=8)
-    save_figure(fig, path, dpi=120)
+    plot_against(xs, values, seconds, short, metric, path)
     base = next((name for name, members in others.items() if all(matches(r, baseline) for r in members)), None)
     names = list(others)
     lines = [
@@ -784,12 +425,12 @@ def extra_sections(path, spec, groups, runs):
         if table:
             lines += ["", "Differential attention's learned lambda per layer (mean ± std over seeds):", "", *table]
     if spec.get("probe"):
-        table = plot_probes(groups, path / "plot_probe.png")
+        table = probe_table(groups, path / "plot_probe.png")
         lines += [
             "",
             "Probe of the trained checkpoints on 4 training batches (mean over seeds; bridge.probe, "
-            "docs/theory/residuals.md section 14): belief's Delta and MH after the output projection W^o, as in its Fig. 4, and "
-            "AttentionX's Phi = V - gamma MH against V:",
+            "docs/theory/residuals.md section 14): belief's Delta and MH after the output projection W^o, as in its "
+            "Fig. 4, and AttentionX's Phi = V - gamma MH against V:",
             "",
             *table,
         ]
@@ -813,11 +454,6 @@ def extra_figures(spec):
         )
         if spec.get(key)
     ]
-
-
-def variant_keys(spec, runs):
-    """The config keys that name a variant: [report] label_keys, else those that differ between runs."""
-    return spec.get("label_keys") or differing_keys(runs)
 
 
 def copy_figures(path, figures, results):

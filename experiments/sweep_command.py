@@ -43,11 +43,11 @@ import traceback
 from pathlib import Path
 
 from . import rundir
+from .claims import checked_spec
 from .common import RunFailure, UsageError
 from .config import TABLES, apply_override, load_config, load_plan, overrides_with_data, toml_value
 from .grid import check_names, parse_seeds, run_name
 from .memory import check_memory
-from .repro_report import checked_spec
 from .runs import read_sweep
 from .train import Interrupted, has_checkpoint, train
 from .world import World

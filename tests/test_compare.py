@@ -33,14 +33,14 @@ from bridge.comparison import (
     mean_log,
     oracle_errors,
     per_round,
-    t_interval,
 )
 from bridge.consensus import GraphFamily, disagreement_error, node_features, sample_values
 from bridge.oracle import ball_oracle, bayes_ball_oracle
 from bridge.polynomial import apply_filter, fit_filter, nontrivial_spectrum
+from bridge.statistics import t_interval
 from experiments.cli import main
-from experiments.compare_report import plot
 from experiments.config import load_config
+from experiments.plots import plot_compare
 from experiments.tasks import build_task
 from experiments.train import train
 
@@ -444,7 +444,7 @@ def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):
     )
     assert table.cell("m", "s", 1)[0] == np.inf and np.isnan(table.cell("m", "s", 1)[1])
     assert table.paired("m", "o", "s", 1)[0] == np.inf and table.verdict("m", "o", "s", 1) == "not separable"
-    plot(table, {"s": ["m", "o"]}, tmp_path / "diverged.png")  # the axes come from the finite values
+    plot_compare(table, {"s": ["m", "o"]}, tmp_path / "diverged.png")  # the axes come from the finite values
     assert (tmp_path / "diverged.png").stat().st_size > 0
 
 

@@ -13,8 +13,9 @@ from test_loop_reference import loop_pdmm_z
 
 import pdmm
 from bridge import UnrolledPDMM
+from bridge.statistics import paired_interval
 from experiments.cli import main
-from experiments.network_sweep import network_sweep, paired_interval
+from experiments.network_sweep import network_sweep
 from pdmm.methods import ADMM, PDMM
 from pdmm.network import Channel, Network
 from pdmm.synthetic import make_data, make_problem

@@ -10,20 +10,12 @@ import torch
 from scipy import stats
 
 from attention import AttentionConfig, TokenGraph, ViT
+from bridge.statistics import holm, paired_test
+from experiments.claims import comparison_tests, first_step, verdict
 from experiments.cli import main
 from experiments.common import UsageError
 from experiments.config import load_config, load_plan, toml_value
-from experiments.repro_report import (
-    comparison_tests,
-    first_step,
-    holm,
-    paired_test,
-    summary_lines,
-    threshold_table,
-    verdict,
-    verdict_lines,
-    wall_lines,
-)
+from experiments.repro_report import summary_lines, threshold_table, verdict_lines, wall_lines
 from experiments.runs import Run, group_runs
 from experiments.train import train
 
@@ -190,7 +182,9 @@ def test_every_repro_variant_gets_the_same_budget_and_no_early_stop():
 
 def fake_run(tmp_path, residual, seed, val_acc, accs=None, block=64, steps=30, max_iters=30):
     config = {"model": {"residual": residual}, "train": {"seed": seed, "block_size": block, "max_iters": max_iters}}
-    metrics = [{"step": step, "val_acc": acc} for step, acc in zip((10, 20, 30), accs or (0.1, 0.5, val_acc), strict=False)]
+    metrics = [
+        {"step": step, "val_acc": acc} for step, acc in zip((10, 20, 30), accs or (0.1, 0.5, val_acc), strict=False)
+    ]
     return Run(
         tmp_path / f"{residual}{seed}b{block}",
         config,

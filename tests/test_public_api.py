@@ -60,9 +60,7 @@ def _docstring_problems(function, where, skip_first, parameters_section=None):
     problems = []
     documented = _documented_names(section)
     if wanted != documented:
-        problems.append(
-            f"{where}: Parameters section lists {sorted(documented)}, the signature has {sorted(wanted)}"
-        )
+        problems.append(f"{where}: Parameters section lists {sorted(documented)}, the signature has {sorted(wanted)}")
     if doc is not None and not _returns_none(function) and not (doc["Returns"] or doc["Yields"]):
         problems.append(f"{where}: no Returns section")
     return problems

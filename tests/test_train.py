@@ -266,7 +266,7 @@ def test_sweep_report_and_plot_over_four_residuals_and_two_seeds(tmp_path, capsy
     for residual in ("standard", "attentionx", "belief", "belief_star"):
         row = next(line for line in report.splitlines() if line.startswith(f"| residual={residual} |"))
         assert "2/2" in row and " ± " in row
-    from experiments.plot_command import plot_metric
+    from experiments.plots import plot_metric
     from experiments.runs import expand
 
     figure = plot_metric(expand([out]), "val_loss", tmp_path / "curves.png")

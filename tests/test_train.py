@@ -399,7 +399,7 @@ def test_compiled_training_matches_eager(tmp_path, residual):
     compiled = train(
         tiny_config(tmp_path, f"model.residual={residual}", "train.compile=true"), tmp_path / "compiled", progress=False
     )
-    for (step, a, va), (_, b, vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=False):
+    for (step, a, _va), (_, b, _vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=False):
         assert a == pytest.approx(b, rel=1e-4), step
     assert compiled["final"]["val_loss"] == pytest.approx(eager["final"]["val_loss"], rel=1e-4)
 

@@ -128,7 +128,8 @@ def plot_training(rows, path, title, best_step=None):
 
 
 def plot_groups(groups, metric, path):
-    """Save the figure of `metric` for {label: [runs]} to `path`; returns the Figure (one line per variant and panel)."""
+    """Save the figure of `metric` for {label: [runs]} to `path`; returns the Figure (one line per variant and
+    panel)."""
     curves = {name: curve for name, members in groups.items() if (curve := aligned(members, metric)) is not None}
     if not curves:
         raise UsageError(f"the seeds of each variant share no step that logs {metric!r}")

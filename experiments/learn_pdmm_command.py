@@ -14,14 +14,12 @@ import argparse
 import json
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
 from bridge.learned import learned_vs_constant
 
 from . import rundir
 from .common import UsageError, package_version
+from .plots import plot_errors
 from .results_doc import replace_section
-from .rundir import save_figure
 
 
 def layer_list(text):
@@ -113,20 +111,3 @@ def markdown(results, command, figure):
         )
     lines += ["", f"![error against round, same-family held-out instances]({figure})"]
     return "\n".join(lines) + "\n"
-
-
-def plot_errors(curves, path):
-    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
-    ax = fig.subplots()
-    for K, (constant, learned) in curves.items():
-        (line,) = ax.plot(range(1, K + 1), constant, "--", label=f"best constant rho, K = {K}")
-        ax.plot(range(1, K + 1), learned, "-", color=line.get_color(), label=f"learned rho_k, theta_k, K = {K}")
-    ax.set(
-        yscale="log",
-        xlabel="communication round",
-        ylabel="relative error (geometric mean)",
-        title="learned vs constant-rho PDMM, held-out instances",
-    )
-    ax.grid(True, alpha=0.4)
-    ax.legend()
-    save_figure(fig, path, dpi=120)

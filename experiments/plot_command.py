@@ -30,15 +30,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
-import pdmm
-
 from . import rundir
 from .common import UsageError
-from .plots import AXES, PANELS, plot_convergence, plot_groups
+from .plots import AXES, PANELS, plot_convergence, plot_metric
 from .rundir import check_new_file
-from .runs import expand, group_runs, is_solve_dir, load_solve
+from .runs import expand, is_solve_dir, load_solve
+from .solve_curves import solve_curves, solves_title
+from .solve_curves import with_counts as _with_counts  # noqa: F401  (tests/test_decentralised.py imports it here)
 
 
 def add_parser(subparsers):
@@ -115,69 +113,10 @@ def plot_solves(args):
     runs = [load_solve(path) for path in args.runs]
     if args.metric and args.metric not in PANELS:
         raise UsageError(f"solve runs record {', '.join(PANELS)}, not {args.metric!r}")
-    curves = {
-        (f"{run.path.name}: {label}" if len(runs) > 1 else label): _with_counts(run, label, curve, args.x)
-        for run in runs
-        for label, curve in run.curves.items()
-    }
+    curves = solve_curves(runs, args.x)
     panels = [args.metric] if args.metric else [key for key in PANELS if any(key in c for c in curves.values())]
     out = output_file(args, args.metric or "convergence")
     rundir.make_dir(out.parent)
-    plot_convergence(curves, out, _title(runs), panels, args.x)
+    plot_convergence(curves, out, solves_title(runs), panels, args.x)
     print(out)
     return 0
-
-
-def _title(runs):
-    """The problem the runs share, with its built-in data set and its graph when those are shared too
-    ("logistic, builtin:breast_cancer, random_geometric graph of 20 nodes"); "solve runs" for mixed problems."""
-    settings = {
-        tuple(run.config.get("args", {}).get(key) for key in ("problem", "data", "graph"))
-        + (run.config.get("graph", {}).get("n"),)
-        for run in runs
-    }
-    problems = {problem for problem, *_ in settings}
-    if len(problems) != 1 or None in problems:
-        return "solve runs"
-    if len(settings) > 1:
-        return problems.pop()
-    problem, data, graph, n = settings.pop()
-    shown = [problem, *([data] if data and data.startswith("builtin:") else [])]
-    if graph is not None and n is not None:
-        shown.append(f"{Path(graph).name} graph of {n} nodes")
-    return ", ".join(shown)
-
-
-def _with_counts(run, label, curve, axes):
-    """The curve with its cumulative counts for each of `axes` that is "messages" or "bits" (a name or several)."""
-    for x in [axes] if isinstance(axes, str) else axes:
-        curve = _with_count(run, label, curve, x)
-    return curve
-
-
-def _with_count(run, label, curve, x):
-    """The curve with its cumulative `x` ("messages" or "bits"): from history.csv, or, for an ideal-network
-    run, config.json's total spread evenly over the iterations that send (all but the method's silent
-    first rounds: NIDS's first step is local)."""
-    if x == "iteration" or x in curve:
-        return curve
-    entry = run.config.get("methods", {}).get(label, {})
-    total = entry.get(x)
-    if total is None:
-        raise UsageError(f"{run.path} records no {x} for {label} (written by an older pdmm-bridge solve)")
-    method = pdmm.METHODS.get(entry.get("method"))
-    rounds = np.maximum(np.arange(1, len(curve["residual"]) + 1) - (method.silent_rounds if method else 0), 0)
-    return {**curve, x: total * rounds / max(rounds[-1], 1)}
-
-
-def plot_metric(runs, metric, path):
-    """Group `runs` into variants and save the figure of `metric` to `path`; returns the Figure.
-
-    UsageError when no run logs `metric` (naming the metrics that exist).
-    """
-    if not runs:
-        raise UsageError("no run directories to plot")
-    if not any(metric in run.metric_names() for run in runs):
-        existing = list(dict.fromkeys(name for run in runs for name in run.metric_names()))
-        raise UsageError(f"no run logs the metric {metric!r}; the runs log {', '.join(existing) or 'nothing yet'}")
-    return plot_groups(group_runs(runs), metric, path)

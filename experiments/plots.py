@@ -2,6 +2,7 @@
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -10,7 +11,7 @@ from matplotlib.ticker import LogLocator, StrMethodFormatter
 from . import rundir
 from .errors import UsageError
 from .rundir import save_figure
-from .runs import aligned
+from .runs import aligned, group_runs
 
 PANELS = {
     "residual": ("residual", "constraint residual (RMS)", "log"),
@@ -347,3 +348,110 @@ def plot_network_sweep(rows, path, target):
     fig.tight_layout()
     rundir.save_figure(fig, path, dpi=110)
     plt.close(fig)
+
+
+# Figures of the commands plot (plot_metric), learn-pdmm (plot_errors) and probe (plot_probe), moved out of them.
+
+
+def plot_metric(runs: list[Any], metric: str, path: str | Path) -> Any:
+    """Group training runs into variants (runs.group_runs) and save the figure of `metric` to `path`
+    (plot_groups: the mean over seeds, a band from min to max).
+
+    Parameters
+    ----------
+    runs : list of Run
+        Run directories, read.
+    metric : str
+        A logged metric.
+    path : str or Path
+        The figure file.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    UsageError
+        When there is no run, or no run logs `metric` (naming the metrics that exist).
+    """
+    if not runs:
+        raise UsageError("no run directories to plot")
+    if not any(metric in run.metric_names() for run in runs):
+        existing = list(dict.fromkeys(name for run in runs for name in run.metric_names()))
+        raise UsageError(f"no run logs the metric {metric!r}; the runs log {', '.join(existing) or 'nothing yet'}")
+    return plot_groups(group_runs(runs), metric, path)
+
+
+def plot_errors(curves: dict[int, tuple[Any, Any]], path: str | Path) -> None:
+    """Save learned PDMM's relative error against round beside the best constant rho's, one colour per K.
+
+    Parameters
+    ----------
+    curves : dict
+        {K: (constant-rho errors, learned errors)}, each K numbers, geometric means over held-out instances
+        (bridge.learned.learned_vs_constant).
+    path : str or Path
+        The figure file.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for K, (constant, learned) in curves.items():
+        (line,) = ax.plot(range(1, K + 1), constant, "--", label=f"best constant rho, K = {K}")
+        ax.plot(range(1, K + 1), learned, "-", color=line.get_color(), label=f"learned rho_k, theta_k, K = {K}")
+    ax.set(
+        yscale="log",
+        xlabel="communication round",
+        ylabel="relative error (geometric mean)",
+        title="learned vs constant-rho PDMM, held-out instances",
+    )
+    ax.grid(True, alpha=0.4)
+    ax.legend()
+    save_figure(fig, path, dpi=120)
+
+
+PROBE_RATIOS = (
+    ("phi_ratio", "||V - gamma MH|| / ||V||"),
+    ("wdelta_ratio", "||Delta W^o|| / ||MH W^o||"),
+    ("delta_ratio", "||Delta|| / ||MH|| (<= 1)"),
+)
+PROBE_COSINES = (
+    ("cos_delta_wo", "cos(Delta W^o, X)"),
+    ("cos_mh_wo", "cos(MH W^o, X)"),
+    ("cos_update", "cos(update, X)"),
+)
+
+
+def plot_probe(totals: list[dict[str, float]], residual: list[float], name: str, path: str | Path) -> None:
+    """Save the probe's norm ratios and cosines against layer beside PDMM's normalised residual against iteration.
+
+    Parameters
+    ----------
+    totals : list of dict
+        Per layer, the probe's means (PROBE_RATIOS and PROBE_COSINES keys; experiments.probing.probe_layers).
+    residual : list of float
+        PDMM's constraint residual divided by its first value (bridge.probe.pdmm_residual).
+    name : str
+        The run's residual variant, for the title.
+    path : str or Path
+        The figure file.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(14, 4), layout="constrained")
+    ratios, cosines, right = fig.subplots(1, 3)
+    layers = range(1, len(totals) + 1)
+    for ax, curves in ((ratios, PROBE_RATIOS), (cosines, PROBE_COSINES)):
+        for key, label in curves:
+            ax.plot(layers, [t[key] for t in totals], "o-", label=label)
+        ax.set(xlabel="layer", xticks=list(layers))
+    ratios.set(title=f"norm ratios ({name} run)")
+    cosines.set(title="angles to the token X")
+    right.plot(range(1, len(residual) + 1), residual, "o-", color="black", label="PDMM residual / first")
+    right.set(xlabel="iteration", yscale="log", title="PDMM, averaging on a 64-node graph")
+    for ax in (ratios, cosines, right):
+        ax.grid(True, alpha=0.4)
+        ax.legend()
+    save_figure(fig, path, dpi=120)

@@ -16,13 +16,12 @@ import argparse
 import json
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
 from bridge.probe import pdmm_residual
 
 from . import rundir
+from .plots import plot_probe
 from .probing import probe_layers
-from .rundir import check_new_file, save_figure
+from .rundir import check_new_file
 
 
 def add_parser(subparsers):
@@ -59,29 +58,3 @@ def run(args):
         print(f"layer {index}: " + ", ".join(f"{k} {v:.3f}" for k, v in total.items()))
     print(out / "probe.png")
     return 0
-
-
-RATIOS = (
-    ("phi_ratio", "||V - gamma MH|| / ||V||"),
-    ("wdelta_ratio", "||Delta W^o|| / ||MH W^o||"),
-    ("delta_ratio", "||Delta|| / ||MH|| (<= 1)"),
-)
-COSINES = (("cos_delta_wo", "cos(Delta W^o, X)"), ("cos_mh_wo", "cos(MH W^o, X)"), ("cos_update", "cos(update, X)"))
-
-
-def plot_probe(totals, residual, name, path):
-    fig = Figure(figsize=(14, 4), layout="constrained")
-    ratios, cosines, right = fig.subplots(1, 3)
-    layers = range(1, len(totals) + 1)
-    for ax, curves in ((ratios, RATIOS), (cosines, COSINES)):
-        for key, label in curves:
-            ax.plot(layers, [t[key] for t in totals], "o-", label=label)
-        ax.set(xlabel="layer", xticks=list(layers))
-    ratios.set(title=f"norm ratios ({name} run)")
-    cosines.set(title="angles to the token X")
-    right.plot(range(1, len(residual) + 1), residual, "o-", color="black", label="PDMM residual / first")
-    right.set(xlabel="iteration", yscale="log", title="PDMM, averaging on a 64-node graph")
-    for ax in (ratios, cosines, right):
-        ax.grid(True, alpha=0.4)
-        ax.legend()
-    save_figure(fig, path, dpi=120)

@@ -2,7 +2,8 @@
 
     pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --set model.residual=belief --out runs/belief
     pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --out runs/belief --resume
-    pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --out runs/belief --extend --set train.max_iters=4000
+    pdmm-bridge train experiments/configs/shakespeare_char_cpu.toml --out runs/belief --extend \\
+        --set train.max_iters=4000
 
 --out (runs/<config name> when not given) receives config.toml, meta.json, metrics.jsonl, ckpt.pt,
 best.pt (with train.patience > 0), summary.json, curves.png (and sample.txt for char_lm); see
@@ -102,7 +103,7 @@ def run(args):
     return 0
 
 
-def interrupted_line(err, args, out, world=World()):
+def interrupted_line(err, args, out, world):
     """What Ctrl-C left and the command that carries on: --resume from a checkpoint, else --force."""
     how = " (under torchrun, with any number of processes)" if world.size > 1 else ""
     if isinstance(err, Interrupted):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments.cli import main
-from experiments.plot_command import plot_metric
+from experiments.plots import plot_metric
 from experiments.runs import expand, group_runs, load_run
 
 EVALS = (0, 50, 100)

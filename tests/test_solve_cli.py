@@ -134,7 +134,7 @@ def test_self_loops_warn_and_a_disconnected_file_is_named(tmp_path, capsys):
 def test_plot_draws_several_solve_directories_one_line_per_method(tmp_path, capsys):
     assert solve(tmp_path / "a", "--nodes", "10", "--compare", "pdmm,admm") == 0
     assert solve(tmp_path / "b", "--nodes", "10", "--reference", "none") == 0
-    from experiments.plot_command import plot_convergence
+    from experiments.plots import plot_convergence
     from experiments.runs import load_solve
 
     runs = [load_solve(tmp_path / name) for name in ("a", "b")]

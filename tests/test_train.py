@@ -266,7 +266,7 @@ def test_sweep_report_and_plot_over_four_residuals_and_two_seeds(tmp_path, capsy
     for residual in ("standard", "attentionx", "belief", "belief_star"):
         row = next(line for line in report.splitlines() if line.startswith(f"| residual={residual} |"))
         assert "2/2" in row and " ± " in row
-    from experiments.plot_command import plot_metric
+    from experiments.plots import plot_metric
     from experiments.runs import expand
 
     figure = plot_metric(expand([out]), "val_loss", tmp_path / "curves.png")
@@ -399,7 +399,7 @@ def test_compiled_training_matches_eager(tmp_path, residual):
     compiled = train(
         tiny_config(tmp_path, f"model.residual={residual}", "train.compile=true"), tmp_path / "compiled", progress=False
     )
-    for (step, a, va), (_, b, vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=False):
+    for (step, a, _va), (_, b, _vb) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=False):
         assert a == pytest.approx(b, rel=1e-4), step
     assert compiled["final"]["val_loss"] == pytest.approx(eager["final"]["val_loss"], rel=1e-4)
 

@@ -1,0 +1,547 @@
+"""The problem `pdmm-bridge solve` builds from its command-line choices, checked before anything is written, and its
+runs: the graph, the data, the simulated network, each run's parameters, the cvxpy reference, tuning and solving.
+
+Bad input is a UsageError naming the flag or the run (docs/guide/runs.md, "Exit codes"); warnings are printed one
+line each, by one process of a --nproc job.
+"""
+
+import argparse
+import inspect
+import sys
+import warnings
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import pdmm
+import pdmm.datasets
+import pdmm.distributed
+import pdmm.methods
+import pdmm.npz
+import pdmm.tuning
+from pdmm.solve import check_rho_resolved, check_steps_resolved, local_curvature, problem_scale
+from pdmm.synthetic import make_data, make_problem
+
+from . import launch, solve_job
+from .common import build_graph
+from .errors import RunFailure, UsageError
+from .solve_options import BUILTIN, DEFAULT_DIM, DEFAULT_REG, DEFAULT_SAMPLES, DTYPES, accepted
+
+Spec = tuple[str, str, dict[str, Any]]  # (label, method, the spec's own parameters)
+
+
+def reference_of(problem: pdmm.Problem, args: argparse.Namespace) -> np.ndarray | None:
+    """The centralised solution x* (pdmm.reference, cvxpy) for --reference cvxpy, its warnings (an inaccurate
+    solution) printed one line each.
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem to solve.
+    args : argparse.Namespace
+        The solve command's arguments (reference).
+
+    Returns
+    -------
+    ndarray or None
+        x*, or None for --reference none.
+
+    Raises
+    ------
+    RunFailure
+        When the solver fails, naming --reference none.
+    """
+    if args.reference != "cvxpy":
+        return None
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x_star = pdmm.reference(problem)
+    except RuntimeError as err:
+        raise RunFailure(f"{err}; rerun with --reference none to solve without it") from None
+    for warning in caught if launch.speaks() else ():
+        line = (str(warning.message).strip().splitlines() or [warning.category.__name__])[0]
+        print(f"pdmm-bridge solve: warning: the cvxpy reference: {line}", file=sys.stderr)
+    return x_star
+
+
+def solve_all(
+    problem: pdmm.Problem,
+    specs: Sequence[Spec],
+    params: dict[str, dict[str, Any]],
+    x_star: np.ndarray | None,
+    args: argparse.Namespace,
+    network: pdmm.Network | None,
+) -> tuple[dict[str, Any], dict[str, str], str | None]:
+    """Solve the problem with every run in turn (pdmm.solve; docs/guide/solve.md).
+
+    Every run records every iteration: residual, objective, error (with a reference), messages and bits (and
+    the privacy measures under --privacy). The runs after an interrupted one are not started.
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    specs : sequence of (label, method, params)
+        The runs.
+    params : dict
+        {label: the run's parameters} (method_params, with_tuned_values).
+    x_star : ndarray or None
+        The reference solution, for the relative error.
+    args : argparse.Namespace
+        The solve command's arguments (iters, tol, device, dtype, nproc, no_progress).
+    network : pdmm.Network or None
+        The simulated network, None for the ideal one.
+
+    Returns
+    -------
+    results : dict
+        {label: pdmm.Result} of the runs that ran.
+    failures : dict
+        {label: divergence message}.
+    interrupted : str or None
+        The label of the run Ctrl-C interrupted, None when none was.
+
+    Raises
+    ------
+    UsageError
+        When pdmm.solve refuses a run's input (a ValueError), naming the run.
+    """
+    results, failures = {}, {}
+    history = ["residual", "objective", "messages", "bits"]
+    if x_star is not None:
+        history.append("error")
+    if network is not None and network.privacy is not None:
+        history += ["privacy_x", "privacy_messages"]
+    for label, method, _ in specs:
+        try:
+            with warnings.catch_warnings():  # the summary line says "not converged" or "stalled" itself
+                warnings.simplefilter("ignore", pdmm.ConvergenceWarning)
+                results[label] = pdmm.solve(
+                    problem,
+                    method=method,
+                    max_iter=args.iters,
+                    tol=args.tol,
+                    reference=x_star,
+                    device=args.device,
+                    dtype=DTYPES[args.dtype],
+                    progress=not args.no_progress and not solve_job.rank(args),
+                    network=network,
+                    history=history,
+                    record_every=1,
+                    backend="distributed" if args.nproc > 1 else "local",
+                    **params[label],
+                )
+        except pdmm.DivergenceError as err:
+            results[label], failures[label] = err.result, str(err)
+        except ValueError as err:  # what check_methods did not foresee: still one line, bad input
+            raise UsageError(f"{label}: {err}") from None
+        except KeyboardInterrupt:  # before its first iteration
+            return results, failures, label
+        if results[label].interrupted:
+            return results, failures, label
+    return results, failures, None
+
+
+def method_params(args: argparse.Namespace, specs: Sequence[Spec]) -> dict[str, dict[str, Any]]:
+    """Each run's parameters: the spec's own values over --rho / --theta / --eta, each for the runs whose method
+    takes it (rho: pdmm, qa-pdmm and admm, 1 unless given).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The solve command's arguments (rho, theta, eta).
+    specs : sequence of (label, method, params)
+        The runs.
+
+    Returns
+    -------
+    dict
+        {label: {"rho": ..., "theta": ..., "eta": ..., and the spec's own}}.
+
+    Raises
+    ------
+    UsageError
+        When a flag applies to no run.
+    """
+    given = {name: getattr(args, name) for name in ("rho", "theta", "eta") if getattr(args, name) is not None}
+    defaults = {"rho": 1.0, **given}
+    params = {
+        label: {**{name: value for name, value in defaults.items() if name in accepted(method)}, **own}
+        for label, method, own in specs
+    }
+    unused = [name for name in given if not any(name in p for p in params.values())]
+    if unused:
+        raise UsageError(f"--{unused[0]} does not apply to {', '.join(label for label, _, _ in specs)}")
+    return params
+
+
+def to_tune(args: argparse.Namespace, specs: Sequence[Spec]) -> list[str]:
+    """The labels of the runs --tune tunes: those whose method has a rho or alpha (pdmm.tuning.TUNED) and whose
+    spec does not set it (docs/decentralised.md section 8).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The solve command's arguments (tune, reference, nproc, rho).
+    specs : sequence of (label, method, params)
+        The runs.
+
+    Returns
+    -------
+    list of str
+        The labels, none without --tune.
+
+    Raises
+    ------
+    UsageError
+        Where --tune cannot run (no reference, --nproc, --rho) or has nothing to tune.
+    """
+    if args.tune is None:
+        return []
+    if args.reference == "none":
+        raise UsageError("--tune measures the error against the cvxpy solution; drop --reference none")
+    if args.nproc > 1:
+        raise UsageError("--tune runs in this process; drop --nproc")
+    if args.rho is not None:
+        raise UsageError("--tune chooses rho; to fix a run's rho, give it in its spec (pdmm:rho=2)")
+    labels = [
+        label for label, method, own in specs if method in pdmm.tuning.TUNED and pdmm.tuning.TUNED[method] not in own
+    ]
+    if not labels:
+        raise UsageError(
+            "--tune has nothing to tune: every run sets its own rho or alpha, or has neither (gossip, chebyshev)"
+        )
+    return labels
+
+
+def tune_run(
+    problem: pdmm.Problem,
+    label: str,
+    method: str,
+    params: dict[str, Any],
+    x_star: np.ndarray | None,
+    args: argparse.Namespace,
+    network: pdmm.Network | None,
+) -> Any:
+    """pdmm.tune for one run, with the run's other parameters fixed (its default rho left out).
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    label : str
+        The run's label.
+    method : str
+        Its method.
+    params : dict
+        Its parameters.
+    x_star : ndarray or None
+        The reference solution.
+    args : argparse.Namespace
+        The solve command's arguments (tune, iters, device, dtype, no_progress).
+    network : pdmm.Network or None
+        The simulated network.
+
+    Returns
+    -------
+    pdmm.tuning.Tuning
+        Every value tried and the one chosen.
+
+    Raises
+    ------
+    UsageError
+        When every value of the grid diverges, naming the run.
+    """
+    fixed = {key: value for key, value in params.items() if key != "rho"}
+    try:
+        return pdmm.tune(
+            problem,
+            method,
+            reference=x_star,
+            target=args.tune,
+            max_iter=args.iters,
+            device=args.device,
+            dtype=DTYPES[args.dtype],
+            network=network,
+            progress=not args.no_progress,
+            **fixed,
+        )
+    except ValueError as err:
+        raise UsageError(f"--tune, {label}: {err}") from None
+
+
+def with_tuned_values(
+    specs: Sequence[Spec], params: dict[str, dict[str, Any]], tunings: dict[str, Any]
+) -> tuple[list[Spec], dict[str, dict[str, Any]], dict[str, Any]]:
+    """The runs with each tuned run's value set and its label extended by it ("extra" -> "extra:alpha=0.0397").
+
+    Parameters
+    ----------
+    specs : sequence of (label, method, params)
+        The runs.
+    params : dict
+        {label: the run's parameters}.
+    tunings : dict
+        {label: pdmm.tuning.Tuning} of the tuned runs.
+
+    Returns
+    -------
+    specs, params, tunings
+        The same, under the new labels.
+
+    Raises
+    ------
+    UsageError
+        When a tuned label is another run's.
+    """
+    labels, params = {label: label for label, _, _ in specs}, dict(params)
+    for label, tuning in tunings.items():
+        labels[label] = f"{label}:{tuning.parameter}={tuning.value:.3g}"
+        params[label] = {**params[label], tuning.parameter: tuning.value}
+    if len(set(labels.values())) != len(labels):
+        raise UsageError(f"the tuned labels {', '.join(labels.values())} repeat a spec; drop the repeated spec")
+    specs = [(labels[label], method, own) for label, method, own in specs]
+    return specs, {labels[label]: p for label, p in params.items()}, {labels[label]: t for label, t in tunings.items()}
+
+
+def network_of(args: argparse.Namespace) -> pdmm.Network | None:
+    """The simulated network of the network flags (pdmm.Network, seeded by --seed; docs/guide/network.md).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The solve command's arguments (drop, wake, edge_up, bits, privacy, dither, limit, burst, seed).
+
+    Returns
+    -------
+    pdmm.Network or None
+        None when every flag is at its default (the ideal network).
+
+    Raises
+    ------
+    UsageError
+        When pdmm.Network refuses a value, or no method can progress over the network, naming the flag.
+    """
+    given = dict(
+        drop=args.drop,
+        wake=args.wake,
+        edge_up=args.edge_up,
+        bits=args.bits,
+        privacy=args.privacy,
+        dither=args.dither or False,
+        limit=args.limit,
+        burst=args.burst,
+    )
+    if given == dict(drop=0.0, wake=1.0, edge_up=1.0, bits=None, privacy=None, dither=False, limit=None, burst=None):
+        return None
+    try:
+        network = pdmm.Network(**given, seed=args.seed)
+    except ValueError as err:
+        flag = str(err).split()[0].replace("_", "-")
+        raise UsageError(f"--{flag}: {err}") from None
+    stuck = network.stuck()
+    if stuck is not None:
+        flag = stuck.split("=")[0].replace("_", "-")
+        raise UsageError(f"--{flag}: {stuck}; no method can make progress over this network")
+    return network
+
+
+def check_methods(
+    problem: pdmm.Problem,
+    specs: Sequence[Spec],
+    params: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+    network: pdmm.Network | None,
+) -> None:
+    """Build each run's method once, so that a parameter it rejects is an error before anything is written; with
+    --nproc, also check what the partitioned engine does not implement.
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    specs : sequence of (label, method, params)
+        The runs.
+    params : dict
+        {label: the run's parameters}.
+    args : argparse.Namespace
+        The solve command's arguments (device, dtype, problem, data, nproc).
+    network : pdmm.Network or None
+        The simulated network.
+
+    Raises
+    ------
+    UsageError
+        Naming the run whose parameters are refused, data beyond the dtype, or --nproc above the nodes.
+    """
+    parts, dtype = problem.compile(args.device, DTYPES[args.dtype]), DTYPES[args.dtype]
+    curvature = local_curvature(problem)
+    try:
+        problem_scale(problem, dtype, curvature)
+    except ValueError as err:
+        raise UsageError(f"{args.problem} from {args.data or 'synthetic data'}: {err}") from None
+    cls: Any
+    for label, method, _ in specs:
+        if network is not None and network.privacy is not None and method == "admm":
+            raise UsageError(f"{label}: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
+        values, cls = dict(params[label]), pdmm.METHODS[method]
+        try:
+            if not cls.uses_rho:
+                pdmm.methods.check_mixing_options(method, network=network)
+            rho = values.pop("rho", None)
+            algorithm = cls(*parts, rho, **values)
+            check_rho_resolved(rho, problem, dtype, curvature)
+            check_steps_resolved(algorithm, problem, dtype, curvature)
+            if args.nproc > 1:
+                pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"{label}: {err}") from None
+    if args.nproc > problem.n:
+        raise UsageError(f"--nproc {args.nproc} is more than the graph's {problem.n} nodes")
+
+
+def graph_of(args: argparse.Namespace) -> Any:
+    """The graph of --graph: a named topology (common.build_graph), or a graph file read as a pdmm.Graph (arrays,
+    no Python object per edge: pdmm.load_graph(arrays=True)), its warnings (self loops) printed one line each.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The solve command's arguments (graph, nodes, seed, graph_param).
+
+    Returns
+    -------
+    networkx.Graph or pdmm.Graph
+
+    Raises
+    ------
+    UsageError
+        When the graph cannot be built or read, or a graph file is disconnected.
+    """
+    if args.graph in pdmm.TOPOLOGIES or not Path(args.graph).is_file() or args.graph_param:
+        return build_graph(args.graph, args.nodes, args.seed, dict(args.graph_param))  # its errors for the rest
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            G = pdmm.load_graph(args.graph, arrays=True)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    for warning in caught if launch.speaks() else ():
+        print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
+    if G.components > 1:
+        raise UsageError(
+            f"the graph in {args.graph} is disconnected: it has {G.components} connected components; "
+            "PDMM needs a connected graph"
+        )
+    return G
+
+
+def problem_of(args: argparse.Namespace, G: Any) -> pdmm.Problem:
+    """The problem of --problem on G with the data of --data, or synthetic data (pdmm.synthetic); resolves
+    args.reg, and for synthetic data args.dim and args.samples, for config.json.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The solve command's arguments (problem, data, dim, samples, batch, ridge, lam, reg, seed).
+    G : networkx.Graph or pdmm.Graph
+        The graph.
+
+    Returns
+    -------
+    pdmm.Problem
+
+    Raises
+    ------
+    UsageError
+        When the data is missing, unreadable or does not fit the problem.
+    """
+    if args.data is not None and args.data.startswith(BUILTIN):
+        return builtin_problem(args, G)
+    args.reg = DEFAULT_REG if args.reg is None else args.reg  # resolved for config.json
+    if args.data is None:
+        args.dim, args.samples = args.dim or DEFAULT_DIM, args.samples or DEFAULT_SAMPLES  # resolved for config.json
+        try:  # its size checked against the memory available before anything is drawn
+            data = make_data(args.problem, G.number_of_nodes(), args.dim, args.samples, args.batch, args.seed)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    else:
+        refuse_sizes(args)
+        if not Path(args.data).is_file():
+            raise UsageError(f"data file not found: {args.data}")
+        if not zipfile.is_zipfile(args.data):
+            raise UsageError(f"{args.data} is not an .npz archive (write one with numpy.savez)")
+        try:  # every header checked before any data is read (pdmm.npz: size, compression ratio, no objects)
+            data = pdmm.npz.read_npz(args.data)
+        except pdmm.npz.NpzError as err:
+            raise UsageError(f"could not read data file {err}") from None
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            problem = make_problem(args.problem, G, data, ridge=args.ridge, lam=args.lam, reg=args.reg)
+    except (ValueError, TypeError) as err:
+        source = args.data or "synthetic data"
+        raise UsageError(f"{args.problem} from {source}: {err}") from None
+    for warning in caught if launch.speaks() else ():  # e.g. self-loops in a graph file, which PDMM ignores
+        print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
+    return problem
+
+
+def refuse_sizes(args: argparse.Namespace) -> None:
+    """Refuse --dim, --samples and --batch, which size synthetic data, beside --data.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The solve command's arguments (dim, samples, batch).
+
+    Raises
+    ------
+    UsageError
+        Naming the flags given.
+    """
+    given = [f"--{name}" for name in ("dim", "samples", "batch") if getattr(args, name) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} size synthetic data; with --data the data set's shapes decide")
+
+
+def builtin_problem(args: argparse.Namespace, G: Any) -> pdmm.Problem:
+    """The problem of --data builtin:NAME (pdmm.datasets.DATASETS) on G, its rows split by --seed and --reg its
+    whole weight (the data set's default when not given, resolved in args.reg).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The solve command's arguments (data, problem, reg, seed).
+    G : networkx.Graph or pdmm.Graph
+        The graph.
+
+    Returns
+    -------
+    pdmm.Problem
+
+    Raises
+    ------
+    UsageError
+        For an unknown data set, another problem kind, or sizes of synthetic data.
+    """
+    name = args.data[len(BUILTIN) :]
+    if name not in pdmm.datasets.DATASETS:
+        raise UsageError(
+            f"unknown data set {args.data!r}; choose from "
+            f"{', '.join(BUILTIN + known for known in pdmm.datasets.DATASETS)}"
+        )
+    kind, build = pdmm.datasets.DATASETS[name]
+    if args.problem != kind:
+        raise UsageError(f"{args.data} is a {kind} data set; pass --problem {kind}")
+    refuse_sizes(args)
+    if args.reg is None:  # resolved for config.json
+        args.reg = inspect.signature(build).parameters["l2"].default
+    try:
+        return build(G, l2=args.reg, seed=args.seed)
+    except ValueError as err:
+        raise UsageError(f"{args.data}: {err}") from None

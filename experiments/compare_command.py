@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import rundir
 from .compare_report import summary, write_outputs
-from .compare_seeds import check_seed_file, saved_seed, seed_result  # noqa: F401  (check_seed_file: tests use it here)
+from .compare_seeds import saved_seed, seed_result
 from .comparing import checked_base, load_source, row_variants, seed_key, setting_of, tabulate, untrained_models
 from .results_doc import replace_section
 

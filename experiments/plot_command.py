@@ -36,7 +36,6 @@ from .plots import AXES, PANELS, plot_convergence, plot_metric
 from .rundir import check_new_file
 from .runs import expand, is_solve_dir, load_solve
 from .solve_curves import solve_curves, solves_title
-from .solve_curves import with_counts as _with_counts  # noqa: F401  (tests/test_decentralised.py imports it here)
 
 
 def add_parser(subparsers):

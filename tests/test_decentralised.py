@@ -14,8 +14,8 @@ from mixing_reference import metropolis
 
 import pdmm
 from experiments.cli import main
-from experiments.plot_command import _with_counts
 from experiments.runs import load_solve
+from experiments.solve_curves import with_counts
 from pdmm.decentralised import DGD, EXTRA, NIDS, GradientTracking
 from pdmm.local import LocalFunction
 
@@ -557,7 +557,7 @@ def test_the_command_compares_every_method_with_their_specs_and_plots_them(tmp_p
         assert main(["plot", str(out), "--x", x, "--out", str(figure)]) == 0
         assert figure.read_bytes()[:4] == b"\x89PNG"
     run = load_solve(out)  # the plot's bits of an ideal-network run: none in NIDS's first, local, iteration
-    bits = _with_counts(run, "nids", run.curves["nids"], "bits")["bits"]
+    bits = with_counts(run, "nids", run.curves["nids"], "bits")["bits"]
     per_round = methods["nids"]["bits"] / (methods["nids"]["iterations"] - 1)
     np.testing.assert_allclose(bits, per_round * np.arange(methods["nids"]["iterations"]), rtol=1e-12)
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import experiments.rundir as rundir
 from experiments.cli import main, out_of_memory
 from experiments.common import UsageError
-from experiments.compare_command import check_seed_file, saved_seed
+from experiments.compare_seeds import check_seed_file, saved_seed
 from experiments.grid import run_name
 from experiments.results_doc import replace_section
 from experiments.rundir import MARKER

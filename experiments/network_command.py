@@ -1,17 +1,19 @@
-"""pdmm-bridge network-sweep: iterations to a target error against loss, wake probability and bits, written
-to --out as network_sweep.md with its figure network_sweep.png (computed and tabulated by
-experiments/network_sweep.py, drawn by experiments/plots.py), and with --results FILE also as section
-"network-sweep" of FILE (the figure copied to figures/ beside it).
+"""pdmm-bridge network-sweep: iterations to a target error against loss, wake probability and bits, written to
+--out as network_sweep.md with its figure network_sweep.png and the per-seed counts network_sweep.json
+(computed and tabulated by experiments/network_sweep.py, drawn by experiments/plots.py), and with --results
+FILE also as section "network-sweep" of FILE (the figure copied to figures/ beside it).
 
     pdmm-bridge network-sweep                                   # n = 100, 3 seeds: runs/network-sweep/
     pdmm-bridge network-sweep --results docs/RESULTS.md         # and the section, docs/figures/network_sweep.png
 """
 
+import json
 import sys
 from pathlib import Path
 
 from . import rundir
 from .common import UsageError, positive
+from .errors import package_version
 from .network_sweep import markdown, network_sweep
 from .plots import plot_network_sweep
 from .results_doc import check_section, replace_section
@@ -72,6 +74,8 @@ def run(args):
     )
     sizes = {"target": args.target, "dim": args.dim, "nodes": args.nodes, "rho": args.rho, "seeds": args.seeds}
     rundir.write_file(out / "network_sweep.md", markdown(rows, command, "network_sweep.png", **sizes, iters=args.iters))
+    record = {"version": package_version(), "command": command, **sizes, "iters": args.iters, "rows": rows}
+    rundir.write_file(out / "network_sweep.json", json.dumps(record, indent=2) + "\n")
     print(out / "network_sweep.md")
     if args.results:
         figures = rundir.make_dir(Path(args.results).parent / "figures")

@@ -19,6 +19,7 @@ from pathlib import Path
 from bridge.probe import pdmm_residual
 
 from . import rundir
+from .errors import package_version
 from .plots import plot_probe
 from .probing import probe_layers
 from .rundir import check_new_file
@@ -47,6 +48,7 @@ def run(args):
         check_new_file(out / name, args.force)
     rundir.make_dir(out)
     record = {
+        "version": package_version(),
         "run": str(run_dir),
         "residual": config.model.residual,
         "layers": totals,

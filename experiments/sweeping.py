@@ -15,7 +15,7 @@ from typing import Any
 
 from . import rundir
 from .config import TABLES, RunConfig, apply_override, load_config, load_plan, overrides_with_data, toml_value
-from .errors import RunFailure, UsageError
+from .errors import RunFailure, UsageError, package_version
 from .grid import check_names, parse_seeds, run_name
 from .memory import check_memory
 from .train import has_checkpoint, train
@@ -224,8 +224,8 @@ def plan(args: argparse.Namespace, spec: Spec) -> list[dict[str, Any]]:
 
 
 def new_record(args: argparse.Namespace, spec: Spec, runs: list[dict[str, Any]], report: Any) -> dict[str, Any]:
-    """The record sweep.json starts from: config, overrides, grid, variants, seeds, the [report] table and every
-    run pending.
+    """The record sweep.json starts from: the package version, config, overrides, grid, variants, seeds, the
+    [report] table and every run pending.
 
     Parameters
     ----------
@@ -244,6 +244,7 @@ def new_record(args: argparse.Namespace, spec: Spec, runs: list[dict[str, Any]],
     """
     grid, variants, run_seeds = spec
     return {
+        "version": package_version(),
         "config": str(args.config),
         "set": overrides_with_data(args.overrides, args.data),
         "grid": grid,

@@ -13,7 +13,7 @@ import pytest
 from test_plot_report import write_run
 
 from experiments.cli import main
-from experiments.common import UsageError
+from experiments.common import UsageError, package_version
 from experiments.config import load_config
 from experiments.results_doc import replace_section, stored_scale
 from experiments.runs import expand, group_runs
@@ -209,4 +209,5 @@ def test_ctrl_c_in_a_sweep_prints_the_command_that_resumes_it(tmp_path):
     resumed = subprocess.run([*PYTHON, *command[1:]], capture_output=True, text=True, env=ENV)
     assert resumed.returncode == 0 and "Traceback" not in resumed.stderr
     assert [r["status"] for r in json.loads((out / "sweep.json").read_text())["runs"]] == ["finished", "finished"]
+    assert json.loads((out / "sweep.json").read_text())["version"] == package_version()
     assert [r["step"] for r in rows(out / "residual=standard,seed=0")] == list(range(1, 601))

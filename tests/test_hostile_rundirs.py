@@ -394,7 +394,12 @@ def test_network_sweep_writes_only_into_its_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["network-sweep", "--nodes", "8", "--seeds", "2", "--iters", "50"]) == 0
     assert os.listdir(tmp_path) == ["runs"] and os.listdir(tmp_path / "runs") == ["network-sweep"]
-    assert sorted(os.listdir(tmp_path / "runs" / "network-sweep")) == [MARKER, "network_sweep.md", "network_sweep.png"]
+    assert sorted(os.listdir(tmp_path / "runs" / "network-sweep")) == [
+        MARKER,
+        "network_sweep.json",
+        "network_sweep.md",
+        "network_sweep.png",
+    ]
 
 
 JSON = st.recursive(

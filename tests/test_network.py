@@ -15,6 +15,7 @@ import pdmm
 from bridge import UnrolledPDMM
 from bridge.statistics import paired_interval
 from experiments.cli import main
+from experiments.common import package_version
 from experiments.network_sweep import network_sweep
 from pdmm.methods import ADMM, PDMM
 from pdmm.network import Channel, Network
@@ -407,6 +408,12 @@ def test_network_sweep_command_writes_its_section_and_figure(tmp_path):
         == 0
     )
     assert (out / "network_sweep.png").is_file() and "](network_sweep.png)" in (out / "network_sweep.md").read_text()
+    record = json.loads((out / "network_sweep.json").read_text())  # the per-seed counts behind the tables
+    assert record["version"] == package_version() and record["seeds"] == 2 and record["nodes"] == 12
+    ideal = next(r for r in record["rows"] if r["axis"] is None and r["method"] == "pdmm")
+    assert len(ideal["iterations"]) == 2 and all(isinstance(k, int) and 0 < k <= 300 for k in ideal["iterations"])
+    low, high = min(ideal["iterations"]), max(ideal["iterations"])
+    assert f"| — | {sum(ideal['iterations']) / 2:.0f} [{low}, {high}] |" in (out / "network_sweep.md").read_text()
     text = results.read_text()
     assert "<!-- begin network-sweep" in text and "pdmm-bridge network-sweep" in text and "| 0.5 |" in text
     assert (tmp_path / "figures" / "network_sweep.png").read_bytes()[:4] == b"\x89PNG"

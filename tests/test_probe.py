@@ -10,6 +10,7 @@ import torch
 from attention import RESIDUALS, AttentionConfig, MultiHeadAttention, TokenGraph
 from bridge.probe import STATISTICS, layer_statistics, output_projection
 from experiments.cli import main
+from experiments.common import package_version
 from experiments.config import load_config
 from experiments.train import train
 
@@ -40,7 +41,7 @@ def test_probe_reports_every_layer_for_every_residual(tmp_path, residual):
     )
     assert main(["probe", str(run), "--batches", "2"]) == 0
     record = json.loads((run / "probe.json").read_text())
-    assert len(record["layers"]) == 2 and record["residual"] == residual
+    assert len(record["layers"]) == 2 and record["residual"] == residual and record["version"] == package_version()
     assert all(set(layer) == set(STATISTICS) and all(np.isfinite(list(layer.values()))) for layer in record["layers"])
     assert (run / "probe.png").is_file() and record["pdmm_residual_normalised"][0] == 1.0
 

@@ -49,8 +49,10 @@ import hashlib
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -62,6 +64,10 @@ from .edge_index import CompiledGraph, EdgeList
 from .local import Quadratic
 from .loop import Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
 from .methods import PDMM
+
+if TYPE_CHECKING:
+    from .loop import Result
+    from .problem import Problem
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
 
@@ -258,59 +264,7 @@ def check_supported(problem, method, device, network, compile, method_params):
         raise ValueError("backend='distributed' does not implement " + "; ".join(unsupported))
 
 
-def solve(
-    problem,
-    method,
-    rho,
-    max_iter,
-    tol,
-    reference,
-    device,
-    dtype,
-    seed,
-    x0,
-    network,
-    target,
-    names,
-    record_every,
-    check_every,
-    compile,
-    method_params,
-    owners=None,
-    group=None,
-    progress=False,
-    scale=None,
-):
-    """pdmm.solve's loop on this rank's part of the graph, its arguments given one by one (already checked, as
-    pdmm.solve checks them); run() with them bundled in one pdmm.loop.RunOptions. owners: the rank of each node or
-    None (partition); progress: a tqdm bar on this rank; scale: the problem's scale (pdmm.solve's problem_scale),
-    the stopping test's floor as one process has it."""
-    options = RunOptions(
-        method=method,
-        rho=rho,
-        max_iter=max_iter,
-        tol=tol,
-        reference=reference,
-        device=device,
-        dtype=dtype,
-        seed=seed,
-        x0=x0,
-        network=network,
-        target=target,
-        history=tuple(names),
-        record_every=record_every,
-        check_every=check_every,
-        compile=compile,
-        method_params=method_params,
-        progress=progress,
-        backend="distributed",
-        partition=owners,
-        scale=scale,
-    )
-    return run(problem, options, group)
-
-
-def run(problem, options, group=None):
+def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
     """pdmm.solve's loop (pdmm.loop.iterate) on this rank's part of the graph, with the options pdmm.solve checked
     (options.partition: the rank of each node or None; options.progress: a tqdm bar on this rank; options.scale:
     the problem's scale, the stopping test's floor as one process has it). The same Result on every rank."""
@@ -361,6 +315,7 @@ def run(problem, options, group=None):
         graph, own = local_part(problem.compiled, owner, rank, dtype, group)
         local = problem.local.to("cpu", dtype).nodes(torch.from_numpy(own))
         edges = Consensus(graph)
+        assert rho is not None  # pdmm.solve resolves rho for PDMM, the only method this engine runs
         algorithm = PDMM(graph, local, edges, float(rho), **method_params)
         x_star = reference_point(problem, options)
         state = algorithm.init(initial_x(problem, options)[torch.from_numpy(own)])
@@ -469,6 +424,8 @@ class _PartBookkeeping(Bookkeeping):
     the ranks' Ctrl-C flags (asked(), set by solve) summed with them: `interrupted` is whether any rank was asked to
     stop."""
 
+    asked: Callable[[], bool]  # set by run(): whether this rank was asked to stop
+
     def part(self, own, undirected, group):
         self.own, self.undirected, self.group = torch.from_numpy(own), undirected, group
         self.star_own = None if self.x_star is None else self.x_star[self.own]
@@ -518,4 +475,4 @@ class _PartBookkeeping(Bookkeeping):
         return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B : 2 * B] / rows)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "CollectiveError", "init_process_group", "partition", "blocks", "solve", "run"]
+__all__ = ["DEFAULT_TIMEOUT", "CollectiveError", "init_process_group", "partition", "blocks", "run"]

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 import pdmm
 import pdmm.distributed as distributed
+from pdmm.loop import RunOptions
 
 TOL = 1e-12
 
@@ -213,27 +214,16 @@ def _bad_worker(rank, world, port, out, timeout):
     group = torch.distributed.new_group([0, 1], timeout=timedelta(seconds=2))
     if rank == 0:
         try:
-            distributed.solve(
-                pdmm.averaging(G, a),
-                "pdmm",
-                1.0,
-                5,
-                0.0,
-                None,
-                "cpu",
-                torch.float64,
-                0,
-                None,
-                None,
-                None,
-                ["residual"],
-                1,
-                10,
-                False,
-                {},
-                None,
-                group=group,
+            options = RunOptions(
+                method="pdmm",
+                rho=1.0,
+                max_iter=5,
+                tol=0.0,
+                history=("residual",),
+                check_every=10,
+                backend="distributed",
             )
+            distributed.run(pdmm.averaging(G, a), options, group=group)
             found["timeout"] = None
         except RuntimeError as err:
             found["timeout"] = f"{type(err).__name__}: {err}"

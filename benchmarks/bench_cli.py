@@ -29,11 +29,19 @@ DEFAULT_ARGS = ("--version", "--help", "configs")
 
 
 def wall_seconds(tree, words):
-    """Seconds from start to exit of `python -m experiments WORDS` with PYTHONPATH=tree."""
+    """Seconds from start to exit of `python -m experiments WORDS` run in `tree` with PYTHONPATH=tree.
+
+    The working directory is the tree itself: `python -m` puts the working directory first on sys.path, so run
+    from another checkout it would time that checkout's code whatever PYTHONPATH says."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "experiments", *words], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "experiments", *words],
+        env=env,
+        cwd=tree,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
     )
     return time.perf_counter() - start
 

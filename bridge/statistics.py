@@ -9,9 +9,9 @@ tests. A verdict names a direction only where the interval lies wholly on one si
 or where a corrected p is below its level with enough seeds (significant); everything else is undecided, which
 the callers word as "not separable", "stalls" or "inconclusive".
 
-Used by bridge.comparison (compare's cells, ratios and verdicts), experiments.claims (the reproductions'
-claims) and experiments.network_sweep (paired differences of iteration counts); no other module computes a
-t quantile or calls a scipy test.
+Used by bridge.comparison (compare's cells, ratios and verdicts), experiments.claims and
+experiments.repro_report (the reproductions' claims and tables) and experiments.network_sweep (paired
+differences of iteration counts); no other module computes a t quantile or calls a scipy test.
 """
 
 import math
@@ -49,7 +49,7 @@ def t_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, floa
     if len(values) < 2 or not np.all(np.isfinite(values)):
         return mean, math.nan, math.nan
     half = stats.t.ppf((1 + confidence) / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
+    return mean, float(mean - half), float(mean + half)
 
 
 def paired_interval(

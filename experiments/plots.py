@@ -4,9 +4,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, StrMethodFormatter
+from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
 
 from . import rundir
 from .errors import UsageError
@@ -142,7 +143,7 @@ def plot_groups(groups, metric, path):
 
 
 # Figures of compare, the reproductions' report and the network sweep (moved from compare_report, repro_report and
-# network_command; each imports matplotlib and what it draws from where it draws).
+# network_command); what they draw comes from bridge and experiments, imported where it is drawn.
 
 MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
 
@@ -153,8 +154,6 @@ def plot_compare(table, methods, path):
     MIN_BAND_SEEDS seeds on); the axes are set by the mean lines alone (cut below at a third of the smallest
     non-bound mean, above at 3: a diverging row runs off the top), so a wide band is clipped instead of
     squashing the lines."""
-    import matplotlib
-    from matplotlib.figure import Figure
 
     from bridge.comparison import BOUNDS, FLOOR, is_model
 
@@ -209,7 +208,6 @@ def plot_compare(table, methods, path):
 
 def plot_learning_curves(curves, path):
     """Validation loss against training step, one panel per trained row, one line per seed."""
-    from matplotlib.figure import Figure
 
     methods = list(dict.fromkeys(row["method"] for row in curves))
     columns = min(4, len(methods))
@@ -232,8 +230,6 @@ def plot_learning_curves(curves, path):
 
 def plot_log_steps(groups, metrics, path):
     """One panel per variant: each seed's curve of each metric against the step, log step axis."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter
 
     names = [name for name, members in groups.items() if any(run.finished for run in members)]
     cols = min(len(names), 4)
@@ -270,7 +266,6 @@ def plot_probe_layers(means, path):
     means: [(index, variant, {statistic: (layers,) mean over seeds})] (experiments.repro_report.probe_means); a
     variant's colour is C{index}.
     """
-    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(15, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
@@ -299,8 +294,6 @@ def plot_probe_layers(means, path):
 def plot_against(xs, values, seconds, short, metric, path):
     """Save the final `metric` (left) and the seconds per step (right) against a config key's values `xs` (log
     axis, named `short`), one line per variant: values and seconds {variant: [mean over seeds per x]}."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter
 
     fig = Figure(figsize=(10, 3.8), layout="constrained")
     left, right = fig.subplots(1, 2)
@@ -319,8 +312,6 @@ def plot_against(xs, values, seconds, short, metric, path):
 
 def plot_network_sweep(rows, path, target):
     """Three panels (loss, wake, bits): mean iterations per method with min-max bars; unreached seeds left out."""
-    import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -394,7 +385,6 @@ def plot_errors(curves: dict[int, tuple[Any, Any]], path: str | Path) -> None:
     path : str or Path
         The figure file.
     """
-    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = fig.subplots()
@@ -438,7 +428,6 @@ def plot_probe(totals: list[dict[str, float]], residual: list[float], name: str,
     path : str or Path
         The figure file.
     """
-    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(14, 4), layout="constrained")
     ratios, cosines, right = fig.subplots(1, 3)

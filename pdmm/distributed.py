@@ -18,8 +18,8 @@ The nodes are split into P parts:
                of node indices (np.array_split), which suit graphs numbered by position such as
                pdmm.Graph.random_geometric; or an explicit `partition=` (one rank per node).
     ownership  rank r holds x_i of its nodes and the directed edges OUT of them, i->j with i its own:
-               the edge state z_{i|j} it gathers, and the message y_{i|j} it computes. Since edges
-               are sorted by (src, dst) a rank's edges are its nodes' contiguous blocks, so gather,
+               the edge state z_{i|j} it aggregates, and the message y_{i|j} it computes. Since edges
+               are sorted by (src, dst) a rank's edges are its nodes' contiguous blocks, so aggregate,
                fuse and the messages run unchanged (pdmm.methods.PDMM) on the rank's local graph.
     exchange   z_{j|i} <- y_{i|j} lives at the owner of j. Once per iteration the messages of the edges
                that cross the cut are packed per neighbouring rank, in the global order of the edge

@@ -132,6 +132,10 @@ class RunOptions:
     """What one run of pdmm.solve was asked, as the engines and the loop use it: checked and resolved once by
     pdmm.solve (defaults filled in: rho, tol, check_every, record_every, the history names), then passed whole.
 
+    Its fields are taken as given. One built by hand skips pdmm.solve's checks, and its defaults are not what
+    pdmm.solve resolves: no history, a row and a stopping test at every iteration, and no scale (the stopping
+    test's floor is then 1, not min(1, the problem's scale)).
+
     Attributes
     ----------
     method : str

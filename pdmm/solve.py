@@ -225,6 +225,9 @@ def solve(
         resolve (problem_scale), a stuck network, or history names that do not apply.
     TypeError
         For a network that is not a pdmm.Network, or a parameter the method does not take.
+    RuntimeError
+        For backend="distributed" without an initialised process group (pdmm.distributed.init_process_group);
+        pdmm.distributed.CollectiveError, a RuntimeError, when another rank ends or does not answer.
     DivergenceError
         When the run diverges; its `.result` holds the run so far.
     """
@@ -285,7 +288,7 @@ def _checked_options(
     form,
     method_params,
 ):
-    """solve's arguments checked, in the order solve documents its errors, and resolved into one RunOptions (rho,
+    """solve's arguments checked before any work and resolved into one RunOptions (rho,
     tol, check_every, record_every and the history names filled in; the problem's curvature and scale computed)."""
     if backend not in ("local", "distributed"):
         raise ValueError(f"backend must be 'local' or 'distributed', got {backend!r}")

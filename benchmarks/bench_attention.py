@@ -141,14 +141,14 @@ def main():
     parser.add_argument("--no-variants", action="store_true", help="skip the residual / kernel table")
     add_arguments(parser)
     args = parser.parse_args()
+    recorder = Recorder("bench_attention", args.results_dir, args.shared)  # before any work: load at start
     tuned = args.allocator == "tuned" and tune_allocator()
     device = torch.device(args.device)
-    load = os.getloadavg()[0]
+    load = float(recorder.provenance["load_at_start"])
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
         + (f", GPU: {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "")
     )
-    recorder = Recorder("bench_attention", args.results_dir, args.shared)
     if not args.no_variants:
         variants_table(args, device, tuned, load, recorder)
     sparse_table(args, device, tuned, recorder)
@@ -233,7 +233,7 @@ def sparse_table(args, device, tuned, recorder):
         f"\nsparse graphs: random {args.sparse_degree}-regular with self loops, device {device}, float32, B = 1, "
         f"d_model = {args.d_model}, {args.heads} heads, "
         f"median of {max(3, args.repeats // 3)} repeats after {args.warmup} warm-up, "
-        f"{'tuned' if tuned else 'default'} allocator, load average {os.getloadavg()[0]:.2f} at start\n"
+        f"{'tuned' if tuned else 'default'} allocator, load average {os.getloadavg()[0]:.2f} at this table's start\n"
     )
     print(
         "| tokens | edges | path | block | ms (forward + backward) | ratio to unblocked | layer peak MB "

@@ -70,10 +70,13 @@ def main():
     )
     add_arguments(parser)
     args = parser.parse_args()
+    recorder = Recorder("bench_cli", args.results_dir, args.shared)  # before any work: load at start
+    # The timed processes are separate interpreters (--version imports no torch at all): record the
+    # OMP_NUM_THREADS they inherit, not this process's torch threads.
+    recorder.provenance["threads"] = os.environ.get("OMP_NUM_THREADS") or "n/a (separate processes)"
     if not (args.old / "experiments").is_dir():
         raise SystemExit(f"--old {args.old} holds no experiments/ package")
     cases = args.args or list(DEFAULT_ARGS)
-    recorder = Recorder("bench_cli", args.results_dir, args.shared)
     print(f"new: {REPOSITORY} ({git_commit()}), old: {args.old} ({old_commit(args.old)}), {args.runs} pairs\n")
     print("| ARGS | new, median wall | old, median wall | new / old |\n|---|---:|---:|---:|")
     for case in cases:

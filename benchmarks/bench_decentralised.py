@@ -32,7 +32,7 @@ ROWS = ["pdmm (nodes)", "pdmm (edges)", "admm", "gossip", "chebyshev", "dgd", "e
 
 
 def algorithms(E, d, device):
-    """{row: (step, state)} of every method on one averaging instance with E directed edges."""
+    """({row: method} of every method on one averaging instance of about E directed edges, x0, the directed edges)."""
     G = pdmm.Graph.random_regular(E // 4, 4, seed=0)
     a = np.random.default_rng(0).normal(size=(1, G.n, d))
     problem = pdmm.averaging(G, a)
@@ -47,12 +47,12 @@ def algorithms(E, d, device):
         if row == "pdmm (nodes)":
             algorithm = NodeForm(algorithm)
         out[row] = algorithm
-    return out, x0
+    return out, x0, problem.compiled.num_edges
 
 
 def bench(E, d, device, repeats):
-    """{row: median ms per iteration}."""
-    methods, x0 = algorithms(E, d, device)
+    """({row: median ms per iteration}, the graph's directed edges: 4 (E // 4) on the 4-regular graph)."""
+    methods, x0, edges = algorithms(E, d, device)
     states = {row: algorithm.init(x0) for row, algorithm in methods.items()}
     k = max(5, int(2e7 // (E * d)))
     samples = {row: [] for row in methods}
@@ -67,7 +67,7 @@ def bench(E, d, device, repeats):
                 seconds = timed(run, k, torch.device(device))
                 if repeat:
                     samples[row].append(seconds * 1e3)
-    return {row: statistics.median(values) for row, values in samples.items()}
+    return {row: statistics.median(values) for row, values in samples.items()}, edges
 
 
 def main():
@@ -78,24 +78,25 @@ def main():
     parser.add_argument("--device", default="cpu")
     add_arguments(parser)
     args = parser.parse_args()
+    recorder = Recorder("bench_decentralised", args.results_dir, args.shared)  # before any work: load at start
     print(
         f"{cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
         f"E = {args.edges:,} directed edges, 4-regular, float64, B = 1"
     )
-    results = {d: bench(args.edges, d, args.device, args.repeats) for d in args.dims}
+    measured = {d: bench(args.edges, d, args.device, args.repeats) for d in args.dims}
+    results = {d: times for d, (times, _) in measured.items()}
     print("| method | " + " | ".join(f"ms, d = {d} | / pdmm (nodes)" for d in args.dims) + " |")
     print("|---|" + "---:|---:|" * len(args.dims))
     for row in ROWS:
         cells = [f"{results[d][row]:.2f} | {results[d][row] / results[d]['pdmm (nodes)']:.2f}x" for d in args.dims]
         print(f"| {row} | " + " | ".join(cells) + " |")
-    recorder = Recorder("bench_decentralised", args.results_dir, args.shared)
     for d in args.dims:
         for row in ROWS:
             ms, pdmm_ms = results[d][row], results[d]["pdmm (nodes)"]
             recorder.add(
                 "methods",
                 device=args.device,
-                directed_edges=args.edges,
+                directed_edges=measured[d][1],
                 d=d,
                 method=row,
                 ms=ms,

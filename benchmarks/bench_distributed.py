@@ -108,11 +108,12 @@ def main():
     parser.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4], help="numbers of processes P")
     add_arguments(parser)
     args = parser.parse_args()
+    recorder = Recorder("bench_distributed", args.results_dir, args.shared)  # before any work: load at start
+    recorder.provenance["threads"] = 1  # what each timed process runs on (worker's set_num_threads), not this one
     import pdmm
     import pdmm.distributed
 
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[0]
+    load = recorder.provenance["load_at_start"]
     print(
         f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, gloo, one thread per process, "
         f"B = {args.batch}, float64, load average {load} at start\n"
@@ -122,7 +123,6 @@ def main():
         "exchange ms | ns per edge x P |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    recorder = Recorder("bench_distributed", args.results_dir, args.shared)
     fits = []
     for edges in args.edges:
         graph = graph_for(edges, args.degree)

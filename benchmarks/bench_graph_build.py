@@ -141,17 +141,14 @@ def main():
     args = parser.parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]), args.degree, args.iterations)
-
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[0]
-    print(f"{cpu_model()}; load average at start {load}; one subprocess per row\n")
+    recorder = Recorder("bench_graph_build", args.results_dir, args.shared)  # before any work: load at start
+    print(f"{cpu_model()}; load average at start {recorder.provenance['load_at_start']}; one subprocess per row\n")
     iterated = " ms/iteration (d = 1) | peak RSS with iterations GB |" if args.iterations else ""
     print(
         "| input | directed edges | n | build s | compile s | total s | old loop s | peak RSS GB | import RSS GB |"
         + iterated
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.iterations else ""))
-    recorder = Recorder("bench_graph_build", args.results_dir, args.shared)
     for edges in args.edges:
         for kind in [k for k in args.inputs if k != "networkx" or edges <= args.networkx_edges]:
             out = subprocess.run(
@@ -172,9 +169,10 @@ def main():
             ).stdout
             r = json.loads(out.strip().splitlines()[-1])
             old = f"{r['old_s']:.2f}" if "old_s" in r else "—"
+            build = f"{r['build_s']:.2f}" if kind != "networkx" else "—"  # the CSV leaves it empty too
             steps = f" {r['iteration_ms']:.0f} | {r['iterated_peak_gb']:.2f} |" if "iteration_ms" in r else ""
             print(
-                f"| {kind} | {r['edges']:,} | {r['n']:,} | {r['build_s']:.2f} | {r['compile_s']:.2f} | "
+                f"| {kind} | {r['edges']:,} | {r['n']:,} | {build} | {r['compile_s']:.2f} | "
                 f"{r['build_s'] + r['compile_s']:.2f} | {old} | {r['peak_gb']:.2f} | {r['import_gb']:.2f} |" + steps,
                 flush=True,
             )

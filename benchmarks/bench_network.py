@@ -19,7 +19,6 @@ Rows go to benchmarks/results/bench_network.csv (table "effects"; benchmarks/res
 """
 
 import argparse
-import os
 import statistics
 
 import numpy as np
@@ -90,6 +89,7 @@ def main():
     parser.add_argument("--as-given", action="store_true", help="keep the scattered numbering (no renumbering)")
     add_arguments(parser)
     args = parser.parse_args()
+    recorder = Recorder("bench_network", args.results_dir, args.shared)  # before any work: load at start
     device = torch.device(args.device)
     tune_allocator()
     graph = scattered_regular(args.edges // 4)
@@ -102,9 +102,8 @@ def main():
         f"{graph.num_edges:,} directed edges, n = {graph.n:,}, "
         f"{'numbered at random' if args.as_given else 'renumbered (reverse Cuthill-McKee)'}, "
         f"float64, B = 1, median of {args.repeats}, "
-        f"load average {os.getloadavg()[0]:.2f} at start\n"
+        f"load average {recorder.provenance['load_at_start']} at start\n"
     )
-    recorder = Recorder("bench_network", args.results_dir, args.shared)
     print("| effect | d | ms/iteration | ratio to plain |")
     print("|---|---:|---:|---:|")
     for d in args.dims:

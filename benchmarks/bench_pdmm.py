@@ -53,7 +53,6 @@ Rows go to benchmarks/results/bench_pdmm.csv (tables "allocator" and "iteration"
 
 import argparse
 import math
-import os
 import statistics
 import time
 
@@ -250,6 +249,7 @@ def main():
     if args.quick:
         args.sizes, args.repeats = [10**4, 4 * 10**4], 1
     device = torch.device(args.device)
+    recorder = Recorder("bench_pdmm", args.results_dir, args.shared)  # before any work: load at start
 
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU: {cpu_model()}"
@@ -257,10 +257,9 @@ def main():
     )
     print(
         f"device {device}, float64, B = 1, median of {args.repeats} repetitions, "
-        f"load average {os.getloadavg()[0]:.2f} at start\n"
+        f"load average {recorder.provenance['load_at_start']} at start\n"
     )
     graphs = {(kind, E): build(kind, E) for kind in args.graphs for E in args.sizes}
-    recorder = Recorder("bench_pdmm", args.results_dir, args.shared)
 
     if device.type == "cpu" and "random_regular" in args.graphs:
         E, d = max(args.sizes), max(args.dims)

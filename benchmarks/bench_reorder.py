@@ -77,9 +77,10 @@ def main():
     args = parser.parse_args()
     if args.child:
         return child(args)
+    recorder = Recorder("bench_reorder", args.results_dir, args.shared)  # before any work: load at start
     print(
         f"CPU: {cpu_model()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {args.graph}, "
-        f"{args.iterations} iterations, load average {os.getloadavg()[0]:.2f} at start\n"
+        f"{args.iterations} iterations, load average {recorder.provenance['load_at_start']} at start\n"
     )
     rows = {mode: run(mode, args) for mode in ("as given", "renumbered")}
     print("| numbering | directed edges | n | solve call s | iterations s | ms / iteration | peak resident MB |")
@@ -92,7 +93,7 @@ def main():
     (given, _), (renumbered, _) = rows["as given"], rows["renumbered"]
     setup = (renumbered["call"] - renumbered["iterations"]) - (given["call"] - given["iterations"])
     saved = (given["iterations"] - renumbered["iterations"]) / args.iterations
-    recorder = Recorder("bench_reorder", args.results_dir, args.shared)
+    pays = setup > 0 and saved > 0  # a break-even only where renumbering costs time and saves some
     for mode, (m, peak) in rows.items():
         recorder.add(
             "numbering",
@@ -107,11 +108,11 @@ def main():
             peak_mb=peak,
             renumber_s=setup if mode == "renumbered" else None,
             saved_ms_per_iteration=1e3 * saved if mode == "renumbered" else None,
-            break_even_iterations=setup / saved if mode == "renumbered" and saved > 0 else None,
+            break_even_iterations=setup / saved if mode == "renumbered" and pays else None,
         )
     print(
         f"\nrenumbering adds {setup:.2f} s before the first iteration and saves {1e3 * saved:.1f} ms per iteration"
-        + (f": it pays for itself after {setup / saved:.0f} iterations" if saved > 0 else "")
+        + (f": it pays for itself after {setup / saved:.0f} iterations" if pays else "")
     )
 
 

@@ -4,8 +4,13 @@ Runs `python -m experiments train CONFIG --out DIR` (by default nanoGPT's Shakes
 experiments/configs/shakespeare_char_cpu.toml, into a temporary directory) and reads the finished
 run's summary.json: seconds_per_step (forward, backward and update per step, batch building
 included, the first step of each process left out), tokens_per_second, wall_seconds (evaluations
-included) and the final validation loss. --run DIR reads a run that has already finished instead
-of training.
+included) and the final validation loss. The command runs from the repository root with absolute
+paths, so it trains this checkout's code (`python -m` puts the working directory first on sys.path).
+
+--run DIR reads a run that has already finished instead of training. Its row takes the commit, date
+and torch version from the run's meta.json (experiments/train.py writes them when the run starts);
+meta.json records neither the machine nor the thread count, so those are left "not recorded", and
+the row's source says where it was read from.
 
     python benchmarks/bench_train.py [--config experiments/configs/shakespeare_char_cpu.toml] [--run DIR]
                                      [--results-dir benchmarks/results] [--shared no]
@@ -26,9 +31,30 @@ CONFIG = REPOSITORY / "experiments" / "configs" / "shakespeare_char_cpu.toml"
 
 
 def train(config, out):
-    """Run the training command into `out`; its summary.json as a dictionary."""
-    subprocess.run([sys.executable, "-m", "experiments", "train", str(config), "--out", str(out)], check=True)
+    """Run the training command of this checkout into `out`; its summary.json as a dictionary."""
+    subprocess.run(
+        [sys.executable, "-m", "experiments", "train", str(config.resolve()), "--out", str(out.resolve())],
+        cwd=REPOSITORY,
+        check=True,
+    )
     return json.loads((out / "summary.json").read_text())
+
+
+def finished_run(recorder, run):
+    """The summary.json of the finished run directory `run`; the recorder's provenance set from its meta.json."""
+    summary = json.loads((run / "summary.json").read_text())
+    meta = json.loads((run / "meta.json").read_text())
+    started = meta.get("started", "")  # ISO 8601 in UTC, e.g. 2026-11-22T10:04:11+00:00
+    recorder.provenance.update(
+        date_utc=started[:16].replace("T", " ") if started else "not recorded",
+        commit=str(meta.get("git_commit") or "")[:7],  # meta.json holds the full hash; the CSVs the short one
+        machine="not recorded (read from a finished run)",
+        torch=meta.get("torch", ""),
+        threads="not recorded",
+        load_at_start="",
+        source=f"read from {run / 'meta.json'} and summary.json",
+    )
+    return summary
 
 
 def main():
@@ -37,8 +63,9 @@ def main():
     parser.add_argument("--run", type=Path, help="a finished run directory to read instead of training")
     add_arguments(parser)
     args = parser.parse_args()
+    recorder = Recorder("bench_train", args.results_dir, args.shared)  # before any work: load at start
     if args.run is not None:
-        summary = json.loads((args.run / "summary.json").read_text())
+        summary = finished_run(recorder, args.run)
     else:
         with tempfile.TemporaryDirectory() as directory:
             summary = train(args.config, Path(directory) / "run")
@@ -46,7 +73,7 @@ def main():
     loss = summary.get("final", {}).get("val_loss")
     print(f"params {summary['params']:,}, {ms:.1f} ms per step, {summary['tokens_per_second']:,.0f} tokens/s")
     print(f"wall {summary['wall_seconds']:.0f} s, validation loss {loss} at step {summary['steps']}")
-    Recorder("bench_train", args.results_dir, args.shared).add(
+    recorder.add(
         "throughput",
         config=str(args.config) if args.run is None else str(args.run),
         params=summary["params"],

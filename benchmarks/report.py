@@ -4,9 +4,11 @@
     python benchmarks/report.py --check         # exit 1 if BENCHMARKS.md differs from what the CSVs give
 
 Each section reads one script's CSV (benchmarks/results.py writes them) and shows, for every
-distinct command line in it, that command's latest run (the last in the file): the commands, what
-is measured (at most ten lines, SECTIONS below), the runs' provenance, a summary table of at most
-eight columns (every column of every row stays in the CSV) and, where one helps, a figure. The
+distinct command line in it (--results-dir and --shared aside), that command's latest run (the last
+in the file): the commands, what is measured (at most ten lines, SECTIONS below), the runs'
+provenance, summary tables of at most eight columns (every column of every row stays in the CSV;
+where several runs are shown, a "run" column or one table per run names each row's run) and, where
+one helps, a figure. Paths on the page are relative to it (--out). The
 page holds no date of its own, so the same CSVs give the same bytes; earlier runs stay in the CSVs
 and earlier pages in git.
 """
@@ -15,6 +17,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import shlex
+import string
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,8 +92,33 @@ def markdown_table(rows: list[Row], columns: Sequence[Column]) -> list[str]:
     return lines
 
 
+WHERE_OPTIONS = ("--results-dir", "--shared")  # where rows go and a note on the machine: not what is measured
+
+
+def command_key(command: str) -> str:
+    """`command` without --results-dir and --shared and their values: reruns differing only there are one command.
+
+    >>> command_key("python benchmarks/bench_x.py --edges 10 --shared no --results-dir=/tmp/r")
+    'python benchmarks/bench_x.py --edges 10'
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: compare the text as it is
+        return command
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in WHERE_OPTIONS:
+            skip = True
+        elif not word.startswith(tuple(option + "=" for option in WHERE_OPTIONS)):
+            kept.append(word)
+    return shlex.join(kept)
+
+
 def latest_runs(rows: list[Row]) -> list[list[Row]]:
-    """For each distinct command, the rows of its last run in the file; runs ordered by date, then file order."""
+    """For each distinct command (command_key), the rows of its last run in the file; by date, then file order."""
     runs: dict[str, list[Row]] = {}
     order: list[str] = []
     for row in rows:
@@ -96,18 +126,25 @@ def latest_runs(rows: list[Row]) -> list[list[Row]]:
             runs[row["run_id"]] = []
             order.append(row["run_id"])
         runs[row["run_id"]].append(row)
-    last = {runs[run_id][0]["command"]: run_id for run_id in order}
-    chosen = [run_id for run_id in order if last[runs[run_id][0]["command"]] == run_id]
+    last = {command_key(runs[run_id][0]["command"]): run_id for run_id in order}
+    chosen = [run_id for run_id in order if last[command_key(runs[run_id][0]["command"])] == run_id]
     return [runs[run_id] for run_id in sorted(chosen, key=lambda r: (runs[r][0]["date_utc"], order.index(r)))]
 
 
-def provenance(run: list[Row]) -> str:
-    """One bullet describing a run: date, threads, machine, torch, load, other jobs, commit, source."""
+def run_label(index: int) -> str:
+    """The label of a section's index-th run shown (A, B, ...), in its table's "run" column and its bullet."""
+    return string.ascii_uppercase[index] if index < 26 else str(index + 1)
+
+
+def provenance(run: list[Row], label: str = "") -> str:
+    """One bullet describing a run: its label (if any), date, threads, machine, torch, load, jobs, commit, source."""
     first = run[0]
     threads = first["threads"]
     parts = [first["date_utc"] + " UTC"]
-    if threads:
+    if threads.isdigit():
         parts.append(f"{threads} thread{'' if threads == '1' else 's'}")
+    elif threads:
+        parts.append(f"threads: {threads}")
     parts += [first["machine"], f"torch {first['torch']}"]
     if first["load_at_start"]:
         parts.append(f"load average {first['load_at_start']} at start")
@@ -117,37 +154,62 @@ def provenance(run: list[Row]) -> str:
         parts.append("*transcribed*" + first["source"].removeprefix("transcribed"))
     elif first["source"] != "measured":
         parts.append(first["source"])
-    return "- " + "; ".join(parts) + f": `{first['command']}`"
+    return "- " + (f"**{label}**: " if label else "") + "; ".join(parts) + f": `{first['command']}`"
 
 
-def render_section(section: Section, results: Path) -> tuple[list[str], list[Row]]:
-    """The lines of one section and the rows it shows."""
-    rows = [row for run in latest_runs(read_rows(results / f"{section.script}.csv")) for row in run]
-    runs = latest_runs(rows)
+def link(path: Path, page: Path) -> str:
+    """`path` relative to the directory of `page`, with "/" separators, as the page links it."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(page).resolve().parent)).as_posix()
+
+
+def render_section(
+    section: Section, results: Path, page: Path = PAGE, figures: Path = FIGURES
+) -> tuple[list[str], list[Row]]:
+    """The lines of one section and the rows it shows; paths in it are relative to `page`.
+
+    Where the section shows more than one run, every table row names its run in a first column "run" (the
+    label of the run's provenance bullet); a table already at MAX_COLUMNS is split into one table per run.
+    """
+    runs = latest_runs(read_rows(results / f"{section.script}.csv"))
+    rows = [row for run in runs for row in run]
+    labels = {run[0]["run_id"]: run_label(i) for i, run in enumerate(runs)} if len(runs) > 1 else {}
     lines = [f"## {section.title}", "", "```bash"]
     lines += [run[0]["command"] for run in runs]
     lines += ["```", "", section.prose.strip(), ""]
-    lines += [
-        f"Runs shown (the latest of each command; every row is in `benchmarks/results/{section.script}.csv`):",
-        "",
-    ]
-    lines += [provenance(run) for run in runs]
+    csv_path = link(results / f"{section.script}.csv", page)
+    lines += [f"Runs shown (the latest of each command; every row is in `{csv_path}`):", ""]
+    lines += [provenance(run, labels.get(run[0]["run_id"], "")) for run in runs]
     for table in section.tables:
         shown = [row for row in rows if row["table"] == table.name and table.keep(row)]
         if not shown:
             continue
-        lines += ["", *([table.caption, ""] if table.caption else []), *markdown_table(shown, table.columns)]
-    if section.figure is not None:
-        lines += ["", f"![{section.figure_caption}](docs/figures/benchmarks/{section.script}.png)"]
+        caption = [table.caption, ""] if table.caption else []
+        if not labels or len({row["run_id"] for row in shown}) == 1 and len(table.columns) == MAX_COLUMNS:
+            label = labels.get(shown[0]["run_id"], "")
+            lines += ["", *caption, *([f"Run {label}:", ""] if label else []), *markdown_table(shown, table.columns)]
+        elif len(table.columns) < MAX_COLUMNS:
+            run_column = Column("run", "run", "{}", False)
+            labelled = [{**row, "run": labels[row["run_id"]]} for row in shown]
+            lines += ["", *caption, *markdown_table(labelled, [run_column, *table.columns])]
+        else:
+            lines += ["", *caption]
+            for run in runs:
+                part = [row for row in shown if row["run_id"] == run[0]["run_id"]]
+                if part:
+                    lines += [f"Run {labels[run[0]['run_id']]}:", "", *markdown_table(part, table.columns), ""]
+            lines.pop()
+    if section.figure is not None and rows:
+        figure = link(figures / f"{section.script}.png", page)
+        lines += ["", f"![{section.figure_caption}]({figure})"]
     return lines + [""], rows
 
 
-def render(results: Path = RESULTS) -> str:
-    """The whole page from the CSVs in `results`."""
+def render(results: Path = RESULTS, page: Path = PAGE, figures: Path = FIGURES) -> str:
+    """The whole page from the CSVs in `results`, its links relative to `page` (figures in `figures`)."""
     lines = [
         "# Benchmarks",
         "",
-        f"This page is generated by `{COMMAND}` from the CSVs in `benchmarks/results/`, one per script,",
+        f"This page is generated by `{COMMAND}` from the CSVs in `{link(results, page)}/`, one per script,",
         "which every benchmark script appends its rows to (with the run's date, commit, machine, threads",
         "and command line). Each section shows the latest run of each command; earlier runs stay in the",
         "CSVs, and earlier versions of this page are in git's history. Do not edit it by hand: run the",
@@ -158,7 +220,7 @@ def render(results: Path = RESULTS) -> str:
         "",
     ]
     for section in SECTIONS:
-        lines += render_section(section, results)[0]
+        lines += render_section(section, results, page, figures)[0]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -173,6 +235,8 @@ def write_figures(results: Path = RESULTS, figures: Path = FIGURES) -> list[Path
         if section.figure is None:
             continue
         _, rows = render_section(section, results)
+        if not rows:  # nothing to draw, and the page links no figure
+            continue
         path = figures / f"{section.script}.png"
         section.figure(rows, path)
         written.append(path)
@@ -276,8 +340,8 @@ start to exit, for this command line (new: only the chosen command's module is i
 `--version`, `--help` and `configs` import no torch) against the one before the change (old: every
 command imported torch, scipy.stats and the bridge up front; b650972), in paired A/B runs, 7 each
 after one warm-up; the median wall time of each and the median of the pairs' ratios.
-`python benchmarks/bench_cli.py --old DIR` measures it in the repository (the recorded run used the
-machine's farm-bench tool the same way).
+`python benchmarks/bench_cli.py --old DIR` measures it so; the transcribed run (its command is
+farm-bench's) used the machine's farm-bench tool the same way, the measured one is bench_cli.py's.
 """,
         [
             Table(
@@ -296,16 +360,16 @@ machine's farm-bench tool the same way).
         "One PDMM iteration: the solve loop against its bare step, a naive loop and memory",
         "bench_pdmm",
         """
-Plain PDMM (theta = 1) on distributed averaging, consensus constraints, float64, CPU, one instance, on
-random 4-regular and random geometric graphs (average degree 2 ln n), sampled as arrays and numbered at
-random. *naive* is the four-line torch loop of the script's docstring (docs/theory/pdmm.md section 8) on
-the graph as numbered, checked to give the step's iterates; *given* one bare `PDMM.step` on the graph as
-numbered; *step* the step as `pdmm.solve` runs it (from 2^16 directed edges on renumbered by reverse
-Cuthill-McKee and in the node form, docs/guide/solve.md, "Node form"; below, the edge step as given);
-*solve* one iteration of `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults, K = 200-2,000.
-Medians per iteration; ns/edge is per directed edge. The allocator table runs first: the step with
-glibc's default allocator, then after `pdmm.tune_allocator()`, beside a step into buffers allocated
-once. Single rows vary by 10-20 % between runs: read ratios within a row; the CSV has every column.
+Plain PDMM (theta = 1) on distributed averaging, consensus constraints, float64, CPU, one instance, on random
+4-regular and random geometric graphs (average degree 2 ln n), sampled as arrays and numbered at random.
+*naive* is the four-line torch loop of the script's docstring (docs/theory/pdmm.md section 8) on the graph as
+numbered, checked to give the step's iterates; *given* one bare `PDMM.step` on the graph as numbered; *step*
+the step as `pdmm.solve` runs it (from 2^16 directed edges on renumbered by reverse Cuthill-McKee and in the
+node form, docs/guide/solve.md, "Node form"; below, the edge step as given); *solve* one iteration of
+`pdmm.solve(problem, max_iter=K, tol=0)` with its defaults, K = 200-2,000. Medians per iteration; ns/edge is
+per directed edge. The first table shows eager rows only (`--compile`'s torch.compile rows stay in the CSV).
+The allocator table runs first: glibc's default allocator, then `pdmm.tune_allocator()`, beside a step into
+buffers allocated once. Single rows vary by 10-20 % between runs: read ratios within a row.
 """,
         [
             Table(
@@ -568,7 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-figures", action="store_true", help="write the page only")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page differs")
     args = parser.parse_args(argv)
-    page = render(args.results_dir)
+    page = render(args.results_dir, args.out, args.figures)
     if args.check:
         same = args.out.exists() and args.out.read_text(encoding="utf-8") == page
         print(f"{args.out}: {'up to date' if same else 'differs from the CSVs; run ' + COMMAND}")

@@ -154,7 +154,10 @@ def write_rows(path: Path | str, rows: list[Mapping[str, object]]) -> None:
 
 
 def cell(value: object) -> object:
-    """A value as the CSV stores it: floats at full precision (repr), everything else as it is.
+    """A value as the CSV stores it: floats at full precision (repr of a Python float), everything else as it is.
+
+    numpy's floating scalars count as floats: under numpy 2 their own repr is "np.float64(0.5)", so the
+    value goes through float() first.
 
     Parameters
     ----------
@@ -164,9 +167,11 @@ def cell(value: object) -> object:
     Returns
     -------
     object
-        repr(value) for a float, else `value`.
+        repr(float(value)) for a float (numpy's included), else `value`.
     """
-    return repr(value) if isinstance(value, float) else value
+    import numpy as np
+
+    return repr(float(value)) if isinstance(value, float | np.floating) else value
 
 
 class Recorder:

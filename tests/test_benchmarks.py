@@ -74,7 +74,8 @@ def test_every_section_has_its_command_short_prose_and_narrow_tables():
 
 def test_the_start_up_section_keeps_the_old_times_beside_the_new():
     body = "\n".join(sections(PAGE.read_text(encoding="utf-8"))["Command-line start-up"])
-    assert "| --version | 0.128 | 3.60 | 0.035 | b650972 |" in body
+    assert "| A | --version | 0.128 | 3.60 | 0.035 | b650972 |" in body  # run A: the transcribed farm-bench run
+    assert "- **A**: 2026-11-25 UTC;" in body and "farm-bench -n 7" in body.split("- **B**")[0]
 
 
 def test_the_figures_the_page_names_exist():
@@ -106,6 +107,48 @@ def test_the_latest_run_of_each_command_is_shown():
 
     rows = [row("a1", "A", "2026-01-01"), row("b1", "B", "2026-01-02"), row("a2", "A", "2026-01-03")]
     assert [run[0]["run_id"] for run in report.latest_runs(rows)] == ["b1", "a2"]
+
+
+def test_options_saying_where_rows_go_do_not_make_a_new_command():
+    def row(run_id, command, date):
+        return {"run_id": run_id, "command": command, "date_utc": date}
+
+    rows = [
+        row("a1", "python b.py --edges 10 --shared unknown", "2026-01-01"),
+        row("a2", "python b.py --edges 10 --shared no --results-dir=/tmp/r", "2026-01-02"),
+        row("c1", "python b.py --edges 20 --results-dir /tmp/r", "2026-01-03"),
+    ]
+    assert [run[0]["run_id"] for run in report.latest_runs(rows)] == ["a2", "c1"]
+
+
+def test_rows_of_several_runs_name_their_run(tmp_path):
+    def row(run_id, date, **values):
+        return {"run_id": run_id, "date_utc": date, "command": f"python b.py --x {run_id}", "table": "t", **values}
+
+    results.write_rows(tmp_path / "bench_x.csv", [row("r1", "2026-01-01", a=1), row("r2", "2026-01-02", a=2)])
+    narrow = report.Section("X", "bench_x", "prose", [report.Table("t", [report.Column("a", "a")])])
+    lines = report.render_section(narrow, tmp_path, tmp_path / "page.md", tmp_path / "figures")[0]
+    assert "| run | a |" in lines and "| A | 1 |" in lines and "| B | 2 |" in lines
+    assert any(line.startswith("- **A**: 2026-01-01") for line in lines)
+    assert "every row is in `bench_x.csv`" in "\n".join(lines)
+    wide = report.Table("t", [report.Column(f"a{i}", "a") for i in range(report.MAX_COLUMNS)])
+    lines = report.render_section(report.Section("X", "bench_x", "prose", [wide]), tmp_path)[0]
+    assert lines.count("Run A:") == 1 and lines.count("Run B:") == 1  # at eight columns: one table per run
+    assert all(len(line.strip("|").split("|")) <= report.MAX_COLUMNS for line in lines if line.startswith("|"))
+
+
+def test_a_section_without_rows_links_no_figure(tmp_path):
+    section = report.Section("X", "bench_none", "prose", [], report.graph_build_figure, "caption")
+    assert not any(line.startswith("![") for line in report.render_section(section, tmp_path)[0])
+
+
+def test_numpy_floats_are_stored_as_plain_floats(tmp_path):
+    np = pytest.importorskip("numpy")
+    assert results.cell(np.float64(0.5)) == "0.5" and results.cell(np.float32(0.25)) == "0.25"
+    assert results.cell(0.1 + 0.2) == repr(0.1 + 0.2) and results.cell(3) == 3 and results.cell("x") == "x"
+    recorder = results.Recorder("bench_x", tmp_path, machine="test machine")
+    recorder.add("t", ms=np.float64(1.25))
+    assert results.read_rows(tmp_path / "bench_x.csv")[0]["ms"] == "1.25"
 
 
 def test_a_recorded_row_reads_back_with_its_provenance(tmp_path, monkeypatch):
@@ -150,9 +193,11 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
 
 def test_check_fails_on_a_page_that_drifted(tmp_path):
     drifted = tmp_path / "BENCHMARKS.md"
-    drifted.write_text(PAGE.read_text(encoding="utf-8").replace("0.128", "0.127"), encoding="utf-8")
+    page = report.render(results.RESULTS, drifted)  # its links lead from tmp_path back to the repository
+    assert "](../" in page or "](/" in page
+    drifted.write_text(page.replace("0.128", "0.127"), encoding="utf-8")
     assert report.main(["--check", "--out", str(drifted)]) == 1
-    drifted.write_text(PAGE.read_text(encoding="utf-8"), encoding="utf-8")
+    drifted.write_text(page, encoding="utf-8")
     assert report.main(["--check", "--out", str(drifted)]) == 0
 
 

@@ -6,8 +6,9 @@ exact command line, the load average at the start and whether other jobs shared 
 the caller says so) and the name of the table it belongs to; the script's own quantities follow.
 `benchmarks/report.py` reads the latest run of each command and writes BENCHMARKS.md from them.
 
-A write rewrites the whole file through a temporary file in the same directory and os.replace,
-so a reader never sees half a file and a run killed mid-way leaves the rows written so far.
+A write rewrites the whole file through experiments.rundir.write_file (a fsynced temporary file
+and a rename, never through a link), so a reader never sees half a file and a run killed mid-way
+leaves the rows written so far.
 
     recorder = Recorder("bench_pdmm", args.results_dir, shared=args.shared)
     recorder.add("iteration", graph="random_regular", edges=10000, step_ms=0.094)
@@ -18,14 +19,16 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import io
 import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from experiments import rundir
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
@@ -124,7 +127,7 @@ def read_rows(path: Path | str) -> list[dict[str, str]]:
 
 
 def write_rows(path: Path | str, rows: list[Mapping[str, object]]) -> None:
-    """Write `rows` to the CSV `path` atomically (a temporary file in the same directory, then os.replace).
+    """Write `rows` to the CSV `path` atomically, through experiments.rundir.write_file (never through a link).
 
     The header is PROVENANCE followed by the other columns in the order they first appear.
 
@@ -140,17 +143,11 @@ def write_rows(path: Path | str, rows: list[Mapping[str, object]]) -> None:
     columns = list(PROVENANCE)
     for row in rows:
         columns += [key for key in row if key not in columns]
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(temporary, path.stat().st_mode & 0o777 if path.exists() else 0o644)  # mkstemp's is 0o600
-        with os.fdopen(handle, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, columns, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows({key: "" if value is None else value for key, value in row.items()} for row in rows)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({key: "" if value is None else value for key, value in row.items()} for row in rows)
+    rundir.write_file(path, text.getvalue())
 
 
 def cell(value: object) -> object:

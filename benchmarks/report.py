@@ -621,6 +621,36 @@ also times plain PDMM steps on the compiled graph (d = 1, float64) and the peak 
         graph_build_figure,
         "build + compile time and peak memory against graph size",
     ),
+    Section(
+        "Seeds as one batched model",
+        "bench_seeds",
+        """
+S seeds of one config taking the same training steps three ways: *lone*, one model after another (the
+training loop's step); *batched*, one model with every weight stacked over the seeds, its loss vmapped
+over the seed axis (torch.func), per-seed clipping and AdamW; *folded*, one model on the S batches as
+one S-fold batch, the bound no stacking can beat. Ratios are lone time over batched and over folded
+(above 1: faster than lone). The per-seed losses of batched and lone must agree: the largest
+difference is shown. The character GPT is the reproductions' (attentionx_char.toml); the graph
+transformer is compare's (graph_consensus.toml, every seed on seed 0's batches, as one operation needs
+one graph; its sparse attention has no vmap support, so no batched row). The model's dense GFLOP/s
+against a 1024^3 matmul's on the same threads says how close to compute-bound one lone step is.
+""",
+        [
+            Table(
+                "seeds",
+                [
+                    Column("model", "model", "{}", False),
+                    Column("S", "seeds", "{}"),
+                    Column("lone ms per seed-step", "lone_ms_per_seed_step", "{:.1f}"),
+                    Column("batched / lone speed", "throughput_ratio", "{:.2f}"),
+                    Column("folded / lone speed (bound)", "bound_ratio", "{:.2f}"),
+                    Column("max loss difference", "max_loss_diff", "{:.1e}"),
+                    Column("model GFLOP/s", "model_gflops", "{:.0f}"),
+                    Column("matmul GFLOP/s", "matmul_gflops", "{:.0f}"),
+                ],
+            )
+        ],
+    ),
 ]
 
 

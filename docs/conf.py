@@ -31,6 +31,6 @@ myst_heading_anchors = 3  # [text](page.md#1-title) links to numbered sections
 numpydoc_show_class_members = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-exclude_patterns = ["_build", "compare", "figures/**/*.md"]
+exclude_patterns = ["_build", "compare", "repro", "figures/**/*.md"]
 html_theme = "furo"
 html_title = "pdmm-bridge"

@@ -11,7 +11,6 @@ two-sided paired t-test, or for probe claims a one-sample t-test across seeds of
 (docs/theory/reproductions.md section 1). The Markdown of the verdicts is experiments/repro_report.py's.
 """
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +19,10 @@ import numpy as np
 from bridge.probe import STATISTICS
 from bridge.statistics import holm, one_sample_test, paired_test, significant
 
+from .checkpoint_stats import run_probe
 from .common import UsageError
-from .probing import probe_layers
 from .runs import differing_keys, flat_config, label, relevant
-from .train import CHECKPOINT, lower_is_better
+from .train import lower_is_better
 
 KEYS = {
     "title",
@@ -232,19 +231,6 @@ def comparison_tests(claim: dict[str, Any], runs: list[Any], keys: list[str]) ->
             )
         )
     return tests
-
-
-def run_probe(run, batches=4):
-    """The run's per-layer probe statistics (bridge.probe.STATISTICS), None without a checkpoint; once per file."""
-    checkpoint = run.path / CHECKPOINT
-    if not checkpoint.is_file():
-        return None
-    return _probe_totals(str(checkpoint.parent.resolve()), checkpoint.stat().st_mtime_ns, batches)
-
-
-@functools.cache
-def _probe_totals(path, mtime, batches):
-    return probe_layers(path, batches)[1]
 
 
 def probe_tests(claim: dict[str, Any], runs: list[Any], keys: list[str]) -> list[ClaimTest]:

@@ -37,12 +37,11 @@ import re
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from attention import MultiHeadAttention
 from bridge.statistics import paired_test
 
 from . import rundir
+from .checkpoint_stats import run_lambdas, run_probe
 from .claims import (
     ALPHA,
     MIN_PAIRS,
@@ -54,7 +53,6 @@ from .claims import (
     matches,
     metric_value,
     paired_values,
-    run_probe,
     section_tests,
     variant_keys,
 )
@@ -62,8 +60,7 @@ from .config import load_config
 from .plots import plot_against, plot_log_steps, plot_probe_layers
 from .results_doc import replace_section
 from .runs import flat_config, label
-from .tasks import build_task
-from .train import CHECKPOINT, load_weights, lower_is_better
+from .train import lower_is_better
 
 SUMMARY_SECTION = "repro-summary"
 
@@ -273,19 +270,6 @@ def _steps_cell(values):
         return f"not reached (0/{len(values)})"
     text = f"{np.mean(reached):.0f} ± {np.std(reached, ddof=1):.0f}" if len(reached) > 1 else f"{reached[0]}"
     return text + (f" ({len(reached)}/{len(values)} reached)" if len(reached) < len(values) else "")
-
-
-def run_lambdas(run):
-    """Differential attention's lambda per layer from the run's checkpoint; [] for other kernels."""
-    if not (run.path / CHECKPOINT).is_file():
-        return []
-    config = load_config(run.path / "config.toml")
-    if config.model.kernel != "diff":
-        return []
-    model = build_task(config).build_model()
-    load_weights(model, run.path / CHECKPOINT)
-    with torch.no_grad():
-        return [(float(m.diff_lambda()), m.lambda_init) for m in model.modules() if isinstance(m, MultiHeadAttention)]
 
 
 def lambda_table(groups):

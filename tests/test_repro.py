@@ -2,6 +2,7 @@
 report's paired differences and verdicts, and every committed repro config run end to end at a tiny size."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ def tiny(*extra):
 
 
 @pytest.mark.parametrize("name", sorted(path.stem for path in REPRO.glob("*.toml")))
-def test_each_repro_config_runs_and_reports_at_a_tiny_size(name, tmp_path, capsys):
+def test_each_repro_config_runs_and_reports_at_a_tiny_size(name, tmp_path, capsys, monkeypatch):
     """CI's guard against rot: one seed, two steps, then the report with its [report] extras."""
     out, results = tmp_path / name, tmp_path / "docs" / "RESULTS.md"
     assert (
@@ -71,6 +72,17 @@ def test_each_repro_config_runs_and_reports_at_a_tiny_size(name, tmp_path, capsy
         summary = section.split("<!-- begin repro-summary -->")[1].split("<!-- end repro-summary -->")[0]
         assert "## What reproduces at laptop scale" in summary and "| inconclusive (p = —, n = 1)" in summary
         assert section.index("repro-summary") < section.index(f"<!-- begin repro-{name} ")
+    # without its checkpoints (what docs/repro/ commits), the sweep re-renders the same section and figures
+    # (the section quotes its command: both reports run as `report NAME --results docs/RESULTS.md`)
+    again = tmp_path / "again"
+    shutil.copytree(out, again / name, ignore=shutil.ignore_patterns("*.pt", "report.md", "plot_*.png"))
+    assert not list(again.rglob("*.pt"))
+    for where in (tmp_path, again):
+        monkeypatch.chdir(where)
+        assert main(["report", name, "--results", "docs/RESULTS.md", "--force"]) == 0
+    assert (again / "docs" / "RESULTS.md").read_text() == results.read_text()
+    for figure in (results.parent / "figures" / "repro").iterdir():
+        assert (again / "docs" / "figures" / "repro" / figure.name).read_bytes() == figure.read_bytes()
 
 
 def test_sweep_table_variants_are_crossed_with_the_grid_and_set_sits_between_them(tmp_path):

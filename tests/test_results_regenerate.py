@@ -14,11 +14,13 @@ one named in the committed file's Software chunk; under another one the byte che
 - learned-pdmm (slow): recomputed by `pdmm-bridge learn-pdmm ... --results ...` (its results.json lies
   under runs/, which is not committed).
 
-The repro-* sections need the sweep directories under runs/repro/ (metrics, summaries, checkpoints for the
-probes), which are not committed; they are not regenerated here.
+- repro-NAME: `pdmm-bridge report docs/repro/NAME --results docs/RESULTS.md --force` from the committed runs
+  under docs/repro/NAME (no checkpoints: the probe and lambda numbers come from each run's
+  checkpoint_stats.json), with its figures under docs/figures/repro/; one test per committed sweep.
 """
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,8 @@ RESULTS = ROOT / "docs" / "RESULTS.md"
 FIGURES = ROOT / "docs" / "figures"
 COMPARE_DATA = ROOT / "docs" / "compare"
 COMPARE_FIGURES = ("compare.png", "compare_all.png", "learning.png")
+REPRO_DATA = ROOT / "docs" / "repro"
+COMMITTED_SWEEPS = sorted(path.name for path in REPRO_DATA.iterdir() if (path / "sweep.json").is_file())
 
 
 def blank(text, name):
@@ -124,6 +128,20 @@ def test_repro_summary_regenerates_from_the_repro_sections(tmp_path):
     results = results_copy(tmp_path, SUMMARY_SECTION)
     refresh_summary(results)
     assert results.read_text() == RESULTS.read_text()
+
+
+@pytest.mark.parametrize("name", COMMITTED_SWEEPS)
+def test_repro_section_and_figures_regenerate_from_the_committed_runs(name, tmp_path, monkeypatch):
+    results = results_copy(tmp_path, f"repro-{name}")
+    shutil.copytree(REPRO_DATA / name, tmp_path / "docs" / "repro" / name)
+    assert not list((tmp_path / "docs" / "repro" / name).rglob("*.pt")), "checkpoints are not committed"
+    monkeypatch.chdir(tmp_path)  # the section quotes its command, paths relative to the repository's root
+    assert main(["report", f"docs/repro/{name}", "--results", "docs/RESULTS.md", "--force"]) == 0
+    assert results.read_text() == RESULTS.read_text()
+    drawn = sorted((tmp_path / "docs" / "figures" / "repro").glob(f"{name}_*.png"))
+    assert drawn, f"the report drew no figures for {name}"
+    for figure in drawn:
+        assert_same_figure(figure, FIGURES / "repro" / figure.name)
 
 
 def test_blanking_a_section_is_seen():

@@ -9,7 +9,7 @@ softmax / aggregate over the edge list in blocks of edges (attention.sparse), ho
 """
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,92 @@ def softmax_attention(
     w = edge_softmax(edge_scores(q, k, edges, scale, block), edges, block)  # (E, B, nh)
     w = F.dropout(w, dropout_p, training=dropout_p > 0)
     return edge_aggregate(w, v, edges, block).permute(1, 2, 0, 3)
+
+
+def differential_attention(
+    q: Tensor, k: Tensor, v: Tensor, graph: "TokenGraph", lam: Tensor, gain: Tensor, eps: float, scale: float
+) -> Tensor:
+    """Differential attention's heads, RMSNorm((softmax(Q1 K1^T / sqrt(d')) - lam softmax(Q2 K2^T / sqrt(d'))) V)
+    times scale, per head, Q = [Q1 Q2] and K = [K1 K2] split in halves of width d' (docs/theory/residuals.md
+    section 8).
+
+    Both maps go through softmax_attention (SDPA's fused kernel on full, causal and dense graphs, which wants one
+    width for q, k and v): q whole, zero-padded to v's width when narrower, and K1, K2 zero-padded into the
+    positions of Q1 and Q2, so that q . [k1 0] = q1 . k1 and q . [0 k2] = q2 . k2. The difference and the norm are
+    DifferentialHeads, computed in gain's dtype (float32 under autocast).
+
+    Parameters
+    ----------
+    q, k : torch.Tensor
+        (B, nh, T, hs_k) queries and keys, hs_k even.
+    v : torch.Tensor
+        (B, nh, T, hs_v) values, hs_v >= hs_k.
+    graph : TokenGraph
+        The token graph over T tokens.
+    lam : torch.Tensor
+        The 0-dimensional lambda.
+    gain : torch.Tensor
+        (hs_v,) the norm's gain.
+    eps : float
+        Added to the mean square under the square root.
+    scale : float
+        The final factor, 1 - lambda_init.
+
+    Returns
+    -------
+    torch.Tensor
+        (B, nh, T, hs_v), the heads.
+    """
+    half, width = q.shape[-1] // 2, v.shape[-1]
+    if width > q.shape[-1]:
+        q = F.pad(q, (0, width - q.shape[-1]))
+    k1 = F.pad(k[..., :half], (0, width - half))
+    k2 = F.pad(k[..., half : 2 * half], (half, width - 2 * half))
+    o1, o2 = (softmax_attention(q, k_, v, graph, scale=half**-0.5).transpose(-3, -2) for k_ in (k1, k2))
+    return DifferentialHeads.apply(o1, o2, lam, gain, eps, scale).transpose(-3, -2)  # rows token-major, as SDPA's
+
+
+class DifferentialHeads(torch.autograd.Function):
+    """y = scale RMSNorm(o1 - lam o2) with gain w, over the last axis of width d, and its hand-written backward:
+
+    h = o1 - lam o2,  r = (<h, h> / d + eps)^(-1/2),  n = h r,  y = scale n w
+    dL/dh = r (m - n <m, n> / d) with m = scale w g,  dL/do1 = dL/dh,  dL/do2 = -lam dL/dh,
+    dL/dlam = -sum <dL/dh, o2>,  dL/dw = scale sum over rows of n g
+
+    h and r are recomputed in the backward with differentiable operations (second derivatives stay right); the
+    norm runs in w's dtype and y is cast back to o1's. vmap by torch's generated rule.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(o1: Tensor, o2: Tensor, lam: Tensor, gain: Tensor, eps: float, scale: float) -> Tensor:
+        n, _ = DifferentialHeads.normalised(o1, o2, lam, gain, eps)
+        return (n * (gain * scale)).to(o1.dtype)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor, Tensor, float, float], output: Tensor) -> None:
+        o1, o2, lam, gain, ctx.eps, ctx.scale = inputs
+        ctx.save_for_backward(o1, o2, lam, gain)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, None, None]:
+        o1, o2, lam, gain = ctx.saved_tensors
+        n, r = DifferentialHeads.normalised(o1, o2, lam, gain, ctx.eps)
+        g = g.to(gain.dtype)
+        m = g * (gain * ctx.scale)
+        grad_h = torch.addcmul(m, n, torch.linalg.vecdot(m, n).unsqueeze(-1) / n.shape[-1], value=-1) * r
+        grad_gain = (n * g).sum(tuple(range(g.dim() - 1))) * ctx.scale
+        grad_o1 = grad_h.to(o1.dtype)
+        grad_lam = -torch.linalg.vecdot(grad_h, o2.to(gain.dtype)).sum()
+        return grad_o1, grad_o1 * -lam, grad_lam.to(lam.dtype), grad_gain, None, None
+
+    @staticmethod
+    def normalised(o1: Tensor, o2: Tensor, lam: Tensor, gain: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        """n = h r and r (..., 1) from o1, o2 and lam, in gain's dtype."""
+        h = torch.addcmul(o1, lam, o2, value=-1).to(gain.dtype)
+        r = torch.rsqrt(torch.linalg.vecdot(h, h).unsqueeze(-1) / h.shape[-1] + eps)
+        return h * r, r
 
 
 def sparse_setup(q: Tensor, graph: "TokenGraph") -> tuple["EdgeList", int]:

@@ -15,9 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from .kernels import linear_attention, softmax_attention, softmax_entropy
+from .kernels import differential_attention, linear_attention, softmax_attention, softmax_entropy
 from .token_graph import resolve
 
 if TYPE_CHECKING:
@@ -110,12 +109,15 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project(x)  # (B, nh, T, hs_k), twice, and (B, nh, T, hs_v)
         heads = self.attend(q, k, v, graph)  # (B, nh, T, hs_v)
         mh, v_all = merge(heads), merge(v)  # (B, T, w_v)
-        r = self.residual_signal(mh, v_all)  # (B, T, w_v), (B, T, 2 w_v) for concat
-        y = self.c_proj(r)
-        if self.config.residual == "belief_star":  # + Concat(Delta^s_1..Delta^s_M) W^s
-            y = y + self.c_proj_s(
-                orthogonal_part(split(mh, self.config.n_head), split(v_all, self.config.n_head)).flatten(-2)
-            )
+        if self.config.residual == "belief_star":  # Delta W^o + Concat(Delta^s_1..Delta^s_M) W^s as one product
+            parts = orthogonal_parts(mh, v_all, self.config.n_head)  # (B, T, 2, w_v): Delta, Concat(Delta^s_m)
+            r = parts[..., 0, :]
+            weight = torch.cat([self.c_proj.weight, self.c_proj_s.weight], dim=1)  # [W^o W^s], (d_model, 2 w_v)
+            bias = None if self.c_proj.bias is None else self.c_proj.bias + self.c_proj_s.bias
+            y = F.linear(parts.flatten(-2), weight, bias)
+        else:
+            r = self.residual_signal(mh, v_all)  # (B, T, w_v), (B, T, 2 w_v) for concat
+            y = self.c_proj(r)
         if self.config.residual == "accumulated" and memory is not None:  # S_l + beta sum_{m < l} S_m
             y = memory.accumulate(y, self.config.beta)
         y = self.resid_dropout(y)
@@ -197,16 +199,13 @@ class MultiHeadAttention(nn.Module):
             return softmax_attention(q, k, v, graph, p)
         if self.config.kernel == "linear":
             return linear_attention(q, k, v, graph)
-        # differential: (softmax(Q1 K1^T / sqrt(hs_k/2)) - lambda softmax(Q2 K2^T / sqrt(hs_k/2))) V, per head
-        # RMS-normalised (in the gain's dtype: float32 under autocast) and scaled by (1 - lambda_init).
-        # Both maps are linear in V: two SDPA calls, with Q and K halves zero-padded to V's head size
-        # (same scores) so SDPA can use its fused kernel. No attention dropout: two masks would not cancel.
-        half = q.shape[-1] // 2
-        q1, q2, k1, k2 = (F.pad(t, (0, v.shape[-1] - half)) for t in (*q.chunk(2, -1), *k.chunk(2, -1)))
-        heads = softmax_attention(q1, k1, v, graph, scale=half**-0.5) - self.diff_lambda() * softmax_attention(
-            q2, k2, v, graph, scale=half**-0.5
+        # differential: RMSNorm((softmax(Q1 K1^T / sqrt(hs_k/2)) - lambda softmax(Q2 K2^T / sqrt(hs_k/2))) V) times
+        # (1 - lambda_init), per head. No attention dropout: two masks would not cancel.
+        eps = self.head_norm.eps
+        assert eps is not None  # set in __init__
+        return differential_attention(
+            q, k, v, graph, self.diff_lambda(), self.head_norm.weight, eps, 1 - self.lambda_init
         )
-        return self.head_norm(heads.to(self.head_norm.weight.dtype)).type_as(heads) * (1 - self.lambda_init)
 
     def diff_lambda(self) -> Tensor:
         """lambda = exp(l_q1 . l_k1) - exp(l_q2 . l_k2) + lambda_init, one scalar per layer (kernel "diff").
@@ -344,7 +343,11 @@ def projection_coefficient(a: Tensor, v: Tensor) -> Tensor:
 
 def safe_squared_norm(v: Tensor) -> Tensor:
     """<v, v> along the last axis, inf where it is <= eps^2, so that dividing by it gives 0 there."""
-    vv = torch.linalg.vecdot(v, v)
+    return nonzero_or_inf(torch.linalg.vecdot(v, v))
+
+
+def nonzero_or_inf(vv: Tensor) -> Tensor:
+    """vv with inf where it is <= eps^2 (eps of its dtype): a squared norm that is safe to divide by."""
     return vv.masked_fill(vv <= torch.finfo(vv.dtype).eps ** 2, float("inf"))
 
 
@@ -362,20 +365,105 @@ class OrthogonalPart(torch.autograd.Function):
     """orthogonal_part with a hand-fused backward (fewer passes over (B, T, C) than autograd's):
 
     dL/da = g - c v,   dL/dv = 2 alpha c v - alpha g - c a,   c = <g, v> / <v, v>
+
+    The backward recomputes alpha and <v, v> from a and v with differentiable operations, so that a
+    second derivative (create_graph, torch.func.grad of grad) is right; vmap by torch's generated rule.
     """
 
-    @staticmethod
-    def forward(ctx: Any, a: Tensor, v: Tensor) -> Tensor:
-        vv = safe_squared_norm(v).unsqueeze(-1)
-        alpha = torch.linalg.vecdot(a, v).unsqueeze(-1) / vv  # projection_coefficient, keeping vv
-        ctx.save_for_backward(a, v, alpha, vv)
-        return torch.addcmul(a, alpha, v, value=-1)
+    generate_vmap_rule = True
 
     @staticmethod
-    @once_differentiable
+    def forward(a: Tensor, v: Tensor) -> Tensor:
+        return torch.addcmul(a, projection_coefficient(a, v).unsqueeze(-1), v, value=-1)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor, Tensor]:
-        a, v, alpha, vv = ctx.saved_tensors
+        a, v = ctx.saved_tensors
+        vv = safe_squared_norm(v).unsqueeze(-1)
+        alpha = torch.linalg.vecdot(a, v).unsqueeze(-1) / vv
         c = torch.linalg.vecdot(g, v).unsqueeze(-1) / vv
         grad_a = torch.addcmul(g, c, v, value=-1)
-        grad_v = (a * c.neg()).addcmul_(g, alpha, value=-1).addcmul_(v, 2 * alpha * c)
+        grad_v = (a * c.neg()).addcmul(g, alpha, value=-1).addcmul(v, 2 * alpha * c)
         return grad_a, grad_v
+
+
+def orthogonal_parts(a: Tensor, v: Tensor, n_head: int) -> Tensor:
+    """[Delta, Concat(Delta^s_1..Delta^s_M)]: the part of a orthogonal to v over the whole row and the parts of
+    each head's a_m orthogonal to its v_m, stacked (docs/theory/residuals.md sections 4, 5).
+
+    Delta = a - alpha v, alpha = <a, v> / <v, v>; Delta^s_m = a_m - beta_m v_m, beta_m = <a_m, v_m> / <v_m, v_m>,
+    the heads being n_head equal slices of the last axis. A (numerically) zero row or head of v gives a zero
+    coefficient, as in orthogonal_part. One pass forms both, and one backward gives the sum of both gradients.
+
+    Parameters
+    ----------
+    a, v : torch.Tensor
+        (..., w) rows, n_head dividing w.
+    n_head : int
+        The number of heads M.
+
+    Returns
+    -------
+    torch.Tensor
+        (..., 2, w): Delta at index 0 of axis -2, the per-head parts at index 1.
+    """
+    return OrthogonalParts.apply(a, v, n_head)
+
+
+class OrthogonalParts(torch.autograd.Function):
+    """orthogonal_parts with a hand-fused backward. With g and g^s the gradients of Delta and Delta^s,
+    c = <g, v> / <v, v> per row and c^s_m = <g^s_m, v_m> / <v_m, v_m> per head (OrthogonalPart's formula for each):
+
+    dL/da_m = g_m + g^s_m - (c + c^s_m) v_m
+    dL/dv_m = 2 (alpha c + beta_m c^s_m) v_m - alpha g_m - beta_m g^s_m - (c + c^s_m) a_m
+
+    The per-head products <a_m, v_m>, <v_m, v_m> also give the row's (their sums over the heads). Like
+    OrthogonalPart, the backward recomputes the coefficients from a and v (second derivatives stay right);
+    vmap by torch's generated rule.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(a: Tensor, v: Tensor, n_head: int) -> Tensor:
+        a_m, v_m = split(a, n_head), split(v, n_head)  # (..., M, hs)
+        coefficients, _ = OrthogonalParts.coefficients(a_m, v_m)
+        return torch.addcmul(a_m.unsqueeze(-3), coefficients, v_m.unsqueeze(-3), value=-1).flatten(-2)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor, int], output: Tensor) -> None:
+        a, v, ctx.n_head = inputs
+        ctx.save_for_backward(a, v)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, Tensor, None]:
+        a, v = ctx.saved_tensors
+        a_m, v_m = split(a, ctx.n_head), split(v, ctx.n_head)
+        coefficients, vv = OrthogonalParts.coefficients(a_m, v_m)  # (..., 2, M, 1) each
+        g = g.unflatten(-1, (ctx.n_head, -1))  # (..., 2, M, hs): g, g^s
+        gv = torch.linalg.vecdot(g, v_m.unsqueeze(-3))  # <g_m, v_m>, <g^s_m, v_m>: (..., 2, M)
+        c = torch.stack([gv[..., 0, :].sum(-1, keepdim=True).expand_as(gv[..., 1, :]), gv[..., 1, :]], dim=-2)
+        c = c.unsqueeze(-1) / vv  # c (repeated over the heads), c^s
+        c_sum, cross = c.sum(-3), 2 * (coefficients * c).sum(-3)  # (..., M, 1)
+        grad_a = (g[..., 0, :, :] + g[..., 1, :, :]).addcmul(c_sum, v_m, value=-1)
+        grad_v = (
+            torch.mul(v_m, cross)
+            .addcmul(g[..., 0, :, :], coefficients[..., 0, :, :], value=-1)
+            .addcmul(g[..., 1, :, :], coefficients[..., 1, :, :], value=-1)
+            .addcmul(a_m, c_sum, value=-1)
+        )
+        return grad_a.flatten(-2), grad_v.flatten(-2), None
+
+    @staticmethod
+    def coefficients(a_m: Tensor, v_m: Tensor) -> tuple[Tensor, Tensor]:
+        """(alpha, beta_m) and (<v, v>, <v_m, v_m>) (safe: inf where zero), each (..., 2, M, 1), from (..., M, hs)
+        heads; alpha and <v, v> repeated over the heads."""
+        av, vv = torch.linalg.vecdot(a_m, v_m), torch.linalg.vecdot(v_m, v_m)  # (..., M)
+        vv = nonzero_or_inf(torch.stack([vv.sum(-1, keepdim=True).expand_as(vv), vv], dim=-2))  # (..., 2, M)
+        av = torch.stack([av.sum(-1, keepdim=True).expand_as(av), av], dim=-2)
+        vv = vv.unsqueeze(-1)
+        return av.unsqueeze(-1) / vv, vv

@@ -15,9 +15,9 @@ softmax kernel, the diff and linear kernels with the standard residual, symmetri
             during one call (tensor bytes requested, not the process's resident memory).
 
 Each repeat runs every row once, in an order rotated by one row per repeat, so drift and cache
-effects touch every row alike; --warmup untimed repeats come first. Targets (issue): attentionx
-<= 1.05x, belief <= 1.08x, belief_star <= 1.15x of standard (the source papers report 1-4 % and
-4-10 % on GPU).
+effects touch every row alike; --warmup untimed repeats come first. Targets: attentionx <= 1.05x,
+belief <= 1.08x (the source papers report 1-4 % on GPU), belief_star <= 1.10x, differential
+<= 1.35x of standard (issue 32; belief*'s paper reports 4-10 % on GPU).
 
 A second table runs standard softmax attention on a sparse token graph (a random regular graph of
 degree --sparse-degree, 8 by default, with self loops over --sparse-tokens tokens, batch 1) along
@@ -68,9 +68,9 @@ ROWS = [
     ("standard", "softmax", False, None),
     ("attentionx", "softmax", False, 1.05),
     ("belief", "softmax", False, 1.08),
-    ("belief_star", "softmax", False, 1.15),
+    ("belief_star", "softmax", False, 1.10),
     ("concat", "softmax", False, None),
-    ("standard", "diff", False, None),
+    ("standard", "diff", False, 1.35),
     ("standard", "linear", False, None),
     ("standard", "softmax", True, None),
 ]

@@ -1,7 +1,7 @@
 """Tuning on a grid: one run per grid value against every value on the batch axis of one run, side by side.
 
-Table "pdmm.tune": least squares on a random geometric graph (--nodes, B = 4 instances, d = 4, k = 8 rows per
-node, ridge 0.1), float64, CPU, each tuned method on its default grid (17 rho or 15 alpha values) with max_iter
+Table "pdmm.tune": least squares on random geometric graphs (each of --nodes, B = 4 instances, d = 4, k = 8 rows
+per node, ridge 0.1), float64, CPU, each tuned method on its default grid (17 rho or 15 alpha values) with max_iter
 --iters and target 1e-6 (docs/decentralised.md section 8). *one run per value* is pdmm.tune's rule from one
 pdmm.solve per value, each later value cut to the fewest iterations to the target before it (what tune ran
 before); *batched* is pdmm.tune, the values in batches of pdmm.batch_runs.BATCH_BYTES (pdmm/batch_runs.py).
@@ -20,7 +20,7 @@ of their errors (0: the same bits).
 Each repetition times the variants in turn; the tables give the medians over --repeats after one warm-up
 repetition.
 
-    python benchmarks/bench_tuning.py [--nodes 50] [--iters 300] [--large-nodes 400] [--large-iters 100]
+    python benchmarks/bench_tuning.py [--nodes 10 50] [--iters 300] [--large-nodes 400] [--large-iters 100]
                                       [--tune-graphs 4] [--compare-rounds 112] [--repeats 3]
                                       [--results-dir benchmarks/results] [--shared no]
 
@@ -115,9 +115,9 @@ def with_batch_bytes(size, problem, method, x_star, budget):
         batch_runs.BATCH_BYTES = default
 
 
-def bench_tune(args, recorder):
-    problem, x_star = least_squares(args.nodes)
-    print(f"pdmm.tune, least squares, n = {args.nodes}, B = 4, d = 4, max_iter = {args.iters}")
+def bench_tune(args, recorder, nodes):
+    problem, x_star = least_squares(nodes)
+    print(f"pdmm.tune, least squares, n = {nodes}, B = 4, d = 4, max_iter = {args.iters}")
     print("| method | values | one run per value s | batched s | speed-up | same choice |")
     print("|---|---:|---:|---:|---:|---|")
     for row in METHODS:
@@ -134,7 +134,7 @@ def bench_tune(args, recorder):
         recorder.add(
             "pdmm.tune",
             method=row,
-            nodes=args.nodes,
+            nodes=nodes,
             instances=4,
             values=len(values),
             max_iter=args.iters,
@@ -215,7 +215,7 @@ def bench_compare(args, recorder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=50, help="nodes of pdmm.tune's problem")
+    parser.add_argument("--nodes", type=int, nargs="+", default=[10, 50], help="nodes of pdmm.tune's problems")
     parser.add_argument("--iters", type=int, default=300, help="pdmm.tune's max_iter")
     parser.add_argument("--large-nodes", type=int, default=400, help="nodes of the batch-size table's problem")
     parser.add_argument("--large-iters", type=int, default=100, help="its max_iter")
@@ -226,7 +226,8 @@ def main():
     args = parser.parse_args()
     recorder = Recorder("bench_tuning", args.results_dir, args.shared)  # before any work: load at start
     print(f"{cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    bench_tune(args, recorder)
+    for nodes in args.nodes:
+        bench_tune(args, recorder, nodes)
     bench_batch_size(args, recorder)
     bench_compare(args, recorder)
 

@@ -428,6 +428,61 @@ operations; ADMM keeps per-edge state. The set-up (W and its spectrum) is not ti
         ],
     ),
     Section(
+        "Tuning on a grid: one run per value against the grid on the batch axis",
+        "bench_tuning",
+        """
+`pdmm.tune` and the scoring of `pdmm-bridge compare`'s classical rows run a method at every value of a grid
+(docs/decentralised.md section 8). *one run per value*: one run after another (what both did before);
+*batched*: the instances tiled once per value, the values on the batch axis of one run, in batches of
+`pdmm.batch_runs.BATCH_BYTES` of edge state, equal to the runs per value to 1e-12. pdmm.tune: least squares
+on a random geometric graph, B = 4, d = 4, default grids, target 1e-6; "same choice" compares the values chosen.
+Batch size: pdmm tuned on a larger graph, batches of one value, of BATCH_BYTES and of the whole grid, each
+against one run per value. compare: seed 0's tuning instances of docs/compare's setting (64-128 nodes, B = 16
+per graph) over 112 rounds; the largest relative difference of the errors (0: the same bits). Medians.
+""",
+        [
+            Table(
+                "pdmm.tune",
+                [
+                    Column("method", "method", "{}", False),
+                    Column("nodes", "nodes", "{:.0f}"),
+                    Column("values", "values", "{:.0f}"),
+                    Column("max_iter", "max_iter", "{:.0f}"),
+                    Column("one run per value s", "per_value_s", "{:.3f}"),
+                    Column("batched s", "batched_s", "{:.3f}"),
+                    Column("speed-up", "speedup", "{:.1f}x"),
+                    Column("same choice", "same_choice", "{}", False),
+                ],
+            ),
+            Table(
+                "batch size",
+                [
+                    Column("batches of", "batches_of", "{}", False),
+                    Column("nodes", "nodes", "{:.0f}"),
+                    Column("MiB per value", "mib_per_value", "{:.2f}"),
+                    Column("values per batch", "values_per_batch", "{:.0f}"),
+                    Column("batched s", "batched_s", "{:.2f}"),
+                    Column("one run per value s", "per_value_s", "{:.2f}"),
+                    Column("/ one run per value", "ratio_to_per_value", "{:.2f}"),
+                    Column("same choice", "same_choice", "{}", False),
+                ],
+            ),
+            Table(
+                "compare",
+                [
+                    Column("row", "row", "{}", False),
+                    Column("tuning graphs", "graphs", "{:.0f}"),
+                    Column("rounds", "rounds", "{:.0f}"),
+                    Column("values", "values", "{:.0f}"),
+                    Column("one run per value s", "per_value_s", "{:.3f}"),
+                    Column("batched s", "batched_s", "{:.3f}"),
+                    Column("speed-up", "speedup", "{:.1f}x"),
+                    Column("largest relative difference", "largest_relative_difference", "{:.1e}"),
+                ],
+            ),
+        ],
+    ),
+    Section(
         "Renumbering nodes inside pdmm.solve: what it costs and saves",
         "bench_reorder",
         """

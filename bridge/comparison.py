@@ -51,6 +51,7 @@ import torch
 
 import attention
 import pdmm
+from pdmm.batch_runs import per_instance, pieces
 from pdmm.methods import METHODS
 
 from . import frontier
@@ -306,16 +307,57 @@ def classical_errors(method: str, params: dict[str, Any], rounds: int, instances
     params = dict(params)
     rho = params.pop("rho", None)
     rho = None if rho is None else float(rho)
+    return torch.cat(
+        [
+            _round_errors(METHODS[method](graph, local, edges, rho, **params), a, rounds)
+            for graph, local, edges, a in instances
+        ],
+        dim=1,
+    )
+
+
+@torch.no_grad()
+def grid_errors(
+    method: str,
+    fixed: dict[str, Any],
+    key: str | None,
+    values: Sequence[Any],
+    rounds: int,
+    instances: Sequence[Compiled],
+) -> torch.Tensor:
+    """(values, rounds, instances) errors of classical_errors(method, {**fixed, key: value}, rounds, instances) for
+    every grid value, the values in one run per graph (as many as pdmm.batch_runs.pieces puts in a batch): its B
+    instances tiled once per value (LocalFunction.tiled) and value g held by instances g B .. g B + B - 1 (rho, or
+    an interval's two ends, as per-instance tensors (1, G B, 1), pdmm.methods; docs/decentralised.md section 8).
+    Instances are independent, so each value's errors are those of its own run (to 1e-12, tests/test_batch_runs.py),
+    a diverging one included. key None: the method's one setting (values [None])."""
+    if key is None:
+        return classical_errors(method, fixed, rounds, instances)[None]
     out = []
     for graph, local, edges, a in instances:
-        algorithm = METHODS[method](graph, local, edges, rho, **params)
-        state = algorithm.init(a.T[..., None])  # pdmm's state layout: x (n, B, 1)
-        iterates = []
-        for _ in range(rounds):
-            state = algorithm.step(state)
-            iterates.append(state["x"][..., 0].T)
-        out.append(disagreement_error(torch.stack(iterates), a))
-    return torch.cat(out, dim=1)
+        B = a.shape[0]
+        runs = []
+        for batch in pieces(values, graph.num_edges * B * a.element_size()):
+            G = len(batch)
+            if key == "interval":
+                value: Any = tuple(per_instance([v[end] for v in batch], B, a).view(1, -1, 1) for end in (0, 1))
+            else:
+                value = per_instance(batch, B, a).view(1, -1, 1)
+            params = {**fixed, key: value}
+            algorithm = METHODS[method](graph, local.tiled(G), edges, params.pop("rho", None), **params)
+            runs.append(_round_errors(algorithm, a.repeat(G, 1), rounds).view(rounds, G, B))
+        out.append(torch.cat(runs, dim=1))
+    return torch.cat(out, dim=2).transpose(0, 1)
+
+
+def _round_errors(algorithm: Any, a: torch.Tensor, rounds: int) -> torch.Tensor:
+    """(rounds, B) errors of `algorithm` (a pdmm.methods step) after rounds 1..rounds from x0 = a (B, n)."""
+    state = algorithm.init(a.T[..., None])  # pdmm's state layout: x (n, B, 1)
+    iterates = []
+    for _ in range(rounds):
+        state = algorithm.step(state)
+        iterates.append(state["x"][..., 0].T)
+    return disagreement_error(torch.stack(iterates), a)
 
 
 def mean_log(errors: torch.Tensor) -> np.ndarray:
@@ -402,11 +444,13 @@ def tune_classical(
 ) -> dict[int, float]:
     """Rows of classical method `name` (TUNED) tuned per round and for the last round on the tuning instances;
     returns the validation scores {round: mean log10 error} of its per-round choices, by which the best
-    classical row is chosen."""
+    classical row is chosen. The grid is scored on the tuning instances in one batch (grid_errors); the few values
+    chosen run one by one on the held-out and validation instances, each only as far as it is needed."""
     method, fixed, key, grid = TUNED[name]
     rounds, R = setting.classical_rounds(), setting.rounds
     params = [dict(fixed) if value is None else {**fixed, key: value} for value in grid]
-    scores = np.stack([mean_log(classical_errors(method, p, rounds[-1], tuning)) for p in params])  # (grid, horizon)
+    # (grid, horizon): every value of the grid in one batch per tuning graph
+    scores = np.stack([mean_log(e) for e in grid_errors(method, fixed, key, grid, rounds[-1], tuning)])
     choice = {r: int(np.argmin(scores[:, r - 1])) for r in rounds}
     needed: dict[int, int] = {}  # the grid entries the held-out sets run, and up to which round
     for r, g in choice.items():

@@ -10,6 +10,9 @@ words gather, aggregate, exchange and fuse as docs/theory/pdmm.md section 14 def
     messages:  y_{i|j} = z_{i|j} + 2c (A_ij x_i - b_ij / 2)
     reflect:   z_{i|j} <- y_{j|i}                   on an equality edge
                z_{i|j} <- max(y_{j|i}, -y_{i|j})    on an inequality edge, per row (docs/pdmm_inequality.md)
+
+c is a number or one value per instance, a tensor (1, B, 1) that broadcasts against the state (E, B, m) (a grid of
+rho values run as one batch, docs/decentralised.md section 8).
 """
 
 import torch
@@ -35,8 +38,8 @@ class Consensus:
         return (self.graph.num_edges, batch, dim)
 
     def curvature(self, rho):
-        """C_i = rho d_i I, as a (n, 1) scalar per node."""
-        return (rho * self.graph.degree.to(self.graph.sign.dtype)).unsqueeze(1)
+        """C_i = rho d_i I, as a (n, 1) scalar per node, (n, B) for a per-instance rho (1, B, 1)."""
+        return (rho * self.graph.degree.to(self.graph.sign.dtype).view(-1, 1, 1))[..., 0]
 
     def aggregate(self, w, rho):
         """u_i = sum_{e at i} w_e (edge -> node, docs/theory/pdmm.md section 14): node i's linear term."""
@@ -75,9 +78,9 @@ class EdgeMatrices:
         return (self.graph.num_edges, batch, self.A.shape[1])
 
     def curvature(self, rho):
-        """C_i = rho sum_j A_ij^T A_ij, as (n, 1, d, d)."""
-        gram = torch.einsum("emd,emk->edk", self.A, self.A)
-        return (rho * self.graph.aggregate(gram)).unsqueeze(1)
+        """C_i = rho sum_j A_ij^T A_ij, as (n, 1, d, d), (n, B, d, d) for a per-instance rho (1, B, 1)."""
+        gram = self.graph.aggregate(torch.einsum("emd,emk->edk", self.A, self.A)).unsqueeze(1)
+        return (rho.unsqueeze(-1) if torch.is_tensor(rho) else rho) * gram
 
     def aggregate(self, z, rho):
         """u_i = sum_{j in N_i} A_ij^T (z_{i|j} - rho b_ij / 2) (edge -> node, docs/theory/pdmm.md section 14)."""

@@ -5,7 +5,7 @@ They solve consensus problems, minimise sum_i f_i(x), with W a mixing matrix of 
 (pdmm.mixing: a kind, default "metropolis", or the user's own, checked). A step updates every
 node at once on x (n, B, d); neighbours enter only through products with W, one sparse product
 per round (pdmm.mixing.MixingProduct), in which each node sends one vector of d numbers to each
-neighbour (two, stacked, for gradient tracking). The step size alpha is a number or "auto", a
+neighbour (two, stacked, for gradient tracking). The step size alpha is a number (or one per instance), or "auto", a
 rule in L = max_i L_i (per instance, from LocalFunction.smoothness of the smooth part) and
 lambda_min(W): half of the method's step bound (docs/decentralised.md section 6). W's spectrum is
 computed once per run (pdmm.spectral_interval) and refused unless -1 < lambda_min(W) and
@@ -62,7 +62,7 @@ class Decentralised:
         edges: Consensus,
         rho: None,
         mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis",
-        alpha: "float | str" = "auto",
+        alpha: "float | str | torch.Tensor" = "auto",
         *,
         channel: Channel | None = None,
     ):
@@ -154,7 +154,7 @@ class DGD(Decentralised):
         edges: Consensus,
         rho: None,
         mixing: "str | np.ndarray | scipy.sparse.sparray" = "metropolis",
-        alpha: "float | str" = "auto",
+        alpha: "float | str | torch.Tensor" = "auto",
         step: str = "constant",
         *,
         channel: Channel | None = None,
@@ -351,12 +351,15 @@ def _lowest_eigenvalue(W, name):
 def _step_size(alpha, rule, smooth, batch, like):
     """alpha as a (1, B, 1) tensor on the run's device and dtype (those of like): rule(L) for "auto", with
     L = max_i L_i per instance (at least the dtype's tiny, so that f = 0 gives a finite step), else the number
-    given (> 0, finite)."""
+    given (> 0, finite) or one such number per instance, a tensor of B values (a grid of step sizes run as one
+    batch, docs/decentralised.md section 8)."""
     if isinstance(alpha, str) and alpha == "auto":
         L = smooth.smoothness().amax(0)
         value = rule(L.clamp(min=torch.finfo(L.dtype).tiny))
     elif isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0:
         value = torch.full((batch,), float(alpha), dtype=like.dtype, device=like.device)
+    elif torch.is_tensor(alpha) and alpha.numel() == batch and bool((torch.isfinite(alpha) & (alpha > 0)).all()):
+        value = alpha.to(like.device, like.dtype)
     else:
-        raise ValueError(f"alpha must be 'auto' or a finite number > 0, got {alpha!r}")
+        raise ValueError(f"alpha must be 'auto' or a finite number > 0, got {alpha!r:.200}")
     return value.view(1, -1, 1)

@@ -140,8 +140,9 @@ class RunOptions:
     ----------
     method : str
         The method's name, a key of pdmm.METHODS.
-    rho : float or None
-        The penalty parameter; None for the methods on a mixing matrix, which have none.
+    rho : float, torch.Tensor or None
+        The penalty parameter, or one per instance, (B,) in the run's dtype (a grid of values run as one batch,
+        pdmm.batch_runs); None for the methods on a mixing matrix, which have none.
     max_iter : int
         Iterations at most.
     tol : float
@@ -187,7 +188,7 @@ class RunOptions:
     """
 
     method: str
-    rho: float | None
+    rho: float | torch.Tensor | None
     max_iter: int
     tol: float
     reference: Any = None
@@ -368,24 +369,26 @@ class Bookkeeping:
         self.last = None if k % self.every == 0 else (r, k)
 
     def sizes(self, x, x_old):
-        """(RMS of x, RMS of x - x_old) per instance, (B,) each, and whether every entry of x is finite."""
-        return rms(x), rms(x - x_old), torch.isfinite(x).all()
+        """(RMS of x, RMS of x - x_old) per instance, (B,) each, and whether every entry of x is finite, per
+        instance (B,)."""
+        return rms(x), rms(x - x_old), torch.isfinite(x).all(2).all(0)
 
     def state_sizes(self, t, t_old):
         """(RMS of t, RMS of t - t_old) per instance, (B,) each, for a state tensor (N, B, m) other than x."""
         return rms(t), rms(t - t_old)
 
     def state_test(self, new, old, tol, scale, change):
-        """(passes, frozen), 0-dim bool tensors, from the method's state besides x (z, u, x_half, ...;
-        docs/guide/solve.md, "The stopping test"). passes: the fixed-point residual of the multipliers, rho * (RMS
-        change of x), what one step moves them by, is <= tol * max(DUAL_SLACK * scale, their RMS), so a large rho (x
-        pinned while the multipliers still travel) cannot pass with x stuck near x^0; with rho <= DUAL_SLACK this
-        follows from the test on x, and methods without rho pass. Over a network (self.ideal: new is two ideal steps
-        from old) every state tensor's own change must also be <= tol * max(DUAL_SLACK * scale, its RMS): a message lost
-        for good leaves its z where it was, a fixed point of the lossy step whose x is not the solution, which an ideal
-        step moves in z (two steps, as pdmm with theta = 1 flips the part of z that x never sees, such as network
-        privacy's perturbation, at every step). frozen: every state tensor changed by at most FROZEN_EPS * eps * its RMS
-        in the step (rounding only): the step no longer moves the state."""
+        """(passes, frozen), bool tensors per instance (B,) or 0-dim where nothing varies by instance, from the
+        method's state besides x (z, u, x_half, ...; docs/guide/solve.md, "The stopping test"). passes: the
+        fixed-point residual of the multipliers, rho * (RMS change of x), what one step moves them by, is <= tol *
+        max(DUAL_SLACK * scale, their RMS), so a large rho (x pinned while the multipliers still travel) cannot pass
+        with x stuck near x^0; with rho <= DUAL_SLACK this follows from the test on x, and methods without rho pass.
+        Over a network (self.ideal: new is two ideal steps from old) every state tensor's own change must also be <=
+        tol * max(DUAL_SLACK * scale, its RMS): a message lost for good leaves its z where it was, a fixed point of
+        the lossy step whose x is not the solution, which an ideal step moves in z (two steps, as pdmm with theta = 1
+        flips the part of z that x never sees, such as network privacy's perturbation, at every step). frozen: every
+        state tensor changed by at most FROZEN_EPS * eps * its RMS in the step (rounding only): the step no longer
+        moves the state."""
         eps = FROZEN_EPS * torch.finfo(scale.dtype).eps
         frozen = torch.ones((), dtype=torch.bool, device=scale.device)
         settled = torch.ones((), dtype=torch.bool, device=scale.device)
@@ -399,30 +402,30 @@ class Bookkeeping:
             ):
                 continue
             size, moved = self.state_sizes(t, before)
-            frozen = frozen & (moved <= eps * size).all()
+            frozen = frozen & (moved <= eps * size)
             largest = torch.maximum(largest, size)
             if self.ideal is not None:
-                settled = settled & (moved <= tol * torch.maximum(DUAL_SLACK * scale, size)).all()
+                settled = settled & (moved <= tol * torch.maximum(DUAL_SLACK * scale, size))
         if self.rho is None:
             return settled, frozen
-        passes = (self.rho * change <= tol * torch.maximum(DUAL_SLACK * scale, largest)).all()
+        passes = self.rho * change <= tol * torch.maximum(DUAL_SLACK * scale, largest)
         return passes & settled, frozen
 
     def scale(self, size):
         """The stopping test's scale per instance, max(floor, RMS of x); floor = min(1, the problem's scale), or 1."""
         return torch.clamp(size, min=1.0) if self.floor is None else torch.maximum(size, self.floor)
 
-    def check(self, new, old, seen, first, rows, tol, target):
-        """(stop, stalled, finite, grown, largest residual) after the step from state `old` to `new`: the
-        stopping test, the stall test and the divergence test, in one read from the device; rows: those
-        recorded up to this iteration's.
+    def tests(self, new, old, seen, first, tol, target):
+        """The tests of check() per instance, before they are combined over the instances: (passes, reached, frozen,
+        finite, grown, residual), each (B,) (finite and frozen may be 0-dim where nothing varies by instance).
 
-        stop: the residual and the change of x are <= tol * max(floor, RMS of x), floor = min(1, the problem's
-        scale), the method's multipliers pass state_test and a method with a step size its step test (or the
-        target error is reached); over a network (self.ideal) the changes are two ideal steps' from `new`;
-        stalled: not stop, yet x and the whole state are frozen (a floating-point fixed point short of tol, or a
-        step that changes nothing), tested with tol > 0 for pdmm, qa-pdmm and admm on the ideal network only
-        (docs/guide/solve.md, "The stopping test")."""
+        passes: the residual and the change of x are <= tol * max(floor, RMS of x), floor = min(1, the problem's
+        scale), the method's multipliers pass state_test and a method with a step size its step test; over a network
+        (self.ideal, taken once every instance's residual passes) the changes are two ideal steps' from `new`.
+        reached: the error is <= target (None without a target). frozen: x and the whole state changed by rounding
+        only. finite: x and the residual are finite. grown: the residual grew DIVERGENCE_GROWTH-fold from `first`,
+        iteration 1's (docs/guide/solve.md, "The stopping test"). Instances are independent, so a batch of
+        independent runs (pdmm.tuning) combines these over each run's own instances."""
         x = new["x"]
         residual = self.residual(x, seen)
         size, change, finite = self.sizes(x, old["x"])
@@ -437,23 +440,39 @@ class Bookkeeping:
         passes, frozen = self.state_test(new, old, tol, scale, change)
         if self.stiffness is not None:  # a tiny step moves x little however far it is: 1/step * change is the
             inverse_step, curvature = self.stiffness  # fixed-point residual in gradient units, against L's
-            passes = passes & (inverse_step * change <= tol * DUAL_SLACK * curvature * scale).all()
-        stop = (residual <= tol * scale).all() & (change <= tol * scale).all() & passes
-        if target is not None:
-            stop |= (self.error(x, seen) <= target).all()
-        frozen = frozen & (change <= FROZEN_EPS * torch.finfo(x.dtype).eps * size).all()
-        # tol=0: every iteration; a network: random steps; the methods on a mixing matrix: some settle off the
-        # solution by design (constant-step dgd) and run to max_iter as before
-        watched = 0 < tol < math.inf and self.channel is None and self.rho is not None
-        stalled = ~stop & frozen & watched
-        finite = finite & torch.isfinite(residual).all()
-        if "objective" in self.columns:  # every objective recorded since the last test
-            finite &= torch.isfinite(self.columns["objective"][self.checked : rows]).all()
+            passes = passes & (inverse_step * change <= tol * DUAL_SLACK * curvature * scale)
+        passes = (residual <= tol * scale) & (change <= tol * scale) & passes
+        reached = None if target is None else self.error(x, seen) <= target
+        frozen = frozen & (change <= FROZEN_EPS * torch.finfo(x.dtype).eps * size)
+        finite = finite & torch.isfinite(residual)
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
         if self.baseline is not None:  # a first residual of 0 (nothing moved yet) is no baseline for growth
             floor = torch.maximum(floor, self.baseline)
-        grown = (residual > DIVERGENCE_GROWTH * floor).any()
-        stop, stalled, finite, grown, largest = read(stop, stalled, finite, grown, residual.max())
+        grown = residual > DIVERGENCE_GROWTH * floor
+        return passes, reached, frozen, finite, grown, residual
+
+    def check(self, new, old, seen, first, rows, tol, target):
+        """(stop, stalled, finite, grown, largest residual) after the step from state `old` to `new`: the
+        stopping test, the stall test and the divergence test of every instance (tests), combined over the
+        instances in one read from the device; rows: those recorded up to this iteration's.
+
+        stop: every instance passes (or every instance reached the target); stalled: not stop, yet x and the
+        whole state are frozen (a floating-point fixed point short of tol, or a step that changes nothing), tested
+        with tol > 0 for pdmm, qa-pdmm and admm on the ideal network only; finite: every instance (and every
+        objective recorded since the last test) finite; grown: some instance's residual grown (docs/guide/solve.md,
+        "The stopping test")."""
+        passes, reached, frozen, finite, grown, residual = self.tests(new, old, seen, first, tol, target)
+        stop = passes.all()
+        if reached is not None:
+            stop |= reached.all()
+        # tol=0: every iteration; a network: random steps; the methods on a mixing matrix: some settle off the
+        # solution by design (constant-step dgd) and run to max_iter as before
+        watched = 0 < tol < math.inf and self.channel is None and self.rho is not None
+        stalled = ~stop & frozen.all() & watched
+        finite = finite.all()
+        if "objective" in self.columns:  # every objective recorded since the last test
+            finite &= torch.isfinite(self.columns["objective"][self.checked : rows]).all()
+        stop, stalled, finite, grown, largest = read(stop, stalled, finite, grown.any(), residual.max())
         self.checked = rows
         return bool(stop), bool(stalled), bool(finite), bool(grown), largest
 

@@ -19,7 +19,10 @@ with W (pdmm.decentralised.NetworkMixing), gossip and chebyshev refuse it (check
 State tensors: x (n, B, d), edge state (E, B, m). `uses_rho`: whether the method has the penalty
 parameter rho (pdmm.solve's default rho=None means 1.0 for those that do). `vectors_sent`: the
 messages (of the edge state's width) each directed edge carries per round on the ideal network;
-`silent_rounds`: the first rounds, which send none (pdmm.solve's counts).
+`silent_rounds`: the first rounds, which send none (pdmm.solve's counts). A tuned parameter (rho; dgd's, extra's,
+nids' and gradient-tracking's alpha; chebyshev's interval) may hold one value per instance, a tensor (1, B, 1) that
+broadcasts against the state: a grid of values on B = (values x instances) runs as one batch, each instance as its
+own run with a number would (docs/decentralised.md section 8).
 """
 
 import warnings
@@ -31,7 +34,7 @@ from .constraints import Consensus
 from .decentralised import DGD, EXTRA, NIDS, GradientTracking, check_network
 from .local import Quadratic
 from .local.base import add, is_scalar, spd_solver
-from .mixing import MixingProduct, as_mixing, spectral_interval
+from .mixing import MixingProduct, add_product, as_mixing, spectral_interval
 from .network import private_point
 
 MIN_WIDTH = 1e-6  # chebyshev: the least width of a default interval (a graph whose W has one eigenvalue besides 1)
@@ -175,7 +178,7 @@ class NodeForm:
         self.algorithm = algorithm
         graph = algorithm.graph
         self.theta, self.rho = algorithm.theta, algorithm.rho
-        self.twice_rho_degree = (2 * self.rho * graph.degree.to(graph.sign.dtype)).view(-1, 1, 1)
+        self.twice_rho_degree = 2 * self.rho * graph.degree.to(graph.sign.dtype).view(-1, 1, 1)
         crow = torch.cat([graph.degree.new_zeros(1), torch.cumsum(graph.degree, 0)])
         with warnings.catch_warnings():  # "sparse CSR support is in beta"
             warnings.simplefilter("ignore", UserWarning)
@@ -192,8 +195,7 @@ class NodeForm:
         u, minus_v = state["u"], state["minus_v"]
         new = self.algorithm.local_step(state, u)
         x = new["x"]
-        rows = lambda t: t.reshape(len(t), -1)  # noqa: E731  (n, B, d) -> (n, B d) for the sparse product
-        u_next = torch.addmm(rows(minus_v), self.adjacency, rows(x), alpha=-2 * self.rho).view(x.shape)
+        u_next = add_product(minus_v, self.adjacency, x, -2 * self.rho)
         minus_v_next = torch.addcmul(u, self.twice_rho_degree, x)
         if self.theta != 1:
             u_next, minus_v_next = torch.lerp(u, u_next, self.theta), torch.lerp(minus_v, minus_v_next, self.theta)
@@ -326,7 +328,8 @@ class Chebyshev(Gossip):
         omega_2 = 2 t1^2 / (2 t1^2 - 1),   omega_{r+1} = 1 / (1 - omega_r / (4 t1^2))
 
     the omegas Python floats (no device reads). interval: None (default) for spectral_interval(W),
-    widened to at least MIN_WIDTH, or a pair (low, high) with -1 <= low < high < 1. An interval that
+    widened to at least MIN_WIDTH, or a pair (low, high) with -1 <= low < high < 1, each a number or one value per
+    instance, a tensor (1, B, 1) (the omegas then float64 tensors (1, B, 1) by the same recursion). An interval that
     misses eigenvalues of W can make the iteration diverge (section 5).
     """
 
@@ -336,7 +339,7 @@ class Chebyshev(Gossip):
         super().__init__(graph, local, edges, rho, mixing, channel=channel)
         self.low, self.high = _interval(interval, self.W)
         self.t1 = (2 - self.low - self.high) / (self.high - self.low)
-        self.omegas = [1.0, 2 * self.t1**2 / (2 * self.t1**2 - 1)]  # omega_1 (no x^{-1}), omega_2
+        self.omegas = [1.0, 2 * self.t1 * self.t1 / (2 * self.t1 * self.t1 - 1)]  # omega_1 (no x^{-1}), omega_2
 
     def init(self, x0):
         return {"x": self.a, "previous": self.a, "round": 0}
@@ -344,14 +347,20 @@ class Chebyshev(Gossip):
     def omega(self, r):
         """omega_r (r >= 1), by the recursion, kept for the later calls."""
         while len(self.omegas) < r:
-            self.omegas.append(1 / (1 - self.omegas[-1] / (4 * self.t1**2)))
+            self.omegas.append(1 / (1 - self.omegas[-1] / (4 * self.t1 * self.t1)))
         return self.omegas[r - 1]
 
     def step(self, state):
         x, r = state["x"], state["round"]
         omega, s = self.omega(r + 1), self.low + self.high
-        base = x.mul(-omega * s / (2 - s)).add_(state["previous"], alpha=1 - omega)
-        return {"x": self.product(x, base, 2 * omega / (2 - s)), "previous": x, "round": r + 1}
+        scale, keep, mix = -omega * s / (2 - s), 1 - omega, 2 * omega / (2 - s)
+        if torch.is_tensor(s):  # one interval per instance: coefficients computed in float64 and then taken to x's
+            like = dict(dtype=x.dtype, device=x.device)  # dtype, as a Python float is
+            scale, keep, mix = (torch.as_tensor(c).to(**like) for c in (scale, keep, mix))
+            base = torch.addcmul(x.mul(scale), state["previous"], keep)  # rounds as add_(alpha=) does
+        else:
+            base = x.mul(scale).add_(state["previous"], alpha=keep)
+        return {"x": self.product(x, base, mix), "previous": x, "round": r + 1}
 
 
 def _node_values(local, edges):
@@ -377,7 +386,8 @@ def _is_identity(P):
 
 
 def _interval(interval, W):
-    """(low, high) of Chebyshev's interval, checked: -1 <= low < high < 1 (docs/averaging.md section 5)."""
+    """(low, high) of Chebyshev's interval, checked: -1 <= low < high < 1 (docs/averaging.md section 5); each end a
+    number, or a float64 tensor (1, B, 1) where it was given per instance."""
     if interval is None:
         low, high = spectral_interval(W)
         if low >= -1 - 1e-12:  # else refused below; -1 up to rounding (a bipartite W) counts as -1
@@ -386,13 +396,24 @@ def _interval(interval, W):
         given = "W's spectral interval"
     else:
         try:
-            low, high = (float(v) for v in interval)
-        except (TypeError, ValueError):
+            low, high = (_end(v) for v in interval)
+        except (TypeError, ValueError, RuntimeError):
             raise ValueError(f"interval must be None or a pair (low, high) of numbers, got {interval!r}") from None
         given = "interval"
-    if not (-1 <= low < high < 1):
+    if torch.is_tensor(low) or torch.is_tensor(high):
+        ends = torch.as_tensor(low), torch.as_tensor(high)
+        if not bool(((-1 <= ends[0]) & (ends[0] < ends[1]) & (ends[1] < 1)).all()):
+            raise ValueError(f"chebyshev needs -1 <= low < high < 1 for every instance, got {given} {interval!r:.200}")
+    elif not (-1 <= low < high < 1):
         raise ValueError(f"chebyshev needs -1 <= low < high < 1, got {given} ({low:.6g}, {high:.6g})")
     return low, high
+
+
+def _end(value):
+    """One end of an interval: a float, or a float64 tensor (1, B, 1) of one value per instance."""
+    if torch.is_tensor(value) and value.numel() > 1:
+        return value.detach().to(torch.float64).view(1, -1, 1)
+    return float(value)
 
 
 METHODS: dict[str, Any] = {  # name -> class; the classes share no base, only the attributes solve reads

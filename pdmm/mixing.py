@@ -186,7 +186,7 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
 
 class MixingProduct:
     """x -> base + alpha W x over (n, B, d) tensors, W a mixing matrix (scipy CSR): one torch sparse CSR
-    product on the graph's device and dtype (like), with x and base seen as (n, B d) matrices; the
+    product on the graph's device and dtype (like), with x and base seen as (n, B d) matrices (add_product); the
     matrix is converted once, here."""
 
     def __init__(self, W, like):
@@ -202,10 +202,37 @@ class MixingProduct:
             ).to(like.device, like.dtype)
 
     def __call__(self, x, base=None, alpha=1.0):
-        rows = x.reshape(len(x), -1)
         if base is None:
-            return (self.W @ rows).view(x.shape)
-        return torch.addmm(base.reshape(rows.shape), self.W, rows, alpha=alpha).view(x.shape)
+            return (self.W @ x.reshape(len(x), -1)).view(x.shape)
+        return add_product(base, self.W, x, alpha)
+
+
+def add_product(base: torch.Tensor, matrix: torch.Tensor, x: torch.Tensor, alpha: Any) -> torch.Tensor:
+    """base + alpha M x over node tensors (n, B, w), M a sparse (n, n) matrix and x seen as an (n, B w) matrix.
+
+    A number alpha: one torch.addmm. One alpha per instance, a tensor (1, B, 1) (a grid of values run as one batch,
+    docs/decentralised.md section 8): the product scaled and added, which on the CPU rounds as addmm does.
+
+    Parameters
+    ----------
+    base : torch.Tensor
+        (n, B, w) what the product is added to.
+    matrix : torch.Tensor
+        (n, n) sparse CSR.
+    x : torch.Tensor
+        (n, B, w) the node values multiplied.
+    alpha : float or torch.Tensor
+        A number, or (1, B, 1) one per instance.
+
+    Returns
+    -------
+    torch.Tensor
+        (n, B, w).
+    """
+    rows = x.reshape(len(x), -1)
+    if torch.is_tensor(alpha):
+        return base + alpha * (matrix @ rows).view(x.shape)
+    return torch.addmm(base.reshape(rows.shape), matrix, rows, alpha=alpha).view(x.shape)
 
 
 def _undirected(graph):

@@ -136,6 +136,27 @@ class Problem:
             new.inequality = None if self.inequality is None else self.inequality.index_select(0, index)
         return new, edge_of
 
+    def tiled(self, copies: int) -> "Problem":
+        """The same problem with `copies` copies of every instance, one after the other: instance c B + b is
+        instance b (LocalFunction.tiled; a grid of parameter values run as one batch, docs/decentralised.md
+        section 8). The graph and the edge matrices are shared; the result keeps the batch axis.
+
+        Parameters
+        ----------
+        copies : int
+            How many copies, >= 1.
+
+        Returns
+        -------
+        Problem
+            The problem of copies B instances.
+        """
+        new = object.__new__(Problem)
+        new.__dict__.update(self.__dict__)
+        new.local = self.local.tiled(copies)
+        new.batch, new.batched = new.local.shape[1], True
+        return new
+
     def __repr__(self):
         kind = "consensus" if self.is_consensus else "edge matrices"
         if self.inequality is not None:

@@ -9,7 +9,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -367,8 +367,76 @@ def _checked_options(
 
 
 def _run_local(problem, options):
-    """The local engine: the method built on this process (renumbered, in the node form or over a simulated network
-    as options say) and run by pdmm.loop.iterate; the Result, after a ConvergenceWarning where one is due."""
+    """The local engine: the method built on this process (prepare) and run by pdmm.loop.iterate; the Result, after a
+    ConvergenceWarning where one is due."""
+    run = prepare(problem, options)
+    options, book = run.options, run.book
+    so_far = Progress((run.state, 0, 0))
+    start = time.perf_counter()
+
+    def finish(status):
+        state, done, rows = so_far.now
+        return make_result(state, done, book, rows, status, start, problem, options, run.x_star, run.order)
+
+    with (
+        torch.no_grad(),
+        tqdm(total=options.max_iter, desc=options.method, disable=not options.progress, leave=False) as bar,
+    ):
+        try:
+            status = iterate(
+                run.step,
+                so_far,
+                book,
+                options,
+                finish,
+                before=None if run.channel is None else run.channel.draw,
+                bar=bar if options.progress else None,
+            )
+        except KeyboardInterrupt:
+            status = "interrupted"
+    return _warned(finish(status), options.tol, problem, options.rho)
+
+
+@dataclass
+class Prepared:
+    """A local run ready to iterate (prepare): its options (tol=-inf for a method a network biases), the step,
+    the state x^0 and the method's, the bookkeeping, the reference point (in the run's node order), the run's node
+    order (None: the graph's own) and the simulated network's channel."""
+
+    options: RunOptions
+    step: Any
+    state: dict
+    book: Bookkeeping
+    x_star: torch.Tensor | None
+    order: torch.Tensor | None
+    channel: Channel | None
+
+
+def prepare(problem: Problem, options: RunOptions) -> Prepared:
+    """The local engine up to its first step: the method built on this process (renumbered, in the node form or over
+    a simulated network as options say), its initial state and the bookkeeping of its history and tests.
+
+    options.rho and options.method_params' alpha may hold one value per instance, a tensor (B,) in the run's dtype and
+    on its device (pdmm.tuning runs a grid of values as one batch this way): the method gets them as (1, B, 1), the
+    stopping test as (B,) (docs/decentralised.md section 8).
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    options : RunOptions
+        What pdmm.solve checked and resolved.
+
+    Returns
+    -------
+    Prepared
+        The run, ready for pdmm.loop.iterate.
+
+    Raises
+    ------
+    ValueError
+        For a step beyond what the dtype resolves (check_steps_resolved).
+    """
     method, rho, network, device, dtype = options.method, options.rho, options.network, options.device, options.dtype
     order = _node_order(problem, options.reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
@@ -388,7 +456,7 @@ def _run_local(problem, options):
         graph,
         local,
         edges,
-        None if rho is None else float(rho),
+        None if rho is None else rho.view(1, -1, 1) if torch.is_tensor(rho) else float(rho),
         channel=channel,
         **_renumbered_params(options.method_params, order, problem),
     )
@@ -403,7 +471,6 @@ def _run_local(problem, options):
     x_star = _renumbered(reference_point(problem, options), order)
     state = algorithm.init(_renumbered(initial_x(problem, options), order))
     private = None if network is None or network.privacy is None else private_point(local, state["x"])
-    step = torch.compile(algorithm.step) if options.compile else algorithm.step
     sent = graph.num_edges * METHODS[method].vectors_sent  # messages per round on the ideal network
     book = Bookkeeping(
         options,
@@ -417,28 +484,8 @@ def _run_local(problem, options):
         stiffness=stiffness,
         ideal=ideal,
     )
-
-    so_far = Progress((state, 0, 0))
-    start = time.perf_counter()
-
-    def finish(status):
-        state, done, rows = so_far.now
-        return make_result(state, done, book, rows, status, start, problem, options, x_star, order)
-
-    with torch.no_grad(), tqdm(total=options.max_iter, desc=method, disable=not options.progress, leave=False) as bar:
-        try:
-            status = iterate(
-                step,
-                so_far,
-                book,
-                options,
-                finish,
-                before=None if channel is None else channel.draw,
-                bar=bar if options.progress else None,
-            )
-        except KeyboardInterrupt:
-            status = "interrupted"
-    return _warned(finish(status), options.tol, problem, rho)
+    step = torch.compile(algorithm.step) if options.compile else algorithm.step
+    return Prepared(options, step, state, book, x_star, order, channel)
 
 
 def _tune_for(nbytes, device):
@@ -619,10 +666,10 @@ def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None)
         return
     inverse, L = (float(t.max()) for t in stiffness)
     if isinstance(algorithm, QAPDMM):
-        coupling = (
+        coupling = (  # the smallest of a per-instance rho: the test of the value that fails first
             0.0
             if algorithm.rho is None or not problem.is_consensus
-            else algorithm.rho * int(problem.compiled.degree.max())
+            else float(torch.as_tensor(algorithm.rho).min()) * int(problem.compiled.degree.max())
         )
         if inverse * eps > L + coupling:
             raise ValueError(

@@ -10,7 +10,8 @@ and take the value that brings the relative error ||x - x*||_F / ||x*||_F of eve
 value. When no value reaches the target within `max_iter`, take the value with the smallest error
 (worst instance) after `max_iter`. Diverged runs never win. The default grids are rho in
 10^{-2..2}, four values per decade (17), and alpha = alpha_auto 2^{j/2}, j = -2..12 (0.5 to 64
-times the documented default, 15).
+times the documented default, 15). The values run as one batch (pdmm/batch_runs.py), each as its
+own run would, to 1e-12.
 """
 
 import math
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .batch_runs import batch_outcomes, pieces
 from .loop import DivergenceError
 from .methods import METHODS
 from .network import Network
@@ -135,9 +137,11 @@ def tune(
     """Choose `method`'s rho or alpha on `problem` by the rule of this module's docstring (docs/decentralised.md
     section 8).
 
-    Each run is pdmm.solve(..., tol=0, target=target, max_iter=max_iter, device=device, dtype=dtype,
+    Each value's run is pdmm.solve(..., tol=0, target=target, max_iter=max_iter, device=device, dtype=dtype,
     network=network) with params, from x^0 = 0; once a value has reached the target in k iterations, the later
-    values run at most k iterations, as they cannot win after that, which leaves the choice unchanged.
+    values run at most k iterations, as they cannot win after that, which leaves the choice unchanged. The values
+    run as one batch, in pieces of pdmm.batch_runs.BATCH_BYTES (pdmm.batch_runs.batch_outcomes: each value's trial
+    that of its own run, to 1e-12); over a network one after another, as its events are drawn per instance.
 
     Parameters
     ----------
@@ -187,12 +191,20 @@ def tune(
 
         reference = centralised(problem)
     grid = default_grid(problem, method, **params) if values is None else _checked(values)
-    options = dict(reference=reference, target=target, device=device, dtype=dtype, network=network, **params)
+    shared = dict(reference=reference, target=target, device=device, dtype=dtype)
     start, trials, budget = time.perf_counter(), [], max_iter
-    for value in tqdm(grid, desc=f"tuning {method}", disable=not progress, leave=False):
-        trials.append(_trial(problem, method, parameter, float(value), budget, options))
-        if trials[-1].reached:
-            budget = min(budget, trials[-1].iterations)
+    with tqdm(total=len(grid), desc=f"tuning {method}", disable=not progress, leave=False) as bar:
+        for values_run in _batches(grid, problem, network, dtype):
+            if network is None:
+                outcomes = batch_outcomes(problem, method, parameter, values_run, budget, **shared, **params)
+            else:  # a network draws its events per instance: a batch of values would draw others than its runs
+                options = {**shared, "network": network, **params}
+                outcomes = [_trial(problem, method, parameter, float(value), budget, options) for value in values_run]
+            for value, outcome in zip(values_run, outcomes, strict=True):
+                trials.append(Trial(float(value), *outcome))
+                if trials[-1].reached:
+                    budget = min(budget, trials[-1].iterations)
+            bar.update(len(values_run))
     return Tuning(
         method, parameter, _choose(trials), trials, float(target), max_iter, dict(params), time.perf_counter() - start
     )
@@ -206,9 +218,16 @@ def _checked(values):
     return grid
 
 
+def _batches(grid, problem, network, dtype):
+    """The grid in the pieces run as one batch each (pdmm.batch_runs.pieces); one value a piece over a network."""
+    if network is not None:
+        return [grid[i : i + 1] for i in range(len(grid))]
+    return pieces(grid, problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8)
+
+
 def _trial(problem, method, parameter, value, budget, options):
-    """One run at `value` for at most `budget` iterations, stopped by the target only (tol = 0); options: the
-    keywords of pdmm.solve shared by every run."""
+    """One run at `value` for at most `budget` iterations, stopped by the target only (tol = 0): (iterations, reached,
+    error, diverged); options: the keywords of pdmm.solve shared by every run."""
     try:
         result = solve(
             problem,
@@ -221,11 +240,11 @@ def _trial(problem, method, parameter, value, budget, options):
             **options,
         )
     except DivergenceError as err:
-        return Trial(value, err.result.iterations, False, math.inf, True)
+        return err.result.iterations, False, math.inf, True
     if result.interrupted:  # Ctrl-C: no choice can be made from part of the grid
         raise KeyboardInterrupt
     error = float(np.max(result.history["error"][-1]))
-    return Trial(value, result.iterations, error <= options["target"], error, False)
+    return result.iterations, error <= options["target"], error, False
 
 
 def _choose(trials):

@@ -167,6 +167,34 @@ class LocalFunction:
         part.shape = (len(rows), *self.shape[1:])
         return part
 
+    def tiled(self, copies: int) -> Self:
+        """The local function of `copies` copies of every instance, one after the other: instance c B + b of the
+        result is instance b (B' = copies B; a grid of parameter values run as one batch, docs/decentralised.md
+        section 8). Every tensor whose first two axes are (n, B) is repeated along the second, the others shared.
+
+        Parameters
+        ----------
+        copies : int
+            How many copies, >= 1.
+
+        Returns
+        -------
+        LocalFunction
+            The same kind of local function on copies B instances.
+        """
+        n, batch = self.shape[:2]
+        tiled = object.__new__(type(self))
+        tiled.__dict__.update(
+            {
+                k: v.repeat(1, copies, *[1] * (v.dim() - 2))
+                if torch.is_tensor(v) and v.dim() >= 2 and tuple(v.shape[:2]) == (n, batch)
+                else v
+                for k, v in self.__dict__.items()
+            }
+        )
+        tiled.shape = (n, copies * batch, *self.shape[2:])
+        return tiled
+
     def to(self, device: torch.device | str, dtype: torch.dtype) -> Self:
         """A copy with every floating-point tensor on `device` in `dtype`.
 

@@ -58,7 +58,8 @@ class Lasso(Quadratic):
         Diagonal M_i: closed form, soft_threshold(v, t) / M_i. Otherwise a batched ADMM inner
         solver (x = z split, Cholesky of M_i + sigma_i I cached) whose support and signs are
         polished to the exact solution: solve M_SS x_S = v_S - t sign_S on the support S and keep
-        it if the KKT conditions hold. Warm-started across calls, so once the support settles one
+        it if the KKT conditions hold, each instance at its own first such polish (so that an instance's x does not
+        depend on the others of its batch). Warm-started across calls, so once the support settles one
         polish per call suffices.
 
         Parameters
@@ -90,28 +91,33 @@ class Lasso(Quadratic):
         warm: dict[str, torch.Tensor] = {}
 
         def polish(v, z):
-            """The exact minimiser with z's support and signs, or None if the KKT conditions fail."""
+            """The exact minimiser with z's support and signs, and where the KKT conditions hold, (1, B, 1) per
+            instance."""
             support, signs = z != 0, torch.sign(z)
             both = support.unsqueeze(-1) & support.unsqueeze(-2)
             x = spd_solver(torch.where(both, M, eye))(torch.where(support, v - self.t * signs, 0))
-            slack = (v - multiply(M, x)).abs() <= self.t * (1 + 1e-9) + 1e-13 * (1 + v.abs().max())
-            return x if bool(torch.where(support, torch.sign(x) == signs, slack).all()) else None
+            size = v.abs().amax((0, 2), keepdim=True)
+            slack = (v - multiply(M, x)).abs() <= self.t * (1 + 1e-9) + 1e-13 * (1 + size)
+            return x, torch.where(support, torch.sign(x) == signs, slack).all(2, keepdim=True).all(0, keepdim=True)
 
         def solve(u):
             v = self.q - u
             z = warm.get("z", torch.zeros_like(v))
             w = warm.get("w", torch.zeros_like(v))
+            polished, open = z, torch.ones_like(z[:1, :, :1], dtype=torch.bool)  # open: instances not yet polished
             for _ in range(0, INNER_MAX_ITER, POLISH_EVERY):
-                x = polish(v, z)
-                if x is not None:
-                    warm.update(z=x.detach(), w=((v - multiply(M, x)) / sigma).detach())  # the ADMM dual there
-                    return x
+                x, exact = polish(v, z)
+                polished = torch.where(exact & open, x, polished)  # each instance at its first exact polish
+                open = open & ~exact
+                if not bool(open.any()):
+                    break
                 for _ in range(POLISH_EVERY):
                     x = inverse(v + sigma * (z - w))
                     z = soft_threshold(x + w, self.t / sigma)
                     w = w + x - z
-            warm.update(z=z.detach(), w=w.detach())
-            return z
+            x = torch.where(open, z, polished)
+            warm.update(z=x.detach(), w=torch.where(open, w, (v - multiply(M, x)) / sigma).detach())  # ADMM's dual
+            return x
 
         return solve
 

@@ -44,7 +44,9 @@ class Logistic(LocalFunction):
         return torch.einsum("nbkd,nbk,nbke->nbde", self.X, s * (1 - s), self.X)
 
     def prox(self, curvature: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-        """u -> argmin f_i(x) + u_i^T x + 1/2 x^T C_i x by batched Newton (warm-started, with backtracking).
+        """u -> argmin f_i(x) + u_i^T x + 1/2 x^T C_i x by batched Newton (warm-started, with backtracking), each
+        instance until its own step is below NEWTON_TOL (relative to its largest |x|), so that an instance's x does not
+        depend on the others of its batch.
 
         Parameters
         ----------
@@ -66,18 +68,24 @@ class Logistic(LocalFunction):
 
         def solve(u):
             x = warm.get("x", torch.zeros_like(u))
+            active = torch.ones_like(x[:1, :, :1], dtype=torch.bool)  # (1, B, 1): instances still moving
             for _ in range(NEWTON_MAX_ITER):
                 grad = self.gradient(x) + u + multiply(curvature, x)
                 H = add(self._hessian(x) + self.reg * eye, curvature, d)
                 step = -torch.linalg.solve(H, grad.unsqueeze(-1)).squeeze(-1)
                 f0, t = phi(x, u), torch.ones_like(x[..., :1])
                 for _ in range(40):  # halve the step where it does not decrease phi
-                    worse = phi(x + t * step, u) > f0 + 1e-15 * (1 + f0.abs())
+                    worse = (phi(x + t * step, u) > f0 + 1e-15 * (1 + f0.abs())) & active[..., 0]
                     if not bool(worse.any()):
                         break
                     t = torch.where(worse.unsqueeze(-1), t / 2, t)
-                x = x + t * step
-                if bool((t * step).abs().max() <= NEWTON_TOL * (1 + x.abs().max())):
+                move = t * step
+                x = torch.where(active, x + move, x)
+                # each instance stops on its own test (or once not finite), so that instances are independent runs
+                finite = torch.isfinite(x).all(2).all(0)
+                done = (move.abs().amax((0, 2)) <= NEWTON_TOL * (1 + x.abs().amax((0, 2)))) | ~finite
+                active = active & ~done.view(1, -1, 1)
+                if not bool(active.any()):
                     break
             warm["x"] = x.detach()
             return x

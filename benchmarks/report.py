@@ -689,6 +689,8 @@ difference is shown. The character GPT is the reproductions' (attentionx_char.to
 transformer is compare's (graph_consensus.toml, every seed on seed 0's batches, as one operation needs
 one graph; its sparse attention has no vmap support, so no batched row). The model's dense GFLOP/s
 against a 1024^3 matmul's on the same threads says how close to compute-bound one lone step is.
+On 2 cores the lone runs' best use is two processes of one thread side by side (half run A's lone time):
+no row beats that, so `sweep` and `compare` keep training seeds one run at a time.
 """,
         [
             Table(

@@ -680,17 +680,16 @@ also times plain PDMM steps on the compiled graph (d = 1, float64) and the peak 
         "Seeds as one batched model",
         "bench_seeds",
         """
-S seeds of one config taking the same training steps three ways: *lone*, one model after another (the
-training loop's step); *batched*, one model with every weight stacked over the seeds, its loss vmapped
-over the seed axis (torch.func), per-seed clipping and AdamW; *folded*, one model on the S batches as
-one S-fold batch, the bound no stacking can beat. Ratios are lone time over batched and over folded
-(above 1: faster than lone). The per-seed losses of batched and lone must agree: the largest
-difference is shown. The character GPT is the reproductions' (attentionx_char.toml); the graph
-transformer is compare's (graph_consensus.toml, every seed on seed 0's batches, as one operation needs
-one graph; its sparse attention has no vmap support, so no batched row). The model's dense GFLOP/s
-against a 1024^3 matmul's on the same threads says how close to compute-bound one lone step is.
-On 2 cores the lone runs' best use is two processes of one thread side by side (half run A's lone time):
-no row beats that, so `sweep` and `compare` keep training seeds one run at a time.
+S seeds of one config, the same training steps three ways: *lone*, one model after another (the training
+loop's step); *batched*, one model with every weight stacked over the seeds and its loss vmapped over them
+(torch.func), per-seed clipping and AdamW; *folded*, one model on the S batches as one S-fold batch, the
+bound no stacking can beat. Ratios are lone time over batched and over folded (above 1: faster); the largest
+per-seed loss difference of batched from lone is shown. Models: the reproductions' character GPT
+(attentionx_char.toml) and compare's graph transformer (graph_consensus.toml; every seed on seed 0's
+batches, as one operation needs one graph; its sparse attention has no vmap support, so no batched row).
+Dense GFLOP/s of a lone step against a 1024^3 matmul's says how compute-bound it is. On 2 cores the best
+use of lone runs is two one-thread processes side by side (half run A's lone time): no row beats that,
+so `sweep` and `compare` keep training seeds one run at a time.
 """,
         [
             Table(

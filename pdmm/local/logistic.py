@@ -45,8 +45,8 @@ class Logistic(LocalFunction):
 
     def prox(self, curvature: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         """u -> argmin f_i(x) + u_i^T x + 1/2 x^T C_i x by batched Newton (warm-started, with backtracking), each
-        instance until its own step is below NEWTON_TOL (relative to its largest |x|), so that an instance's x does not
-        depend on the others of its batch.
+        instance until its own step is below NEWTON_TOL (relative to its largest entry of x in magnitude), so
+        that an instance's x does not depend on the others of its batch.
 
         Parameters
         ----------

@@ -116,6 +116,8 @@ def run(args):
     setting = setting_of(args, base, task, models)
     out = rundir.claim(args.out, "compare", args.force, reusable=True)
     key = seed_key(args, setting, rows)
+    for name in ("runs", "seeds"):  # a link at either is refused before anything trains
+        rundir.refuse_link(out / name)
     for seed in seeds:  # every saved seed file is checked before anything trains
         saved_seed(out / "seeds" / f"seed={seed}.json", key)
     try:

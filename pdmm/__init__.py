@@ -16,7 +16,7 @@ from .array_graph import Graph
 from .edge_index import CompiledGraph
 from .graph_files import load_graph
 from .local import Lasso, LocalFunction, Logistic, Quadratic
-from .loop import ConvergenceWarning, DivergenceError, Result
+from .loop import ConvergenceWarning, DivergenceError, Result, Snapshot
 from .methods import METHODS
 from .mixing import check_mixing, mixing_matrix, spectral_interval
 from .network import Network
@@ -47,6 +47,7 @@ __all__ = [
     "ConvergenceWarning",
     "DivergenceError",
     "Result",
+    "Snapshot",
     "solve",
     "tune_allocator",
     "Graph",

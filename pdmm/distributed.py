@@ -48,7 +48,6 @@ Result so far with result.interrupted = True (status "interrupted"); one after t
 import hashlib
 import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -326,12 +325,21 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
         book.part(own, problem.compiled.num_edges // 2, group)
 
         so_far = Progress((state, 0, 0))
-        start = time.perf_counter()
+        start = book.start_clock()
 
-        def finish(status):
+        def finish(status, message=""):
             state, done, rows = so_far.now
             return make_result(
-                _gathered(state, owner, group), done, book, rows, status, start, problem, options, x_star
+                _gathered(state, owner, group),
+                done,
+                book,
+                rows,
+                status,
+                start,
+                problem,
+                options,
+                x_star,
+                message=message,
             )
 
         book.asked = asked

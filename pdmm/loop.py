@@ -22,7 +22,7 @@ from .problem import node_data
 DIVERGENCE_GROWTH = 1e6
 FROZEN_EPS = 4  # a state whose every tensor changes by <= FROZEN_EPS * eps * its RMS in a step is frozen (stalled)
 DUAL_SLACK = 100  # the multipliers' test is implied by x's for rho <= DUAL_SLACK (Bookkeeping.state_test)
-STATUSES = ("converged", "max_iter", "stalled", "diverged", "interrupted")
+STATUSES = ("converged", "max_iter", "stalled", "diverged", "interrupted", "callback")
 HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
 COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
 CAPACITY = 4096  # history rows allocated ahead at most (the columns double when full)
@@ -43,9 +43,10 @@ class Result:
         Whether the stopping test or target passed; True exactly when status is "converged".
     history : dict
         The recorded rows (solve's `history=` and `record_every=`): "iteration" (rows,) the iteration of each
-        row and per entry an array (rows,) or (rows, B): "residual", "objective", "messages" and "bits"
-        (cumulative messages delivered and bits sent), with a reference "error", with network privacy
-        "privacy_x" and "privacy_messages".
+        row, "time" (rows,) the seconds from the start of the iterations to that row (the loop's own clock:
+        setting up and solving the reference are not counted) and per entry an array (rows,) or (rows, B):
+        "residual", "objective", "messages" and "bits" (cumulative messages delivered and bits sent), with a
+        reference "error", with network privacy "privacy_x" and "privacy_messages".
     method : str
         The method's name.
     params : dict
@@ -53,7 +54,7 @@ class Result:
     nodes : list
         The node labels, in the order of x's rows.
     seconds : float
-        The run's wall time.
+        The iterations' wall time (setting up and solving the reference are not counted).
     reference : numpy.ndarray or None
         The x* the error was measured against.
     interrupted : bool
@@ -62,9 +63,12 @@ class Result:
         The simulated network (None: ideal).
     status : str or None
         How the run ended, one of STATUSES: "converged", "max_iter", "stalled" (the state stopped changing
-        short of the tolerance: more iterations would not help), "diverged" (the Result of a DivergenceError)
-        or "interrupted" (Ctrl-C); None: from `converged` ("converged" or "max_iter"), for Results built by
-        hand.
+        short of the tolerance: more iterations would not help), "diverged" (the Result of a DivergenceError),
+        "interrupted" (Ctrl-C) or "callback" (solve's callback asked to stop); None: from `converged`
+        ("converged" or "max_iter"), for Results built by hand.
+    message : str
+        How the run ended, in words (which test passed, at which iteration); "": a generic sentence for the
+        status, for Results built by hand.
 
     Raises
     ------
@@ -84,6 +88,7 @@ class Result:
     interrupted: bool = False
     network: Network | None = None
     status: str | None = None  # None: from converged ("converged" or "max_iter"), for Results built by hand
+    message: str = ""
 
     def __post_init__(self):
         if self.status is None:
@@ -93,6 +98,13 @@ class Result:
                 f"status must be one of {STATUSES}, 'converged' exactly when converged is True; got "
                 f"status={self.status!r}, converged={self.converged!r}"
             )
+        if not self.message:
+            self.message = status_message(self.status, self.iterations)
+
+    @property
+    def success(self) -> bool:
+        """Whether the run converged (status "converged"), as scipy.optimize's OptimizeResult.success."""
+        return self.status == "converged"
 
     @property
     def stalled(self) -> bool:
@@ -100,9 +112,68 @@ class Result:
         return self.status == "stalled"
 
     def __repr__(self):
-        last = {k: float(np.max(v[-1])) for k, v in self.history.items() if k != "iteration" and len(v)}
+        last = {k: float(np.max(v[-1])) for k, v in self.history.items() if k not in ("iteration", "time") and len(v)}
         summary = "".join(f", {k}={v:.3g}" for k, v in last.items())
         return f"Result({self.method}, iterations={self.iterations}, status={self.status}{summary})"
+
+
+def status_message(status: str, iterations: int, tol: float | None = None, target: float | None = None) -> str:
+    """How a run ended, in words: the Result's message for `status` after `iterations` iterations (tol and target:
+    the run's, named where they say more).
+
+    Parameters
+    ----------
+    status : str
+        One of STATUSES.
+    iterations : int
+        The iterations run.
+    tol : float or None
+        The stopping test's tolerance, None where unknown.
+    target : float or None
+        The run's target error, None without one.
+
+    Returns
+    -------
+    str
+        One sentence.
+    """
+    at = f"at iteration {iterations}"
+    test = "the stopping test" if tol is None else f"the stopping test (tol={tol:g})"
+    if target is not None:
+        test += f" or the target error {target:g}"
+    if status == "max_iter" and tol is not None and not tol > 0:  # tol=0 (every iteration) or -inf (not applied)
+        return f"ran all {iterations} iterations (max_iter); no stopping test was applied (tol={tol:g})"
+    return {
+        "converged": f"converged: {test} passed {at}",
+        "max_iter": f"stopped at max_iter ({iterations} iterations) short of {test}",
+        "stalled": f"stalled {at}: the state stopped changing short of {test}; more iterations would not help",
+        "diverged": f"diverged {at}",
+        "interrupted": f"interrupted (Ctrl-C) {at}",
+        "callback": f"stopped by the callback {at}",
+    }[status]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What pdmm.solve's callback sees at a recorded iteration (docs/guide/solve.md, "Watching a run"): a read-only
+    view of the run at that row.
+
+    Attributes
+    ----------
+    iteration : int
+        The iteration just run.
+    x : numpy.ndarray
+        The iterate, (n, d) or (B, n, d), rows in G.nodes order, read-only (a copy: keep it if you need it).
+    residual : float or numpy.ndarray
+        The residual RMS (pdmm.solve's stopping test), or one per instance (B,) for batched problems.
+    time : float
+        Seconds since the iterations started, as history["time"].
+    """
+
+    iteration: int
+    x: np.ndarray
+    residual: float | np.ndarray
+    time: float
 
 
 class ConvergenceWarning(UserWarning):
@@ -185,6 +256,8 @@ class RunOptions:
         The problem's scale per instance (pdmm.solve.problem_scale), the stopping test's floor.
     curvature : torch.Tensor or None
         L_i per node and instance (pdmm.solve.local_curvature), where the local functions have it.
+    callback : callable or None
+        pdmm.solve's callback, called with a pdmm.Snapshot at every recorded row (local engine only).
     """
 
     method: str
@@ -210,6 +283,7 @@ class RunOptions:
     node_form: bool = False
     scale: torch.Tensor | None = field(default=None, repr=False)
     curvature: torch.Tensor | None = field(default=None, repr=False)
+    callback: Any = None
 
     @property
     def capacity(self) -> int:
@@ -230,10 +304,12 @@ class Progress:
     now: tuple
 
 
-def iterate(step, progress, book, options, finish, before=None, bar=None):
+def iterate(step, progress, book, options, finish, before=None, bar=None, watch=None):
     """Up to options.max_iter steps from progress.now, recording every record_every-th iteration (book.record) and
     testing every check_every-th and the last (book.check, one read from the device). Returns "converged" once the
-    stopping test passes, "stalled" once the state stops changing short of it (book.check), else "max_iter".
+    stopping test passes, "stalled" once the state stops changing short of it (book.check), "callback" once
+    watch(iteration, x, residual, time), called at every recorded row (after the divergence test, where one runs),
+    returns True short of those, else "max_iter".
     The residual is computed at iteration 1 (the divergence baseline), at recorded and at tested iterations only,
     once each (`seen`). Divergence raises DivergenceError with finish("diverged"), the Result so far. before():
     called before each step (a network's draws); bar: a tqdm bar, updated at the tests."""
@@ -252,6 +328,8 @@ def iterate(step, progress, book, options, finish, before=None, bar=None):
             first = book.residual(x, seen)
         if k % check_every and k < max_iter:
             progress.now = new, k, rows + recorded
+            if recorded and watch is not None and watch(k, x, book.residual(x, seen), book.times[rows]):
+                return "callback"
             continue
         stop, stalled, finite, grown, largest = book.check(
             new, state, seen, first, rows + recorded, options.tol, options.target
@@ -270,7 +348,7 @@ def iterate(step, progress, book, options, finish, before=None, bar=None):
                 )
                 + (f" (rho={options.rho})" if options.rho else "")
             )
-            raise DivergenceError(message, finish("diverged"))
+            raise DivergenceError(message, finish("diverged", message))
         if bar is not None:
             bar.update(k - shown)
             shown = k
@@ -278,7 +356,11 @@ def iterate(step, progress, book, options, finish, before=None, bar=None):
                 bar.set_postfix(residual=f"{largest:.2e}")
                 posted = k
         if stop or stalled:
+            if recorded and watch is not None:  # the callback sees the last row too; the run has ended either way
+                watch(k, x, book.residual(x, seen), book.times[rows])
             return "converged" if stop else "stalled"
+        if recorded and watch is not None and watch(k, x, book.residual(x, seen), book.times[rows]):
+            return "callback"
         if book.interrupted:  # a Ctrl-C that book.check has agreed on (the distributed ranks)
             return "interrupted"
     return "max_iter"
@@ -327,9 +409,16 @@ class Bookkeeping:
             )
             for name in self.stored
         }
+        self.times = np.empty(capacity)  # the loop's clock at each row (seconds since start_clock)
+        self.started = time.perf_counter()
         self.last = None  # (row, iteration) of a final row off the record_every grid: only the last row can be
         self.checked = 0  # rows already seen by the divergence test
         self.interrupted = False  # set by a check that learns of a Ctrl-C (distributed: every rank's, all-reduced)
+
+    def start_clock(self) -> float:
+        """Start the clock of history["time"] (the iterations are about to begin); returns its time.perf_counter()."""
+        self.started = time.perf_counter()
+        return self.started
 
     def residual(self, x, seen):
         """RMS over the edges of the constraint residual A_ij x_i + A_ji x_j - b_ij: (B,), kept in `seen`
@@ -363,9 +452,11 @@ class Bookkeeping:
                 )
         if r == self.capacity:
             self.columns = {name: torch.cat([c, torch.empty_like(c)]) for name, c in self.columns.items()}
+            self.times = np.concatenate([self.times, np.empty_like(self.times)])
             self.capacity *= 2
         for name in self.stored:
             self.columns[name][r] = row[name]
+        self.times[r] = time.perf_counter() - self.started
         self.last = None if k % self.every == 0 else (r, k)
 
     def sizes(self, x, x_old):
@@ -477,11 +568,12 @@ class Bookkeeping:
         return bool(stop), bool(stalled), bool(finite), bool(grown), largest
 
     def arrays(self, rows, batched):
-        """The history as numpy arrays: "iteration" (rows,) and each name (rows, B), or (rows,) unbatched."""
+        """The history as numpy arrays: "iteration" and "time" (rows,) and each name (rows, B), or (rows,)
+        unbatched."""
         iterations = np.arange(1, rows + 1, dtype=np.int64) * self.every
         if self.last is not None and self.last[0] == rows - 1:
             iterations[-1] = self.last[1]
-        history = {"iteration": iterations}
+        history = {"iteration": iterations, "time": self.times[:rows].copy()}
         for name in self.names:
             if name in self.columns:
                 values = self.columns[name][:rows].cpu().numpy()
@@ -552,10 +644,10 @@ def to_numpy(x, batched):
     return x if batched else x[0]
 
 
-def make_result(state, done, book, rows, status, start, problem, options, x_star, order=None):
+def make_result(state, done, book, rows, status, start, problem, options, x_star, order=None, message=""):
     """The Result of a run that ran `done` iterations to `state` and recorded `rows` rows in `book`, started at
     time.perf_counter() `start`, with node rows back in the graph's own order where the run renumbered them
-    (order)."""
+    (order); message: how it ended, "" for status_message's sentence with the run's tol and target."""
     x = state["x"] if order is None else torch.empty_like(state["x"]).index_copy_(0, order, state["x"])
     if x_star is not None and order is not None:
         x_star = torch.empty_like(x_star).index_copy_(0, order, x_star)
@@ -572,4 +664,5 @@ def make_result(state, done, book, rows, status, start, problem, options, x_star
         seconds=time.perf_counter() - start,
         reference=None if x_star is None else to_numpy(x_star, problem.batched),
         network=options.network,
+        message=message or status_message(status, done, options.tol, options.target),
     )

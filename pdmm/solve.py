@@ -6,9 +6,8 @@ import inspect
 import math
 import numbers
 import os
-import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,10 +24,12 @@ from .loop import (
     Progress,
     Result,
     RunOptions,
+    Snapshot,
     initial_x,
     iterate,
     make_result,
     reference_point,
+    to_numpy,
 )
 from .methods import METHODS, QAPDMM, NodeForm, check_mixing_options
 from .mixing import check_mixing
@@ -88,6 +89,7 @@ def solve(
     partition: Any = None,
     reorder: Any = None,
     form: str | None = None,
+    callback: Callable[[Snapshot], Any] | None = None,
     **method_params: Any,
 ) -> Result:
     """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm", a consensus
@@ -120,6 +122,12 @@ def solve(
     section 9). Divergence (non-finite iterates or recorded objective, or a residual grown
     DIVERGENCE_GROWTH-fold from iteration 1's) is tested with the stopping test and raises DivergenceError;
     the residual is computed at iteration 1, at recorded and at tested iterations only.
+
+    **Watching a run** (docs/guide/solve.md, "Watching a run"). callback(snapshot) is called at every recorded
+    row (record_every) with a read-only pdmm.Snapshot: the iteration, x (a copy, in G.nodes order), the residual
+    and the seconds since the iterations started. Returning True stops the run there, with status "callback"
+    (unless the stopping test passed at that row: then "converged"). The callback costs a copy of x from the
+    device per recorded row; without one nothing is read. history["time"] holds the same clock at every row.
 
     Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations completed so far,
     with result.interrupted = True, instead of raising. On the CPU, a run whose edge state takes >= 32 MB
@@ -207,6 +215,9 @@ def solve(
         "nodes" where it applies on graphs with at least LARGE_GRAPH_EDGES directed edges and "edges"
         otherwise. Like renumbering, the node form agrees with the edge form to rounding error, not bit for
         bit.
+    callback : callable or None
+        Local backend: called as callback(pdmm.Snapshot) at every recorded row; a true return (True) stops the
+        run (status "callback"). None: no callback.
     **method_params
         The method's own parameters: theta (pdmm), eta (qa-pdmm), mixing, alpha, step (dgd, extra, nids,
         gradient-tracking), interval (chebyshev).
@@ -253,6 +264,7 @@ def solve(
         partition=partition,
         reorder=reorder,
         form=form,
+        callback=callback,
         method_params=method_params,
     )
     if options.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
@@ -287,6 +299,7 @@ def _checked_options(
     reorder,
     form,
     method_params,
+    callback=None,
 ):
     """solve's arguments checked before any work and resolved into one RunOptions (rho,
     tol, check_every, record_every and the history names filled in; the problem's curvature and scale computed)."""
@@ -298,6 +311,10 @@ def _checked_options(
         raise ValueError(f"form must be None, 'edges' or 'nodes', got {form!r}")
     if form is not None and backend != "local":
         raise ValueError("form= applies to backend='local'; the distributed engine runs the edge form")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+    if callback is not None and backend != "local":
+        raise ValueError("callback= applies to backend='local'; the distributed engine's ranks each hold a part of x")
     if reorder is not None and backend != "local":
         raise ValueError("reorder= applies to backend='local'; the distributed engine numbers nodes by its partition")
     if method not in METHODS:
@@ -363,6 +380,7 @@ def _checked_options(
         node_form=node_form,
         scale=scale,
         curvature=curvature,
+        callback=callback,
     )
 
 
@@ -372,11 +390,13 @@ def _run_local(problem, options):
     run = prepare(problem, options)
     options, book = run.options, run.book
     so_far = Progress((run.state, 0, 0))
-    start = time.perf_counter()
+    start = book.start_clock()
 
-    def finish(status):
+    def finish(status, message=""):
         state, done, rows = so_far.now
-        return make_result(state, done, book, rows, status, start, problem, options, run.x_star, run.order)
+        return make_result(
+            state, done, book, rows, status, start, problem, options, run.x_star, run.order, message=message
+        )
 
     with (
         torch.no_grad(),
@@ -391,10 +411,28 @@ def _run_local(problem, options):
                 finish,
                 before=None if run.channel is None else run.channel.draw,
                 bar=bar if options.progress else None,
+                watch=None if options.callback is None else _watcher(options.callback, run.order, problem.batched),
             )
         except KeyboardInterrupt:
             status = "interrupted"
     return _warned(finish(status), options.tol, problem, options.rho)
+
+
+def _watcher(callback, order, batched):
+    """pdmm.loop.iterate's watch for solve's callback: the row as a read-only pdmm.Snapshot, x back in the graph's
+    own node order (order: the run's renumbering, None for none); True where the callback asks to stop."""
+
+    def watch(iteration, x, residual, elapsed):
+        if order is not None:
+            x = torch.empty_like(x).index_copy_(0, order, x)
+        x = to_numpy(x, batched).copy()
+        x.flags.writeable = False
+        values = residual.cpu().numpy()
+        values.flags.writeable = False
+        snapshot = Snapshot(iteration, x, values if batched else float(values[0]), float(elapsed))
+        return bool(callback(snapshot))
+
+    return watch
 
 
 @dataclass

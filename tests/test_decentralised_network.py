@@ -230,6 +230,8 @@ def test_a_network_with_every_effect_off_is_the_ideal_network_bit_for_bit(spec, 
     np.testing.assert_array_equal(off.x, ideal.x)
     assert off.history.keys() == ideal.history.keys()
     for name, column in ideal.history.items():
+        if name == "time":  # the loop's clock, not a number of the run
+            continue
         np.testing.assert_array_equal(off.history[name], column, err_msg=name)
 
 

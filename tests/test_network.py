@@ -55,7 +55,8 @@ def test_an_ideal_network_leaves_iterates_bit_for_bit(problems, method, params):
         ideal = pdmm.solve(problem, method=method, max_iter=40, tol=0, network=Network(seed=7), **params)
         assert np.array_equal(plain.x, ideal.x)
         for key, values in plain.history.items():
-            assert np.array_equal(values, ideal.history[key]), key
+            if key != "time":  # the loop's clock, not a number of the run
+                assert np.array_equal(values, ideal.history[key]), key
 
 
 def test_an_ideal_network_leaves_general_constraints_bit_for_bit(graph):

@@ -166,6 +166,64 @@ class Graph:
         return from_pairs(len(nodes), ends[0::2], ends[1::2], nodes, warn=True)
 
     @classmethod
+    def from_pyg(cls, data: Any) -> "Graph":
+        """The graph of a PyTorch Geometric `Data` object: an edge {i, j} for every column (i, j) of
+        data.edge_index, both directions of an edge (PyG's convention for undirected graphs) and repeats becoming
+        one undirected edge, on data.num_nodes nodes (docs/guide/solve.md, "Graphs from PyTorch Geometric").
+        Only the structure is read: node features stay in `data`.
+
+        Parameters
+        ----------
+        data : torch_geometric.data.Data
+            A homogeneous graph (edge_index (2, E), num_nodes).
+
+        Returns
+        -------
+        Graph
+            The undirected graph on nodes 0..num_nodes-1.
+
+        Raises
+        ------
+        TypeError
+            Where data has no edge_index (a HeteroData holds one per edge type: convert with to_homogeneous()).
+        ValueError
+            Where edge_index is not (2, E) integer, or as from_edges.
+        """
+        edge_index = getattr(data, "edge_index", None)
+        if edge_index is None or not hasattr(edge_index, "shape"):
+            raise TypeError(
+                f"from_pyg needs a torch_geometric Data with an edge_index, got {type(data).__name__} "
+                "(a HeteroData: call .to_homogeneous() first)"
+            )
+        if tuple(edge_index.shape[:1]) != (2,) or len(edge_index.shape) != 2:
+            raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+        ends = np.asarray(edge_index.detach().cpu() if hasattr(edge_index, "detach") else edge_index)
+        return cls.from_edges(ends[0], ends[1], n=getattr(data, "num_nodes", None))
+
+    def to_pyg(self) -> Any:
+        """This graph as a PyTorch Geometric `Data`: edge_index (2, 2m) int64 with both directions of every edge
+        (sorted by source, then target) and num_nodes = n; node labels are not carried (index k is nodes[k]).
+
+        Returns
+        -------
+        torch_geometric.data.Data
+
+        Raises
+        ------
+        ImportError
+            Where torch_geometric is not installed (pip install "pdmm-bridge[pyg]").
+        """
+        try:
+            from torch_geometric.data import Data
+        except ImportError:
+            raise ImportError('Graph.to_pyg needs torch_geometric: pip install "pdmm-bridge[pyg]"') from None
+        i, j = self.edges[:, 0], self.edges[:, 1]
+        src, dst = np.concatenate([i, j]), np.concatenate([j, i])
+        order = np.lexsort((dst, src))
+        edge_index = torch.from_numpy(np.stack([src[order], dst[order]]))
+        return Data(edge_index=edge_index, num_nodes=self.n)
+
+    @classmethod
     def random_geometric(cls, n: int, radius: float | None = None, seed: int = 0) -> "Graph":
         """n uniform random points in the unit square, an edge wherever two are within Euclidean distance
         `radius` (<=, as networkx's random_geometric_graph), resampled until connected.

@@ -30,8 +30,8 @@ def prox_by_cvxpy(local, u, C):
     out = np.zeros_like(u)
     for i in range(N):
         x = cp.Variable(D)
-        xs = [x if k == i else np.zeros(D) for k in range(N)]  # f_k(0) for k != i is a constant
-        objective = local.cvxpy_value(xs, 0) + u[i] @ x + 0.5 * cp.quad_form(x, C[i])
+        X = cp.vstack([x if k == i else np.zeros(D) for k in range(N)])  # f_k(0) for k != i is a constant
+        objective = local.cvxpy_value(X, 0) + u[i] @ x + 0.5 * cp.quad_form(x, C[i])
         cp.Problem(cp.Minimize(objective)).solve(
             solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11
         )

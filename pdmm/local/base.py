@@ -5,7 +5,7 @@ A per-node curvature C_i is either a scalar multiple of I, stored (n, 1) or (n, 
 matrix, stored (n, 1, d, d) or (n, B, d, d).
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Self
 
 import torch
@@ -125,13 +125,14 @@ class LocalFunction:
             f"{type(self).__name__} is not smooth and has no proximal split f_i = s_i + r_i (LocalFunction.composite)"
         )
 
-    def cvxpy_value(self, xs: Sequence, b: int) -> Any:
-        """sum_i f_i(xs[i]) for instance b as a cvxpy expression (pdmm.reference solves with it).
+    def cvxpy_value(self, X: Any, b: int) -> Any:
+        """sum_i f_i(X_i) for instance b as one vectorised cvxpy expression over the stacked data (pdmm.reference
+        solves with it; one expression, not one per node, so that cvxpy builds it in time linear in n).
 
         Parameters
         ----------
-        xs : sequence of cvxpy expressions
-            n expressions of shape (d,), one per node.
+        X : cvxpy expression
+            (n, d), row i the point of node i (for a consensus problem, every row the shared x).
         b : int
             The instance, 0..B-1.
 
@@ -218,6 +219,14 @@ class LocalFunction:
             }
         )
         return moved
+
+
+def rows_times(M: Any, X: Any) -> Any:
+    """The cvxpy expression whose row i is M_i X_i: M (n, k, d) an array, X an (n, d) cvxpy expression; (n, k),
+    built as d broadcast products (one expression, whatever n)."""
+    import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
+
+    return sum(cp.multiply(M[:, :, j], X[:, j : j + 1]) for j in range(M.shape[-1]))
 
 
 def is_scalar(M):

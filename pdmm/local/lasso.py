@@ -1,6 +1,6 @@
 """Lasso local functions f_i(x) = 1/2 ||H_i x - y_i||^2 + t ||x||_1 (least squares + l1)."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -133,7 +133,7 @@ class Lasso(Quadratic):
         """
         return Quadratic(self.P, self.q, self.H, self.y), lambda v, step: soft_threshold(v, step * self.t)
 
-    def cvxpy_value(self, xs: Sequence, b: int) -> Any:
+    def cvxpy_value(self, X: Any, b: int) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
-        return super().cvxpy_value(xs, b) + self.t * sum(cp.norm1(x) for x in xs)
+        return super().cvxpy_value(X, b) + self.t * cp.sum(cp.abs(X))

@@ -1,12 +1,12 @@
 """Quadratic local functions f_i(x) = 1/2 x^T P_i x - q_i^T x (averaging, least squares, general)."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from .base import LocalFunction, add, eigenvalue_range, is_scalar, multiply, spd_solver
+from .base import LocalFunction, add, eigenvalue_range, is_scalar, multiply, rows_times, spd_solver
 
 
 class Quadratic(LocalFunction):
@@ -62,22 +62,24 @@ class Quadratic(LocalFunction):
     def strong_convexity(self) -> torch.Tensor:
         return eigenvalue_range(self.P, self.q.shape[-1])[0].expand(self.q.shape[:2])
 
-    def cvxpy_value(self, xs: Sequence, b: int) -> Any:
+    def cvxpy_value(self, X: Any, b: int) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
-        d = self.q.shape[-1]
-        total = 0
-        for i, x in enumerate(xs):
-            if self.y is not None:
-                fit = x if self.H is None else self.H[i, b].cpu().numpy() @ x
-                total += 0.5 * cp.sum_squares(fit - self.y[i, b].cpu().numpy()) + 0.5 * self.ridge * cp.sum_squares(x)
-                continue
-            P = self.P[i, b].item() * np.eye(d) if is_scalar(self.P) else self.P[i, b].cpu().numpy()
-            total += 0.5 * cp.sum_squares(_psd_root(P) @ x) - self.q[i, b].cpu().numpy() @ x
-        return total
+        if self.y is not None:
+            y = self.y[:, b].cpu().numpy()
+            fit = X if self.H is None else rows_times(self.H[:, b].cpu().numpy(), X)
+            return 0.5 * cp.sum_squares(fit - y) + 0.5 * self.ridge * cp.sum_squares(X)
+        q = self.q[:, b].cpu().numpy()
+        if is_scalar(self.P):
+            root = np.sqrt(np.clip(self.P[:, b].cpu().numpy(), 0, None))[:, None]
+            square = cp.sum_squares(cp.multiply(root, X))
+        else:
+            square = cp.sum_squares(rows_times(_psd_root(self.P[:, b].cpu().numpy()), X))
+        return 0.5 * square - cp.sum(cp.multiply(q, X))
 
 
 def _psd_root(P):
-    """R with R^T R = P for symmetric positive semidefinite P (so cvxpy sees a sum of squares)."""
-    w, V = np.linalg.eigh((P + P.T) / 2)
-    return (V * np.sqrt(np.clip(w, 0, None))).T
+    """R with R^T R = P for symmetric positive semidefinite P, or one per node for P (n, d, d) (so cvxpy sees a sum
+    of squares)."""
+    w, V = np.linalg.eigh((P + np.swapaxes(P, -1, -2)) / 2)
+    return np.swapaxes(V * np.sqrt(np.clip(w, 0, None))[..., None, :], -1, -2)

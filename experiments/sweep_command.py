@@ -38,7 +38,7 @@ exits with status 130.
 import sys
 from pathlib import Path
 
-from . import rundir
+from . import log_sinks, rundir
 from .claims import checked_spec
 from .config import load_plan
 from .runs import read_sweep
@@ -74,6 +74,14 @@ def add_parser(subparsers):
     parser.add_argument("--out", help="sweep directory; runs/<config name>-sweep when not given")
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out that holds no sweep")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        choices=log_sinks.SINKS,
+        help="also send every logged row, the config, summary and figures to this dashboard (repeatable; "
+        "docs/guide/training.md, Dashboards)",
+    )
     return parser
 
 
@@ -83,6 +91,8 @@ def run(args):
     check_values(args, spec)
     runs = plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
+    log_sinks.check_available(args.log)
+    args.log_target = log_sinks.LogTarget(tuple(dict.fromkeys(args.log)), out, out.name) if args.log else None
     report = checked_spec(load_plan(args.config)["report"], args.config)  # a bad [report] fails now, not after the runs
     record = new_record(args, spec, runs, report)
     rundir.refuse_link(out)

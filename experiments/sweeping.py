@@ -355,7 +355,7 @@ def train_entry(args: argparse.Namespace, config: RunConfig, run_dir: Path, entr
     Parameters
     ----------
     args : argparse.Namespace
-        The sweep command's arguments (no_progress).
+        The sweep command's arguments (no_progress, and log_target: the log_sinks.LogTarget, or None).
     config : RunConfig
         The run's config.
     run_dir : Path
@@ -370,7 +370,14 @@ def train_entry(args: argparse.Namespace, config: RunConfig, run_dir: Path, entr
     """
     try:
         resume = has_checkpoint(run_dir)
-        summary = train(config, run_dir, resume=resume, force=not resume, progress=not args.no_progress)
+        summary = train(
+            config,
+            run_dir,
+            resume=resume,
+            force=not resume,
+            progress=not args.no_progress,
+            log=getattr(args, "log_target", None),
+        )
     except Exception as err:  # one failing run must not stop the sweep
         entry["status"], entry["error"] = "failed", f"{type(err).__name__}: {err}"
         print(f"{run_dir}: failed: {entry['error']}", file=sys.stderr)

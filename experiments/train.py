@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from . import rundir
+from . import log_sinks, rundir
 from .common import UsageError, WriteError, first_line, package_version
 from .config import TrainConfig, from_tables, load_config, to_tables, to_toml
 from .plots import plot_training
@@ -434,8 +434,11 @@ def record_extension(out, changed, state, config):
     rundir.write_file(out / "config.toml", to_toml(config))
 
 
-def train(config, out, resume=False, force=False, progress=True, extend=False):
+def train(config, out, resume=False, force=False, progress=True, extend=False, log=None):
     """Train config's task and model into run directory `out`; returns the summary dict.
+
+    log: a log_sinks.LogTarget whose sinks (TensorBoard, W&B, MLflow) get every row metrics.jsonl gets, the
+    config, and the summary and figures at the end; None for none.
 
     With resume=True the run continues from out/ckpt.pt (out/ckpt.prev.pt when that cannot be read)
     under the config stored in out/config.toml (a different config is an error); with extend=True too,
@@ -451,7 +454,7 @@ def train(config, out, resume=False, force=False, progress=True, extend=False):
     made = not resume and not os.path.lexists(out)  # never an OSError (a path too long is refused just below)
     out = world.first(prepare_directory, out, resume, force)
     try:
-        return run_steps(config, out, resume, progress, extend, world)
+        return run_steps(config, out, resume, progress, extend, world, log)
     except BaseException as err:
         if world.rank == 0 and not resume:
             rundir.unclaim(out, made)  # refused before config.toml (memory, device, metric names): no directory left
@@ -510,7 +513,7 @@ def start_run(out, config, device, world):
     )
 
 
-def run_steps(config, out, resume, progress, extend, world):
+def run_steps(config, out, resume, progress, extend, world, log=None):
     """train() after prepare_directory."""
     changed, identity = world.first(resume_changes, config, out, extend) if resume else ({}, None)
     train_cfg = config.train
@@ -596,6 +599,13 @@ def run_steps(config, out, resume, progress, extend, world):
 
     start_time = time.perf_counter() - state["elapsed"]
     first_step = state["step"] + 1
+    sinks = (
+        log_sinks.open_sinks(
+            log, out, rundir.read_text(out / "config.toml"), to_tables(config), identity[0], state["step"] + 1
+        )
+        if world.rank == 0
+        else []
+    )
     metrics_file = rundir.open_append(out / "metrics.jsonl") if world.rank == 0 else None  # rank 0 writes every file
     bar = tqdm(
         total=train_cfg.max_iters,
@@ -653,6 +663,7 @@ def run_steps(config, out, resume, progress, extend, world):
                 row["time"] = time.perf_counter() - start_time
                 if metrics_file is not None and (step % train_cfg.log_interval == 0 or "val_loss" in row):
                     write_row(metrics_file, row)
+                    log_sinks.send(sinks, row)
                 bar.set_description(f"{out.name} loss {train_loss:.4f}", refresh=False)
                 bar.update()
                 state["stopped"] = reached(row, train_cfg) or plateaued(state["since_best"], train_cfg.patience)
@@ -669,11 +680,19 @@ def run_steps(config, out, resume, progress, extend, world):
                     raise Interrupted(out, step)
                 if state["stopped"]:
                     break
+        except BaseException:
+            log_sinks.close(sinks, finished=False)
+            raise
         finally:
             bar.close()
             if metrics_file is not None:
                 metrics_file.close()
-    summary = finish(task, model, config, out, state, params, world) if world.rank == 0 else None
+    try:
+        summary = finish(task, model, config, out, state, params, world) if world.rank == 0 else None
+        if summary is not None:
+            log_sinks.finish(sinks, summary, [out / "curves.png"])
+    finally:
+        log_sinks.close(sinks, finished=summary is not None)
     if interrupt["set"]:  # Ctrl-C after the last step's check: the run is whole, and the caller stops too
         raise KeyboardInterrupt(f"interrupted after the last step; {out} is finished")
     return summary

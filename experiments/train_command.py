@@ -23,6 +23,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from . import log_sinks
 from .common import positive
 from .config import load_config, overrides_with_data
 from .train import Interrupted, TrainingDiverged, has_checkpoint, train
@@ -57,6 +58,14 @@ def add_parser(subparsers):
     parser.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        choices=log_sinks.SINKS,
+        help="also send every logged row, the config, summary and figures to this dashboard (repeatable; "
+        "docs/guide/training.md, Dashboards)",
+    )
+    parser.add_argument(
         "--dist-backend",
         choices=("gloo", "nccl"),
         help="under torchrun: the torch.distributed backend (default: gloo on CPU, nccl on CUDA)",
@@ -74,6 +83,8 @@ def add_parser(subparsers):
 def run(args):
     config = load_config(args.config, overrides_with_data(args.overrides, args.data))
     out = Path(args.out or Path("runs") / Path(args.config).stem)
+    log_sinks.check_available(args.log)
+    log = log_sinks.LogTarget(tuple(dict.fromkeys(args.log)), out, out.name) if args.log else None
     with process_group(config.train.device, args.dist_backend, args.dist_timeout):
         world = World.current()
         try:
@@ -84,6 +95,7 @@ def run(args):
                 force=args.force,
                 progress=not args.no_progress,
                 extend=args.extend,
+                log=log,
             )
         except TrainingDiverged as err:
             if world.rank == 0:

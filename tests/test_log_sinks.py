@@ -1,0 +1,189 @@
+"""--log tensorboard|wandb|mlflow: each sink read back offline (TensorBoard's event reader, the W&B offline run
+file, an MLflow file store) holds every row metrics.jsonl holds, the config and the summary; a resumed run does not
+show its re-run steps twice; a missing package or a failing sink is one line, never a lost run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import log_sinks
+from experiments.cli import main
+from experiments.runs import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "--set",
+    'task.data="builtin:tinyshakespeare"',
+    "--set",
+    "model.n_layer=1",
+    "--set",
+    "model.n_head=2",
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "train.block_size=16",
+    "--set",
+    "train.batch_size=4",
+    "--set",
+    "train.warmup_iters=1",
+    "--set",
+    "train.eval_interval=3",
+    "--set",
+    "train.eval_iters=1",
+    "--set",
+    "train.log_interval=1",
+    "--set",
+    "task.sample_length=4",
+]
+
+
+def train_run(out, *extra, steps=6):
+    argv = ["train", "shakespeare_char_cpu", *TINY, "--set", f"train.max_iters={steps}", "--out", str(out)]
+    assert main([*argv, "--no-progress", *extra]) == 0
+
+
+def expected(out):
+    """{metric: {step: value}} of the run's metrics.jsonl (the last row of a step logged twice)."""
+    series = {}
+    for row in read_metrics(out / "metrics.jsonl"):
+        for key, value in row.items():
+            if key != "step":
+                series.setdefault(key, {})[row["step"]] = value
+    return series
+
+
+def test_tensorboard_holds_every_row_the_config_and_the_summary(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    train_run(out, "--log", "tensorboard")
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0, "images": 0}).Reload()
+    for metric, values in expected(out).items():
+        logged = {event.step: event.value for event in events.Scalars(metric)}
+        assert logged == pytest.approx(values, rel=1e-6), metric  # stored as float32
+    assert set(events.Tags()["tensors"]) >= {"config/text_summary", "summary/text_summary"}
+    assert events.Tags()["images"] == ["curves"]
+
+
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    train_run(out, "--log", "tensorboard", steps=3)
+    assert main(["train", "shakespeare_char_cpu", *TINY, "--set", "train.max_iters=6", "--out", str(out),
+                 "--extend", "--no-progress", "--log", "tensorboard"]) == 0  # fmt: skip
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+    steps = [event.step for event in events.Scalars("train_loss")]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_mlflow_file_store_holds_every_row_params_and_artifacts(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "run"
+    train_run(out, "--log", "mlflow")
+    client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+    experiment = client.get_experiment_by_name("run")
+    (run,) = client.search_runs([experiment.experiment_id])
+    run_id = json.loads((out / "meta.json").read_text())["run_id"]
+    assert run.data.tags[log_sinks.TAG] == run_id and run.info.status == "FINISHED"
+    assert run.data.params["model.n_layer"] == "1" and run.data.params["train.max_iters"] == "6"
+    for metric, values in expected(out).items():
+        history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, metric)}
+        assert history == pytest.approx(values, rel=1e-12), metric
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert artifacts >= {"config.toml", "summary.json", "curves.png"}
+
+
+def wandb_records(path):
+    """The protobuf records of a W&B run file: a 7-byte header (":W&B", magic, version), then records in
+    LevelDB's log format (32 KiB blocks; each piece a 4-byte checksum, 2-byte length, 1-byte type: 1 whole,
+    2 first, 3 middle, 4 last; a block's last < 7 bytes are padding)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    position, records, pending = 7, [], b""
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:
+            position += left
+            continue
+        length, kind = int.from_bytes(data[position + 4 : position + 6], "little"), data[position + 6]
+        if kind == 0:  # zeros to the end of the block
+            position += left
+            continue
+        piece = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        pending = piece if kind in (1, 2) else pending + piece
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+def test_wandb_offline_run_holds_every_row_and_the_summary(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "run"
+    train_run(out, "--log", "wandb")
+    (log_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
+    history, summary, config = {}, {}, {}
+    for record in wandb_records(log_file):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            for key, value in items.items():
+                history.setdefault(key, {})[items["_step"]] = value
+        elif kind == "summary":
+            summary.update({item.key: json.loads(item.value_json) for item in record.summary.update})
+        elif kind == "run":
+            config.update({item.key: json.loads(item.value_json) for item in record.run.config.update})
+    for metric, values in expected(out).items():
+        assert {step: history[metric][step] for step in values} == pytest.approx(values, rel=1e-12), metric
+    final = json.loads((out / "summary.json").read_text())["final"]["val_loss"]
+    assert summary["final.val_loss"] == pytest.approx(final)
+    assert config["model.n_layer"] == 1 and config["train.max_iters"] == 6
+
+
+def test_a_sweep_logs_each_run_to_one_mlflow_experiment(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "sweep"
+    argv = ["sweep", "shakespeare_char_cpu", *TINY, "--set", "train.max_iters=3", "--seeds", "0,1"]
+    assert main([*argv, "--out", str(out), "--no-progress", "--log", "mlflow"]) == 0
+    client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+    runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert sorted(run.info.run_name for run in runs) == ["seed=0", "seed=1"]
+
+
+def test_a_missing_package_is_one_line_before_anything_is_written(tmp_path):
+    code = (
+        "import sys; sys.modules['mlflow'] = None\n"  # an import that fails, as where mlflow is not installed
+        "from experiments.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    out = tmp_path / "run"
+    argv = ["train", "shakespeare_char_cpu", *TINY, "--set", "train.max_iters=2", "--out", str(out), "--log", "mlflow"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert 'needs the mlflow package: pip install "pdmm-bridge[mlflow]"' in done.stderr
+    assert not out.exists()
+
+
+def test_a_sink_that_fails_mid_run_is_dropped_and_the_run_finishes(tmp_path, monkeypatch, capsys):
+    def broken(self, row):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(log_sinks.TensorBoardSink, "row", broken)
+    out = tmp_path / "run"
+    train_run(out, "--log", "tensorboard")
+    assert "--log tensorboard stopped (logging a row): disk full" in capsys.readouterr().err
+    assert (out / "summary.json").is_file() and len(read_metrics(out / "metrics.jsonl")) == 6

@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import rundir
+from . import log_sinks, rundir
 from .compare_report import summary, write_outputs
 from .compare_seeds import saved_seed, seed_result
 from .comparing import checked_base, load_source, row_variants, seed_key, setting_of, tabulate, untrained_models
@@ -104,6 +104,14 @@ def add_parser(subparsers):
         help="write into a non-empty --out that compare did not make; replace a --results section made from more seeds",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        choices=log_sinks.SINKS,
+        help="also send each transformer training run's rows, config, summary and figures to this dashboard "
+        "(repeatable; docs/guide/training.md, Dashboards)",
+    )
     return parser
 
 
@@ -114,7 +122,9 @@ def run(args):
     rows = row_variants(args)
     models = untrained_models(args, rows)
     setting = setting_of(args, base, task, models)
+    log_sinks.check_available(args.log)
     out = rundir.claim(args.out, "compare", args.force, reusable=True)
+    args.log_target = log_sinks.LogTarget(tuple(dict.fromkeys(args.log)), out, out.name) if args.log else None
     key = seed_key(args, setting, rows)
     for name in ("runs", "seeds"):  # a link at either is refused before anything trains
         rundir.refuse_link(out / name)

@@ -62,7 +62,14 @@ def trained_models(
         if (run_dir / "config.toml").is_file() and load_config(rundir.inside(run_dir / "config.toml", out)) != config:
             raise UsageError(f"{run_dir} was trained with a different config; choose another --out")
         if not (run_dir / "summary.json").is_file():
-            train(config, run_dir, resume=(run_dir / "ckpt.pt").is_file(), force=True, progress=not args.no_progress)
+            train(
+                config,
+                run_dir,
+                resume=(run_dir / "ckpt.pt").is_file(),
+                force=True,
+                progress=not args.no_progress,
+                log=getattr(args, "log_target", None),
+            )
         torch.manual_seed(0)
         model = build_task(config).build_model()
         load_weights(model, best_weights(run_dir))

@@ -187,3 +187,23 @@ def test_a_sink_that_fails_mid_run_is_dropped_and_the_run_finishes(tmp_path, mon
     train_run(out, "--log", "tensorboard")
     assert "--log tensorboard stopped (logging a row): disk full" in capsys.readouterr().err
     assert (out / "summary.json").is_file() and len(read_metrics(out / "metrics.jsonl")) == 6
+
+
+def test_compare_logs_each_transformer_training_run(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = ROOT / "experiments" / "configs" / "graph_consensus.toml"
+    tiny = ["train.max_iters=4", "train.eval_interval=2", "train.checkpoint_interval=2", "model.n_layer=2",
+            "model.d_model=16", "model.n_head=2", "train.batch_size=4", "task.val_graphs=2", "task.n_min=8",
+            "task.n_max=12", "task.radius=0", "train.log_interval=1"]  # fmt: skip
+    out = tmp_path / "cmp"
+    argv = ["compare", str(config), "--residuals", "standard", "--tied", "none", "--widths", "4", "--seeds", "0"]
+    argv += ["--rounds", "3", "--test-graphs", "1", "--tune-graphs", "1", "--learned-steps", "2"]
+    argv += ["--finetune-steps", "2", *[f"--set={s}" for s in tiny], "--out", str(out), "--no-progress"]
+    assert main([*argv, "--log", "tensorboard"]) == 0
+    runs = sorted(p for p in (out / "runs").rglob("metrics.jsonl"))
+    assert len(runs) == 2  # the standard row and the width-limited row
+    for metrics in runs:
+        events = EventAccumulator(str(metrics.parent / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+        logged = {event.step: event.value for event in events.Scalars("train_loss")}
+        assert logged == pytest.approx(expected(metrics.parent)["train_loss"], rel=1e-6)

@@ -70,9 +70,7 @@ def add_parser(subparsers):
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds: training seed and instance draw of each")
     parser.add_argument("--rounds", type=int, default=32, help="rounds compared (>= model.n_layer)")
     parser.add_argument("--test-graphs", type=int, default=8, help="held-out graphs per set and seed")
-    parser.add_argument(
-        "--tune-graphs", type=int, default=4, help="training-family graphs for tuning and fitting, per seed"
-    )
+    parser.add_argument("--tune-graphs", type=int, default=4, help="training-family graphs for tuning, per seed")
     parser.add_argument(
         "--learned-steps",
         type=int,
@@ -104,14 +102,7 @@ def add_parser(subparsers):
         help="write into a non-empty --out that compare did not make; replace a --results section made from more seeds",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
-    parser.add_argument(
-        "--log",
-        action="append",
-        default=[],
-        choices=log_sinks.SINKS,
-        help="also send each transformer training run's rows, config, summary and figures to this dashboard "
-        "(repeatable; docs/guide/training.md, Dashboards)",
-    )
+    log_sinks.add_argument(parser, "each transformer training run's rows")
     return parser
 
 
@@ -122,9 +113,9 @@ def run(args):
     rows = row_variants(args)
     models = untrained_models(args, rows)
     setting = setting_of(args, base, task, models)
-    log_sinks.check_available(args.log)
+    log_sinks.check_available(args.log)  # before the directory is claimed
     out = rundir.claim(args.out, "compare", args.force, reusable=True)
-    args.log_target = log_sinks.LogTarget(tuple(dict.fromkeys(args.log)), out, out.name) if args.log else None
+    args.log_target = log_sinks.target(args.log, out)
     key = seed_key(args, setting, rows)
     for name in ("runs", "seeds"):  # a link at either is refused before anything trains
         rundir.refuse_link(out / name)

@@ -84,6 +84,50 @@ def check_available(names: Sequence[str]) -> None:
             ) from None
 
 
+def add_argument(parser: Any, what: str = "every logged row") -> None:
+    """Add --log (repeatable, one of SINKS) to a command's parser; `what` says what is sent.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser.
+    what : str
+        What the dashboards get, for the help text.
+    """
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        choices=SINKS,
+        help=f"also send {what}, the config, summary and figures to this dashboard (repeatable; "
+        "docs/guide/training.md, Dashboards)",
+    )
+
+
+def target(names: Sequence[str], root: Path) -> "LogTarget | None":
+    """The LogTarget of a command's --log names (duplicates dropped) under the directory `root` it writes,
+    after check_available; None without names.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The --log values.
+    root : Path
+        The run, sweep or comparison directory the user named.
+
+    Returns
+    -------
+    LogTarget or None
+
+    Raises
+    ------
+    UsageError
+        As check_available.
+    """
+    check_available(names)
+    return LogTarget(tuple(dict.fromkeys(names)), root, root.name) if names else None
+
+
 class Sink:
     """One destination: row() for every metrics row, finish() with the summary and figures, close() always."""
 

@@ -74,14 +74,7 @@ def add_parser(subparsers):
     parser.add_argument("--out", help="sweep directory; runs/<config name>-sweep when not given")
     parser.add_argument("--force", action="store_true", help="write into a non-empty --out that holds no sweep")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument(
-        "--log",
-        action="append",
-        default=[],
-        choices=log_sinks.SINKS,
-        help="also send every logged row, the config, summary and figures to this dashboard (repeatable; "
-        "docs/guide/training.md, Dashboards)",
-    )
+    log_sinks.add_argument(parser)
     return parser
 
 
@@ -91,8 +84,7 @@ def run(args):
     check_values(args, spec)
     runs = plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
-    log_sinks.check_available(args.log)
-    args.log_target = log_sinks.LogTarget(tuple(dict.fromkeys(args.log)), out, out.name) if args.log else None
+    args.log_target = log_sinks.target(args.log, out)
     report = checked_spec(load_plan(args.config)["report"], args.config)  # a bad [report] fails now, not after the runs
     record = new_record(args, spec, runs, report)
     rundir.refuse_link(out)

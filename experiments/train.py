@@ -603,7 +603,7 @@ def run_steps(config, out, resume, progress, extend, world, log=None):
         log_sinks.open_sinks(
             log, out, rundir.read_text(out / "config.toml"), to_tables(config), identity[0], state["step"] + 1
         )
-        if world.rank == 0
+        if world.rank == 0 and log is not None
         else []
     )
     metrics_file = rundir.open_append(out / "metrics.jsonl") if world.rank == 0 else None  # rank 0 writes every file
@@ -687,6 +687,7 @@ def run_steps(config, out, resume, progress, extend, world, log=None):
             bar.close()
             if metrics_file is not None:
                 metrics_file.close()
+    summary = None
     try:
         summary = finish(task, model, config, out, state, params, world) if world.rank == 0 else None
         if summary is not None:

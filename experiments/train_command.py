@@ -57,14 +57,7 @@ def add_parser(subparsers):
     )
     parser.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--log",
-        action="append",
-        default=[],
-        choices=log_sinks.SINKS,
-        help="also send every logged row, the config, summary and figures to this dashboard (repeatable; "
-        "docs/guide/training.md, Dashboards)",
-    )
+    log_sinks.add_argument(parser)
     parser.add_argument(
         "--dist-backend",
         choices=("gloo", "nccl"),
@@ -83,8 +76,7 @@ def add_parser(subparsers):
 def run(args):
     config = load_config(args.config, overrides_with_data(args.overrides, args.data))
     out = Path(args.out or Path("runs") / Path(args.config).stem)
-    log_sinks.check_available(args.log)
-    log = log_sinks.LogTarget(tuple(dict.fromkeys(args.log)), out, out.name) if args.log else None
+    log = log_sinks.target(args.log, out)
     with process_group(config.train.device, args.dist_backend, args.dist_timeout):
         world = World.current()
         try:

@@ -167,6 +167,7 @@ def test_a_real_sigkill_inside_a_write_then_resume_gives_the_uninterrupted_bits(
     assert_same_bits(tmp_path / "killed", tmp_path / "whole")
 
 
+@pytest.mark.slow  # 2 minutes; the kill at every write point and the real SIGKILLs inside writes run in CI
 def test_twenty_seeded_random_sigkills_then_resume_give_the_uninterrupted_bits(tmp_path):
     """SIGKILL from outside at 20 seeded random moments (start-up, steps, evaluations, checkpoint writes),
     each followed by what a user does: --resume when a checkpoint exists, else start again with --force."""

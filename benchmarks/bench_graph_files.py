@@ -1,4 +1,4 @@
-"""Reading an edge list: time and peak memory of pdmm.load_graph's readers on one generated file, side by side.
+"""Reading graph files: time and peak memory of pdmm.load_graph's readers on generated files, side by side.
 
 The file: --nodes nodes labelled by the ints 0..n-1, --edges lines "i j" (a path through every node, then random
 pairs without self loops) after one comment line; about 23 MB at the defaults. Each row runs in a fresh process,
@@ -10,8 +10,12 @@ what the reader returns (src and dst, int64, and the labels as a list of Python 
   general   pdmm.graph_files.general_edge_list, what read_edge_list ran on every file before (chunks split by
             bytes.split, numbered by sorting)
   graph     pdmm.load_graph(path, arrays=True): the integer reader, then pdmm.Graph (dedup, sort)
+  graphml, networkx / graphml, expat   a GraphML file of the first --graphml-edges lines' graph (networkx's
+            write_graphml): pdmm.Graph.from_networkx(networkx.Graph(networkx.read_graphml(path))), what
+            load_graph(path, arrays=True) ran before, against load_graph(path, arrays=True) (graphml_edges: one
+            expat pass)
 
-    python benchmarks/bench_graph_files.py [--nodes 1000000] [--edges 1700000] [--repeats 3]
+    python benchmarks/bench_graph_files.py [--nodes 1000000] [--edges 1700000] [--graphml-edges 200000] [--repeats 3]
                                            [--results-dir benchmarks/results] [--shared no]
 
 Rows go to benchmarks/results/bench_graph_files.csv (table "edge list"; benchmarks/results.py).
@@ -25,6 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import networkx
 import numpy as np
 from results import Recorder, add_arguments
 
@@ -43,8 +48,12 @@ with open("/proc/self/clear_refs", "w") as file:
 before = status("VmRSS")
 start = time.perf_counter()
 kind, path = sys.argv[1], sys.argv[2]
-if kind == "graph":
+if kind in ("graph", "graphml, expat"):
     graph = pdmm.load_graph(path, arrays=True)
+    made = graph.edges.nbytes
+elif kind == "graphml, networkx":
+    import networkx
+    graph = pdmm.Graph.from_networkx(networkx.Graph(networkx.read_graphml(path)))
     made = graph.edges.nbytes
 else:
     labels, src, dst = (read_edge_list if kind == "integer" else general_edge_list)(path)
@@ -78,6 +87,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--edges", type=int, default=1_700_000)
+    parser.add_argument("--graphml-edges", type=int, default=200_000, help="lines of the edge list in the GraphML file")
     parser.add_argument("--repeats", type=int, default=3)
     add_arguments(parser)
     args = parser.parse_args()
@@ -85,17 +95,23 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "edges.txt"
         write_edge_list(path, args.nodes, args.edges)
-        megabytes = path.stat().st_size / 1e6
-        for kind in ("integer", "general", "graph"):
-            runs = [measure(kind, path) for _ in range(args.repeats)]
+        graphml = Path(folder) / "edges.graphml"
+        with open(path) as file:
+            next(file)  # the comment line
+            pairs = [next(file).split() for _ in range(args.graphml_edges)]
+        smaller = networkx.Graph(pairs)
+        networkx.write_graphml(smaller, graphml)
+        for kind in ("integer", "general", "graph", "graphml, networkx", "graphml, expat"):
+            source = graphml if kind.startswith("graphml") else path
+            runs = [measure(kind, source) for _ in range(args.repeats)]
             seconds = statistics.median(run["seconds"] for run in runs)
             peak = statistics.median(run["peak_mb"] for run in runs)
             arrays = runs[0]["arrays_mb"]
             row = {
                 "reader": kind,
-                "file_mb": f"{megabytes:.1f}",
-                "nodes": args.nodes,
-                "lines": args.edges,
+                "file_mb": f"{source.stat().st_size / 1e6:.1f}",
+                "nodes": smaller.number_of_nodes() if kind.startswith("graphml") else args.nodes,
+                "lines": args.graphml_edges if kind.startswith("graphml") else args.edges,
                 "seconds": f"{seconds:.2f}",
                 "peak_mb": f"{peak:.0f}",
                 "arrays_mb": f"{arrays:.0f}",

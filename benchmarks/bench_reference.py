@@ -6,7 +6,7 @@ of the targets, reg 0.1), float64, CPU. *per node* builds one cvxpy term per nod
 before (up to --per-node-max nodes; above, the row leaves it blank); *vectorised* is pdmm.reference(problem,
 solver="CLARABEL"): one cvxpy expression over the stacked data; *default* is pdmm.reference(problem): the
 closed form (sum_i P_i) x = sum_i q_i for least squares (docs/guide/solve.md, "The reference"), the
-vectorised cvxpy problem polished by Newton's method for logistic regression. Each time is one call, from the
+Newton's method from x = 0 for logistic regression. Each time is one call, from the
 problem to x*, the median over --repeats; the row gives the largest absolute difference of x* from the
 per-node answer (or, without one, from the vectorised one) and the optimality of each: the largest entry of
 sum_i grad f_i(x*) (0 at the optimum).
@@ -98,7 +98,7 @@ def main():
                 "per_node_s": "" if plain_s is None else f"{plain_s:.3f}",
                 "vectorised_s": f"{vectorised_s:.3f}",
                 "default_s": f"{default_s:.4f}",
-                "default_is": "closed form" if name == "least squares" else "cvxpy + Newton",
+                "default_is": "closed form" if name == "least squares" else "Newton",
                 "max_difference": f"{np.abs(default - against).max():.2e}",
                 "vectorised_difference": "" if plain is None else f"{np.abs(vectorised - plain).max():.2e}",
                 "default_gradient": f"{gradient_size(problem, default):.1e}",

@@ -483,17 +483,17 @@ per graph) over 112 rounds; the largest relative difference of the errors (0: th
         ],
     ),
     Section(
-        "The centralised reference: closed forms and one vectorised cvxpy problem",
+        "The centralised reference: closed forms, Newton's method and one vectorised cvxpy problem",
         "bench_reference",
         """
 `pdmm.reference` on least squares and logistic regression (random geometric graphs, d = 4, 8 rows per node),
 float64, CPU, from the problem to x*. *per node*: one cvxpy term per node, as pdmm.reference built it before
 (timed up to 5,000 nodes); *vectorised*: `pdmm.reference(problem, solver="CLARABEL")`, one cvxpy expression over
 the stacked data; *default*: `pdmm.reference(problem)`, the closed form (sum_i P_i) x = sum_i q_i for least
-squares (docs/guide/solve.md, "The reference"), the vectorised problem polished by Newton's method for logistic
-regression. *difference*: the largest absolute difference of the default's x* from the per-node one (the
-vectorised one without a per-node run); *gradient*: the largest entry of sum_i grad f_i at each x* (0 at the
-optimum), default / per node.
+squares and Newton's method from x = 0 for logistic regression (docs/guide/solve.md, "The reference").
+*difference*: the largest absolute difference of the default's x* from the per-node one (the vectorised one
+without a per-node run); *gradient*: the largest entry of sum_i grad f_i at each x* (0 at the optimum), default
+/ per node.
 """,
         [
             Table(
@@ -512,17 +512,18 @@ optimum), default / per node.
         ],
     ),
     Section(
-        "Reading an edge list",
+        "Reading graph files",
         "bench_graph_files",
         """
 One generated edge list (a path through every node, then random pairs; canonical int labels; about 20 MB at the
 defaults) read in a fresh process per row: *integer* is `read_edge_list` as `pdmm.load_graph` runs it
 (`integer_edge_list`: numpy.loadtxt and a numbering table), *general* the chunked reader every file took before
 (`general_edge_list`, still used for labels that are not canonical ints), *graph* all of
-`pdmm.load_graph(path, arrays=True)` (the integer reader, then pdmm.Graph's dedup and sort). *peak MB* is the
-process's peak resident memory while reading over what was resident before (after `import pdmm`); *x arrays*
-that over the arrays returned (src and dst as int64 and the labels as a list of ints; for *graph*, the Graph's
-edge array). Medians.
+`pdmm.load_graph(path, arrays=True)` (the integer reader, then pdmm.Graph's dedup and sort); the *graphml* rows
+read a GraphML file of the first 200,000 lines' graph with networkx (what `load_graph(arrays=True)` ran before)
+and with `graphml_edges` (one expat pass, what it runs now). *peak MB* is the process's peak resident memory
+while reading over what was resident before (after `import pdmm`); *x arrays* that over what is returned (src,
+dst and the labels; for *graph* and *graphml*, the Graph's edge array). Medians.
 """,
         [
             Table(

@@ -19,8 +19,9 @@ def load_graph(path: str | os.PathLike, arrays: bool = False) -> nx.Graph | Grap
     An edge list is read as networkx.read_edgelist reads it: text after "#" is a comment, a line with fewer
     than two fields is skipped, fields after the first two are ignored, never evaluated; nodes are numbered
     in order of first appearance, and labels that are all integers ("7", not "07") become ints. It is parsed
-    by read_edge_list at C speed in memory proportional to the edges (docs/guide/solve.md, "Graphs"). A
-    GraphML file that declares a DOCTYPE is refused (_refuse_doctype).
+    by read_edge_list at C speed in memory proportional to the edges (docs/guide/solve.md, "Graphs"). GraphML is
+    read as networkx.read_graphml reads it; with arrays=True a file of one plain graph is read in one expat pass
+    instead (graphml_edges). A GraphML file that declares a DOCTYPE is refused (_refuse_doctype).
 
     Parameters
     ----------
@@ -49,17 +50,20 @@ def load_graph(path: str | os.PathLike, arrays: bool = False) -> nx.Graph | Grap
     graphml = path.suffix.lower() == ".graphml"
     _check_memory(path, GRAPHML_MEMORY if graphml else EDGE_LIST_MEMORY)
     try:
-        if graphml:
-            _refuse_doctype(path)
-            G = nx.Graph(nx.read_graphml(path))
-        else:
-            labels, src, dst = read_edge_list(path)
+        if not graphml:
+            read = read_edge_list(path)
+        else:  # a pdmm.Graph of a plain GraphML file: one expat pass; anything else, and networkx graphs: networkx
+            read = graphml_edges(path) if arrays else None
+            if read is None:
+                _refuse_doctype(path)
+                G = nx.Graph(nx.read_graphml(path))
     except Exception as err:  # networkx and the reader's allocations raise many types for malformed or huge files
         raise ValueError(f"could not read graph file {path}: {_reason(err)}") from None
-    if (G.number_of_edges() if graphml else len(src)) == 0:
+    if (G.number_of_edges() if read is None else len(read[1])) == 0:
         raise ValueError(f"graph file {path} holds no edges")
-    if graphml:
+    if read is None:
         return Graph.from_networkx(G) if arrays else G
+    labels, src, dst = read
     if arrays:
         return from_pairs(len(labels), src, dst, labels, warn=True)
     G = nx.Graph()
@@ -68,6 +72,7 @@ def load_graph(path: str | os.PathLike, arrays: bool = False) -> nx.Graph | Grap
     return G
 
 
+GRAPHML = "http://graphml.graphdrawing.org/xmlns"  # the namespace networkx reads GraphML elements from
 EDGE_CHUNK = 2**22  # bytes of an edge list parsed at a time: its token lists take about 10x this
 LONG_LABEL = 32  # bytes: a chunk with a longer label is numbered through Python objects, not fixed-width arrays
 EDGE_LIST_MEMORY = 10  # bytes of memory per byte of an edge list (measured 8.6-9.7 at 23-237 MB)
@@ -75,6 +80,46 @@ GRAPHML_MEMORY = 50  # the same for GraphML read by networkx (measured about 40)
 _SPACE = np.zeros(256, dtype=bool)
 _SPACE[list(b" \t\n\r\v\f")] = True
 _ODD_LINE = re.compile(rb"^[ \t\r\f\v]*\S+[ \t\r\f\v]*$|^[ \t\r\f\v]*\S+[ \t\r\f\v]+\S+[ \t\r\f\v]+\S", re.M)
+
+
+def graphml_edges(path) -> tuple[list, np.ndarray, np.ndarray] | None:
+    """(labels, src, dst) of a GraphML file with one graph of nodes and edges, read by expat in one pass (its
+    attributes and other elements ignored, a DOCTYPE refused as _refuse_doctype refuses it): the same nodes, in the
+    same order, and edges as networkx.read_graphml then Graph.from_networkx give (node ids in document order, then
+    undeclared edge ends in edge order), about ten times faster. None for anything networkx reads differently or
+    refuses (nested or several graphs, hyperedges, ports, a node without an id, an edge without its ends): the
+    caller reads it with networkx."""
+    nodes: dict[str, int] = {}
+    ends: list[str] = []
+    seen = {"graphs": 0, "plain": True}
+
+    def start(name, attributes):
+        space, _, tag = name.rpartition(" ")
+        if space != GRAPHML:
+            return
+        if tag == "node" and "id" in attributes:
+            nodes.setdefault(attributes["id"], len(nodes))
+        elif tag == "edge" and "source" in attributes and "target" in attributes:
+            ends.extend((attributes["source"], attributes["target"]))
+        elif tag == "graph":
+            seen["graphs"] += 1
+        elif tag in ("node", "edge", "hyperedge", "port", "endpoint"):
+            seen["plain"] = False
+
+    def refuse(*_):
+        raise ValueError("it declares a DOCTYPE (a DTD, entities), which GraphML never needs; remove the declaration")
+
+    parser = expat.ParserCreate(namespace_separator=" ")
+    parser.StartElementHandler = start
+    parser.StartDoctypeDeclHandler = refuse
+    with open(path, "rb") as file:
+        parser.ParseFile(file)
+    if seen["graphs"] != 1 or not seen["plain"]:
+        return None
+    for label in ends:  # an edge's undeclared ends become nodes, source before target, as networkx adds them
+        nodes.setdefault(label, len(nodes))
+    index = np.fromiter(map(nodes.__getitem__, ends), dtype=np.int64, count=len(ends))
+    return list(nodes), index[0::2], index[1::2]
 
 
 def read_edge_list(path) -> tuple[list, np.ndarray, np.ndarray]:

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from .problem import Problem
 
 CLOSED_FORM_CONDITION = 1e10  # the largest condition number of sum_i P_i solved in closed form
-NEWTON_STEPS = 8  # Newton steps at most that polish cvxpy's answer to a consensus logistic regression
+NEWTON_STEPS = 100  # Newton steps at most for a consensus logistic regression (about 10 from x = 0 in practice)
+QUADRATIC = 0.1  # a Newton decrement lambda^2 below which Newton's method takes full steps (its quadratic region)
 
 
 def reference(problem: "Problem", solver: str | None = None, **solver_options: Any) -> np.ndarray:
@@ -21,17 +22,18 @@ def reference(problem: "Problem", solver: str | None = None, **solver_options: A
     positive definite with a condition number up to CLOSED_FORM_CONDITION. Every other problem is one cvxpy
     problem whose objective and constraints are single expressions over the stacked data: a consensus
     problem has one shared variable x (x_i = x at every node); general edge constraints use X in R^{n x d}
-    with A_ij x_i + A_ji x_j = b_ij (or <= b_ij) for every edge. CLARABEL resolves logistic regression's
-    exponential cones to about 1e-6 at a thousand nodes, so a consensus logistic regression's answer is
-    then polished by Newton's method on sum_i f_i (polish), to rounding error.
+    with A_ij x_i + A_ji x_j = b_ij (or <= b_ij) for every edge. A consensus logistic regression with reg > 0
+    is solved by Newton's method (newton): CLARABEL resolves its exponential cones only to about 1e-6 at a
+    thousand nodes, where Newton's method reaches a gradient of rounding size in about ten steps; where Newton
+    does not get there, cvxpy's answer is polished by it.
 
     Parameters
     ----------
     problem : pdmm.Problem
         The problem.
     solver : str or None
-        None: the closed form where there is one, else cvxpy with CLARABEL at tolerances of 1e-11; a cvxpy
-        solver's name solves every problem with that solver (no closed form).
+        None: the closed form or Newton's method where they apply, else cvxpy with CLARABEL at tolerances of
+        1e-11; a cvxpy solver's name solves every problem with that solver.
     **solver_options
         Passed to cvxpy's Problem.solve (overriding CLARABEL's tolerances).
 
@@ -45,11 +47,17 @@ def reference(problem: "Problem", solver: str | None = None, **solver_options: A
     RuntimeError
         Where cvxpy cannot solve an instance (a solver error or a status other than optimal).
     """
-    closed = closed_form(problem) if solver is None and not solver_options else None
-    if closed is not None:
-        return closed if problem.batched else closed[0]
+    own = solver is None and not solver_options  # the project's own choice of method
+    exact = closed_form(problem) if own else None
+    if exact is None and own:
+        exact = newton(problem)
+    if exact is not None:
+        return exact if problem.batched else exact[0]
     x = _by_cvxpy(problem, "CLARABEL" if solver is None else solver, solver_options)
-    return polish(problem, x) if solver is None and not solver_options else x
+    polished = newton(problem, x) if own else None  # cvxpy's answer to a logistic regression Newton did not solve
+    if polished is None:
+        return x
+    return polished if problem.batched else polished[0]
 
 
 def closed_form(problem: "Problem") -> np.ndarray | None:
@@ -85,50 +93,60 @@ def closed_form(problem: "Problem") -> np.ndarray | None:
     return x.cpu().numpy()[:, None, :].repeat(n, 1)
 
 
-def polish(problem: "Problem", x: np.ndarray) -> np.ndarray:
-    """Newton's method on sum_i f_i(x) from cvxpy's answer x, for a consensus logistic regression (smooth and
-    strongly convex where reg > 0): x <- x - (sum_i H_i(x))^{-1} sum_i grad f_i(x), at most NEWTON_STEPS steps,
-    each kept only where it does not raise the objective, until a step is below 1e-15 of x; any other problem's x
-    is returned as it is.
+def newton(problem: "Problem", start: np.ndarray | None = None) -> np.ndarray | None:
+    """x* of a consensus logistic regression with reg > 0 (smooth and strongly convex, so one minimiser) by
+    Newton's method on F(x) = sum_i f_i(x): x <- x - t (sum_i H_i(x))^{-1} sum_i grad f_i(x), t halved from 1
+    until F(x - t step) <= F(x) - t/4 grad^T step (every instance on its own) while the Newton decrement
+    grad^T step is at least QUADRATIC, full steps below it (where F can no longer tell the steps apart in
+    float64, and Newton's method converges quadratically), from `start` (or x = 0), at most NEWTON_STEPS
+    steps, until a step moves x by at most 1e-14 of its size; None for any other problem, or where some
+    instance does not get there (cvxpy decides).
 
     Parameters
     ----------
     problem : pdmm.Problem
         The problem.
-    x : numpy.ndarray
-        cvxpy's answer, (n, d) or (B, n, d).
+    start : numpy.ndarray or None
+        A first point, (n, d) or (B, n, d) (every row the same), or None for 0.
 
     Returns
     -------
-    numpy.ndarray
-        The polished answer, shaped like x.
+    numpy.ndarray or None
+        x* at every node, (B, n, d), or None.
     """
     from .local import Logistic
 
     local = problem.local
-    if not problem.is_consensus or type(local) is not Logistic:
-        return x
-    n = problem.n
-    shared = torch.as_tensor(x.reshape(problem.batch, n, -1)[:, 0], dtype=torch.float64)  # (B, d)
+    if not problem.is_consensus or type(local) is not Logistic or not local.reg > 0:
+        return None
+    n, d = problem.n, problem.dim
+    x = torch.zeros(problem.batch, d, dtype=torch.float64)
+    if start is not None:
+        x = torch.as_tensor(start.reshape(problem.batch, n, d)[:, 0], dtype=torch.float64)
 
-    def at(point):
+    def at(point):  # the shared point at every node, (n, B, d)
         return point.unsqueeze(0).expand(n, *point.shape).to(local.X.dtype)
 
-    value = local.value(at(shared)).to(torch.float64)
+    value = local.value(at(x)).to(torch.float64)
     for _ in range(NEWTON_STEPS):
-        gradient = local.gradient(at(shared)).to(torch.float64).sum(0)
-        hessian = local.hessian(at(shared)).to(torch.float64).sum(0)
-        step = torch.linalg.solve(hessian, gradient.unsqueeze(-1)).squeeze(-1)
-        trial = shared - step
-        trial_value = local.value(at(trial)).to(torch.float64)
-        better = torch.isfinite(trial_value) & (trial_value <= value + 1e-15 * value.abs())
-        shared = torch.where(better.unsqueeze(-1), trial, shared)
-        value = torch.where(better, trial_value, value)
-        small = step.norm(dim=-1) <= 1e-15 * torch.clamp(shared.norm(dim=-1), min=1.0)
-        if bool((small | ~better).all()):
-            break
-    polished = shared.numpy()[:, None, :].repeat(n, 1)
-    return polished if problem.batched else polished[0]
+        gradient = local.gradient(at(x)).to(torch.float64).sum(0)
+        step = torch.linalg.solve(local.hessian(at(x)).to(torch.float64).sum(0), gradient.unsqueeze(-1))[..., 0]
+        decrement = (gradient * step).sum(-1)  # lambda^2 = grad^T H^-1 grad, affine invariant
+        t = torch.ones_like(value)
+        for _ in range(60):  # backtracking, until the quadratic region (lambda^2 < QUADRATIC) takes full steps
+            trial_value = local.value(at(x - t.unsqueeze(-1) * step)).to(torch.float64)
+            short = ~(trial_value <= value - 0.25 * t * decrement) & (decrement >= QUADRATIC)  # NaN counts as short
+            if not bool(short.any()):
+                break
+            t = torch.where(short, t / 2, t)
+        move = t.unsqueeze(-1) * step
+        x = x - move
+        value = local.value(at(x)).to(torch.float64)
+        if not bool(torch.isfinite(x).all()):
+            return None
+        if bool((move.norm(dim=-1) <= 1e-14 * torch.clamp(x.norm(dim=-1), min=1.0)).all()):
+            return x.numpy()[:, None, :].repeat(n, 1)
+    return None
 
 
 def _by_cvxpy(problem: "Problem", solver: str, solver_options: dict) -> np.ndarray:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import pdmm
-from pdmm.reference import closed_form
+from pdmm.reference import closed_form, newton
 
 N, D = 24, 3
 G = pdmm.topology("random_geometric", n=N, seed=1)
@@ -103,8 +103,8 @@ def build(kind, constraints="consensus", batch=1, seed=0):
 
 KINDS = ["averaging", "least_squares", "lasso", "quadratic", "logistic"]
 # CLARABEL solves logistic regression's exponential cones to about 1e-7 in x here (the gradient of the objective at
-# the per-node problem's answer is up to 8e-7), everything else to 1e-8; pdmm.reference polishes its logistic answer
-# (test_a_consensus_logistic_reference_is_polished_to_a_zero_gradient)
+# the per-node problem's answer is up to 8e-7), everything else to 1e-8; pdmm.reference solves a consensus logistic
+# regression by Newton's method (test_a_consensus_logistic_regression_is_solved_by_newton_to_a_zero_gradient)
 AGREE = {"logistic": 1e-7}
 
 
@@ -160,15 +160,26 @@ def test_naming_a_solver_skips_the_closed_form():
     np.testing.assert_allclose(by_cvxpy, per_node_reference(problem, data), rtol=0, atol=1e-8)
 
 
-def test_a_consensus_logistic_reference_is_polished_to_a_zero_gradient():
-    """cvxpy alone leaves a gradient of sum_i f_i of about 1e-2 at a thousand nodes; Newton's polish removes it."""
+def test_a_consensus_logistic_regression_is_solved_by_newton_to_a_zero_gradient():
+    """cvxpy alone leaves a gradient of sum_i f_i of about 3e-3 here; Newton's method gets to rounding size."""
     n = 400
     graph = pdmm.topology("random_geometric", n=n, seed=0)
     rng = np.random.default_rng(0)
     H, y = rng.normal(size=(2, n, 8, D)), np.sign(rng.normal(size=(2, n, 8)))
     problem = pdmm.logistic(graph, H, y, reg=0.1)
     x_star = pdmm.reference(problem)
+    np.testing.assert_array_equal(x_star, newton(problem))
     gradient = problem.local.gradient(torch.tensor(x_star).permute(1, 0, 2)).sum(0)  # (B, d): sum_i grad f_i(x*)
     assert x_star.shape == (2, n, D) and float(gradient.abs().max()) < 1e-10
-    unpolished = pdmm.reference(problem, solver="CLARABEL")
-    np.testing.assert_allclose(unpolished, x_star, rtol=0, atol=1e-4)  # the same optimum, less precisely
+    by_cvxpy = pdmm.reference(problem, solver="CLARABEL")
+    np.testing.assert_allclose(by_cvxpy, x_star, rtol=0, atol=1e-4)  # the same optimum, less precisely
+    from_cvxpy = newton(problem, by_cvxpy)  # the polish of a cvxpy answer where Newton from 0 would not do
+    np.testing.assert_allclose(from_cvxpy, x_star, rtol=0, atol=1e-12)
+
+
+def test_newton_is_only_taken_where_there_is_one_minimiser():
+    rng = np.random.default_rng(1)
+    H, y = rng.normal(size=(N, 5, D)), np.sign(rng.normal(size=(N, 5)))
+    assert newton(pdmm.logistic(G, H, y, reg=0.0)) is None  # not strongly convex: separable data has no minimiser
+    assert newton(build("lasso")[0]) is None and newton(build("least_squares")[0]) is None
+    assert newton(build("logistic", edge_constraints())[0]) is None  # not consensus

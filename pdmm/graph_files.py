@@ -49,6 +49,7 @@ def load_graph(path: str | os.PathLike, arrays: bool = False) -> nx.Graph | Grap
         raise FileNotFoundError(f"graph file not found: {path}")
     graphml = path.suffix.lower() == ".graphml"
     _check_memory(path, GRAPHML_MEMORY if graphml else EDGE_LIST_MEMORY)
+    read: tuple[list, np.ndarray, np.ndarray] | None = None  # labels, src, dst; None: networkx's graph G
     try:
         if not graphml:
             read = read_edge_list(path)

@@ -14,6 +14,7 @@ import pytest
 import pdmm
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # 20 s of benchopt runs, kept out of CI's 30 minutes; python -m pytest -m slow
 SOLVERS = ["pdmm", "qa-pdmm", "admm", "dgd", "extra", "nids", "gradient-tracking"]
 
 

@@ -189,6 +189,7 @@ def test_a_sink_that_fails_mid_run_is_dropped_and_the_run_finishes(tmp_path, mon
     assert (out / "summary.json").is_file() and len(read_metrics(out / "metrics.jsonl")) == 6
 
 
+@pytest.mark.slow  # 20 s; compare hands the same LogTarget to train, whose sinks the tests above read back
 def test_compare_logs_each_transformer_training_run(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

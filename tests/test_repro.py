@@ -36,7 +36,16 @@ def tiny(*extra):
     return [arg for setting in [*TINY, *extra] for arg in ("--set", setting)]
 
 
-@pytest.mark.parametrize("name", sorted(path.stem for path in REPRO.glob("*.toml")))
+SLOW_CONFIGS = {"linear_char"}  # 43 s even at a tiny size (its block-1024 runs); run with -m slow
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_CONFIGS else name
+        for name in sorted(path.stem for path in REPRO.glob("*.toml"))
+    ],
+)
 def test_each_repro_config_runs_and_reports_at_a_tiny_size(name, tmp_path, capsys, monkeypatch):
     """CI's guard against rot: one seed, two steps, then the report with its [report] extras."""
     out, results = tmp_path / name, tmp_path / "docs" / "RESULTS.md"

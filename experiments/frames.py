@@ -26,16 +26,14 @@ def _pandas() -> Any:
     return pandas
 
 
-def _runs(paths: str | Path | Iterable[str | Path]) -> list[Run]:
-    return expand([paths] if isinstance(paths, (str, Path)) else list(paths))
-
-
-def _keys(runs: list[Run], config: str) -> list[str]:
+def _runs_and_keys(paths: str | Path | Iterable[str | Path], config: str) -> tuple[list[Run], list[str]]:
+    """The runs in `paths` (experiments.runs.expand) and the config keys shown as columns."""
     if config not in ("differing", "all"):
         raise ValueError(f"config must be 'differing' or 'all', got {config!r}")
+    runs = expand([paths] if isinstance(paths, (str, Path)) else list(paths))
     if config == "all":
-        return sorted({key for run in runs for key in flat_config(run.config)})
-    return differing_keys(runs)
+        return runs, sorted({key for run in runs for key in flat_config(run.config)})
+    return runs, differing_keys(runs)
 
 
 def metrics_frame(paths: str | Path | Iterable[str | Path], config: str = "differing") -> Any:
@@ -67,8 +65,7 @@ def metrics_frame(paths: str | Path | Iterable[str | Path], config: str = "diffe
         For a config other than "differing" or "all".
     """
     pandas = _pandas()
-    runs = _runs(paths)
-    keys = _keys(runs, config)
+    runs, keys = _runs_and_keys(paths, config)
     records = []
     for run in runs:
         flat = flat_config(run.config)
@@ -105,8 +102,7 @@ def summary_frame(paths: str | Path | Iterable[str | Path], config: str = "diffe
         As metrics_frame.
     """
     pandas = _pandas()
-    runs = _runs(paths)
-    keys = _keys(runs, config)
+    runs, keys = _runs_and_keys(paths, config)
     records = []
     for run in runs:
         flat = flat_config(run.config)

@@ -137,19 +137,7 @@ def read_edge_list(path) -> tuple[list, np.ndarray, np.ndarray]:
 def general_edge_list(path) -> tuple[list, np.ndarray, np.ndarray]:
     """read_edge_list's answer for any edge list, read in chunks of EDGE_CHUNK bytes of whole lines (_chunk_ends)
     and numbered by sorting (_numbered), or through a dict where some label is longer than LONG_LABEL."""
-    ends = []
-    with open(path, "rb") as file:
-        rest = b""
-        while True:
-            block = file.read(EDGE_CHUNK)
-            data = rest + block
-            cut = len(data) if not block else data.rfind(b"\n") + 1
-            data, rest = data[:cut], data[cut:]
-            if data:
-                ends.append(_chunk_ends(data))
-            if not block:
-                break
-    ends = [e for e in ends if len(e)]
+    ends = [e for e in map(_chunk_ends, _line_chunks(path)) if len(e)]
     if not ends:
         return [], np.empty(0, np.int64), np.empty(0, np.int64)
     if any(e.dtype.kind == "O" for e in ends):  # long labels: fixed-width arrays would take count x longest
@@ -168,17 +156,9 @@ def integer_edge_list(path) -> tuple[list, np.ndarray, np.ndarray] | None:
     numpy.loadtxt (C speed, the (E, 2) int64 array and little more) and numbered in order of first appearance:
     through a table over the labels' range where it is at most twice the entries (np.minimum.at of each entry's
     position), else by sorting (_numbered)."""
-    with open(path, "rb") as file:
-        rest = b""
-        while True:
-            block = file.read(EDGE_CHUNK)
-            data = rest + block
-            cut = len(data) if not block else data.rfind(b"\n") + 1
-            data, rest = data[:cut], data[cut:]
-            if not data.isascii() or data.count(b"\r") != data.count(b"\r\n") or not _canonical_ints(data):
-                return None
-            if not block:
-                break
+    for data in _line_chunks(path):
+        if not data.isascii() or data.count(b"\r") != data.count(b"\r\n") or not _canonical_ints(data):
+            return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # loadtxt's "input contained no data": no edges, said later
         try:
@@ -203,6 +183,22 @@ def integer_edge_list(path) -> tuple[list, np.ndarray, np.ndarray] | None:
     rank[order] = np.arange(len(order), dtype=np.int64)
     np.take(rank, flat, out=flat)
     return (order + low).tolist(), flat[0::2], flat[1::2]
+
+
+def _line_chunks(path):
+    """The file at `path` as chunks of about EDGE_CHUNK bytes, each cut after a newline (the last holds the rest);
+    no chunk is empty."""
+    with open(path, "rb") as file:
+        rest = b""
+        while True:
+            block = file.read(EDGE_CHUNK)
+            data = rest + block
+            cut = len(data) if not block else data.rfind(b"\n") + 1
+            data, rest = data[:cut], data[cut:]
+            if data:
+                yield data
+            if not block:
+                return
 
 
 def _canonical_ints(data: bytes) -> bool:

@@ -11,13 +11,20 @@ problem to x*, the median over --repeats; the row gives the largest absolute dif
 per-node answer (or, without one, from the vectorised one) and the optimality of each: the largest entry of
 sum_i grad f_i(x*) (0 at the optimum).
 
+Table "batched" (--batched): B instances of a distributed lasso (the same graphs and sizes, lam 0.5), which
+only cvxpy solves: *separate* compiles one cvxpy problem per instance, *parameters* one problem with cvxpy
+Parameters that every instance assigns (pdmm.reference's PARAMETER_NUMBERS set to 0, then unbounded), *default*
+is pdmm.reference(problem), which takes Parameters up to PARAMETER_NUMBERS numbers of data per instance.
+
     python benchmarks/bench_reference.py [--nodes 1000 5000 20000] [--per-node-max 5000] [--repeats 1]
                                          [--results-dir benchmarks/results] [--shared no]
+    python benchmarks/bench_reference.py --batched [--nodes 20 100 200 500 1000] [--instances 8]
 
-Rows go to benchmarks/results/bench_reference.csv (table "reference"; benchmarks/results.py).
+Rows go to benchmarks/results/bench_reference.csv (tables "reference" and "batched"; benchmarks/results.py).
 """
 
 import argparse
+import importlib
 import statistics
 import time
 import warnings
@@ -31,6 +38,7 @@ from results import Recorder, add_arguments
 import pdmm
 
 D, ROWS = 4, 8
+SOLVER = importlib.import_module("pdmm.reference")  # the module (pdmm.reference is the function)
 TIGHT = {"tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11}
 
 
@@ -74,14 +82,49 @@ def timed(run, repeats):
     return statistics.median(seconds), answer
 
 
+def batched(args, recorder):
+    """Table "batched": B lasso instances, one compiled problem per instance against one with Parameters."""
+    threshold = SOLVER.PARAMETER_NUMBERS
+    for n in args.nodes:
+        G = pdmm.topology("random_geometric", n=n, seed=0)
+        rng = np.random.default_rng(0)
+        B = args.instances
+        problem = pdmm.lasso(G, rng.normal(size=(B, n, ROWS, D)), rng.normal(size=(B, n, ROWS)), lam=0.5)
+        times, answers = {}, {}
+        for name, numbers in (("separate", 0), ("parameters", float("inf")), ("default", threshold)):
+            SOLVER.PARAMETER_NUMBERS = numbers
+            times[name], answers[name] = timed(partial(pdmm.reference, problem), args.repeats)
+        SOLVER.PARAMETER_NUMBERS = threshold
+        row = {
+            "problem": "lasso",
+            "nodes": n,
+            "d": D,
+            "instances": B,
+            "numbers": n * ROWS * (D + 1),
+            "separate_s": f"{times['separate']:.3f}",
+            "parameters_s": f"{times['parameters']:.3f}",
+            "default_s": f"{times['default']:.3f}",
+            "speedup": f"{times['separate'] / times['default']:.2f}",
+            "max_difference": f"{np.abs(answers['parameters'] - answers['separate']).max():.2e}",
+        }
+        recorder.add("batched", **row)
+        print(row, flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 20000])
+    parser.add_argument("--nodes", type=int, nargs="+", help="default 1000 5000 20000; with --batched 20 ... 1000")
     parser.add_argument("--per-node-max", type=int, default=5000, help="largest n timed one term per node")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--batched", action="store_true", help='table "batched" only (default --nodes 20 ... 1000)')
+    parser.add_argument("--instances", type=int, default=8, help='instances B of table "batched"')
     add_arguments(parser)
     args = parser.parse_args()
     recorder = Recorder("bench_reference", args.results_dir, args.shared)  # before any work: load at start
+    if args.batched:
+        args.nodes = args.nodes or [20, 100, 200, 500, 1000]
+        return batched(args, recorder)
+    args.nodes = args.nodes or [1000, 5000, 20000]
     for n in args.nodes:
         built, (H, y) = problems(n)
         for name, problem in built.items():

@@ -493,7 +493,9 @@ the stacked data; *default*: `pdmm.reference(problem)`, the closed form (sum_i P
 squares and Newton's method from x = 0 for logistic regression (docs/guide/solve.md, "The reference").
 *difference*: the largest absolute difference of the default's x* from the per-node one (the vectorised one
 without a per-node run); *gradient*: the largest entry of sum_i grad f_i at each x* (0 at the optimum), default
-/ per node.
+/ per node. Table *batched*: B lasso instances (only cvxpy solves them), one cvxpy problem compiled per instance
+(*separate*) against one with cvxpy Parameters that each instance assigns; *default* takes Parameters up to
+`PARAMETER_NUMBERS` (8,000) numbers of data per instance; *difference*: Parameters against separate.
 """,
         [
             Table(
@@ -507,6 +509,19 @@ without a per-node run); *gradient*: the largest entry of sum_i grad f_i at each
                     Column("difference", "max_difference", "{:.1e}"),
                     Column("gradient, default", "default_gradient", "{:.0e}"),
                     Column("gradient, per node", "per_node_gradient", "{:.0e}"),
+                ],
+            ),
+            Table(
+                "batched",
+                [
+                    Column("nodes", "nodes", "{:,.0f}"),
+                    Column("instances", "instances", "{:.0f}"),
+                    Column("numbers", "numbers", "{:,.0f}"),
+                    Column("separate s", "separate_s", "{:.2f}"),
+                    Column("parameters s", "parameters_s", "{:.2f}"),
+                    Column("default s", "default_s", "{:.2f}"),
+                    Column("speed-up", "speedup", "{:.2f}x"),
+                    Column("difference", "max_difference", "{:.1e}"),
                 ],
             ),
         ],

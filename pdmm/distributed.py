@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from .problem import Problem
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
+REFERENCE_TIMEOUT = 3600.0  # seconds the other ranks wait for rank 0's centralised reference (shared_reference)
 
 
 class CollectiveError(RuntimeError):
@@ -195,6 +196,50 @@ def local_part(graph, owner, rank, dtype, group=None):
     return part, own
 
 
+def shared_reference(problem: "Problem", options: RunOptions, group: Any = None) -> torch.Tensor | None:
+    """x*, (n, B, d), the same on every rank and solved once: for reference="cvxpy" rank 0 alone solves the
+    problem centrally (pdmm.reference) and broadcasts x*, while the other ranks wait for it up to
+    REFERENCE_TIMEOUT seconds, however short the process group's own timeout; None or an array as
+    pdmm.loop.reference_point has it, on every rank. Where rank 0 cannot solve it, rank 0 raises its error and
+    every other rank a RuntimeError with rank 0's message."""
+    if not isinstance(options.reference, str) or dist.get_world_size(group) == 1:
+        return reference_point(problem, options)
+    x_star, failure, error = None, b"", None
+    if dist.get_rank(group) == 0:
+        try:
+            x_star = reference_point(problem, options)
+        except Exception as err:  # every rank is told, then rank 0 raises it
+            error, failure = err, " ".join(f"{type(err).__name__}: {err}".split()).encode()
+    size = _patient_broadcast(torch.tensor([len(failure)], dtype=torch.int64), group)
+    if int(size):
+        message = (
+            torch.tensor(list(failure), dtype=torch.uint8) if failure else torch.empty(int(size), dtype=torch.uint8)
+        )
+        _patient_broadcast(message, group)
+    else:
+        if x_star is None:
+            x_star = torch.empty(problem.n, problem.batch, problem.dim, dtype=options.dtype)
+        _patient_broadcast(x_star, group)
+    if error is not None:
+        raise error
+    if int(size):
+        raise RuntimeError(f"rank 0 could not solve the centralised reference: {bytes(message.tolist()).decode()}")
+    return x_star
+
+
+def _patient_broadcast(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """tensor broadcast in place from the group's rank 0, waiting up to REFERENCE_TIMEOUT seconds whatever the
+    group's own timeout (a per-call timeout in the options of the process group's own broadcast, which gloo
+    honours; torch.distributed.broadcast takes none); a failure is a CollectiveError."""
+    options = dist.BroadcastOptions()
+    options.rootRank, options.rootTensor = 0, 0
+    options.timeout = timedelta(seconds=REFERENCE_TIMEOUT)
+    process_group = dist.group.WORLD if group is None else group
+    assert process_group is not None  # check_group found an initialised process group
+    _collective(lambda: process_group.broadcast([tensor], options).wait())
+    return tensor
+
+
 def fingerprint(problem, arguments):
     """A SHA-256 of the graph, the local data, the edge constraints and the arguments, as a signed 64-bit int."""
     h = hashlib.sha256()
@@ -316,7 +361,7 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
         edges = Consensus(graph)
         assert rho is not None  # pdmm.solve resolves rho for PDMM, the only method this engine runs
         algorithm = PDMM(graph, local, edges, float(rho), **method_params)
-        x_star = reference_point(problem, options)
+        x_star = shared_reference(problem, options, group)
         state = algorithm.init(initial_x(problem, options)[torch.from_numpy(own)])
         per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
         book = _PartBookkeeping(

@@ -12,6 +12,11 @@ if TYPE_CHECKING:
 CLOSED_FORM_CONDITION = 1e10  # the largest condition number of sum_i P_i solved in closed form
 NEWTON_STEPS = 100  # Newton steps at most for a consensus logistic regression (about 10 from x = 0 in practice)
 QUADRATIC = 0.1  # a Newton decrement lambda^2 below which Newton's method takes full steps (its quadratic region)
+# the most numbers an instance's cvxpy data may hold for B > 1 instances to share one compiled problem (cvxpy
+# Parameters): beyond it compiling with Parameters costs more than compiling each instance with constants
+# (`python benchmarks/bench_reference.py --batched`, 8 lasso instances: 2.1x faster at 800 numbers, 1.3x at 8,000,
+# 0.75x at 20,000 and 0.45x at 40,000)
+PARAMETER_NUMBERS = 8_000
 
 
 def reference(problem: "Problem", solver: str | None = None, **solver_options: Any) -> np.ndarray:
@@ -150,7 +155,9 @@ def newton(problem: "Problem", start: np.ndarray | None = None) -> np.ndarray | 
 
 
 def _by_cvxpy(problem: "Problem", solver: str, solver_options: dict) -> np.ndarray:
-    """x* of every instance from one vectorised cvxpy problem per instance (reference)."""
+    """x* of every instance from one vectorised cvxpy problem per instance (reference); for B > 1 instances whose
+    data (LocalFunction.cvxpy_data) holds at most PARAMETER_NUMBERS numbers, one problem compiled once with cvxpy
+    Parameters, each instance assigning its values."""
     import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
     options = {"tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11} if solver == cp.CLARABEL else {}
@@ -163,9 +170,24 @@ def _by_cvxpy(problem: "Problem", solver: str, solver_options: dict) -> np.ndarr
     else:
         X = cp.Variable((n, d))
         constraints = _edge_constraints(problem, X)
-    solutions = []
+    local, solutions = problem.local, []
+    data = local.cvxpy_data(0)
+    parameters = None
+    if problem.batch > 1 and data is not None and _numbers(data) <= PARAMETER_NUMBERS:
+        parameters = {
+            k: [cp.Parameter(a.shape) for a in v] if isinstance(v, list) else cp.Parameter(v.shape)
+            for k, v in data.items()
+        }
+        task = cp.Problem(cp.Minimize(local.cvxpy_expression(X, parameters)), constraints)
+        if not task.is_dpp():  # cvxpy would compile it again for every instance anyway
+            parameters = None
     for b in range(problem.batch):
-        task = cp.Problem(cp.Minimize(problem.local.cvxpy_value(X, b)), constraints)
+        if parameters is not None:  # one compiled problem: only the instance's values change
+            instance = data if b == 0 else local.cvxpy_data(b)
+            assert instance is not None  # the class gives data for every instance, as for instance 0
+            _assign(parameters, instance)
+        else:
+            task = cp.Problem(cp.Minimize(local.cvxpy_value(X, b)), constraints)
         try:
             task.solve(solver=solver, **options)
         except cp.error.SolverError as err:  # e.g. lam = 1e308: the solver's numbers overflow
@@ -175,6 +197,19 @@ def _by_cvxpy(problem: "Problem", solver: str, solver_options: dict) -> np.ndarr
             raise RuntimeError(f"cvxpy could not solve the centralised problem (instance {b}): status {task.status}")
         solutions.append(np.tile(shared.value, (n, 1)) if problem.is_consensus else X.value)
     return np.stack(solutions) if problem.batched else solutions[0]
+
+
+def _numbers(data: dict[str, Any]) -> int:
+    """How many numbers cvxpy_data's arrays hold."""
+    return sum(sum(a.size for a in v) if isinstance(v, list) else v.size for v in data.values())
+
+
+def _assign(parameters: dict[str, Any], data: dict[str, Any]) -> None:
+    """Every Parameter its instance's array."""
+    for name, value in data.items():
+        targets, arrays = (parameters[name], value) if isinstance(value, list) else ([parameters[name]], [value])
+        for parameter, array in zip(targets, arrays, strict=True):
+            parameter.value = array
 
 
 def _edge_constraints(problem: "Problem", X: Any) -> list[Any]:

@@ -8,6 +8,7 @@ after a fixed number of iterations (tol=0) to 1e-12 in float64.
 import json
 import os
 import socket
+import sys
 import time
 from datetime import timedelta
 
@@ -141,10 +142,47 @@ def _compare_worker(rank, world, port, out, timeout):
         distributed.Swap.__call__ = original
     local = {k: v for k, v in keywords.items() if k != "partition"}
     found["misdelivered"] = _compare(pdmm.solve(problem, tol=0, **local), wrong)
+    found.update(_reference_cases(rank))
     if rank == 0:
         with open(out, "w") as f:
             json.dump(found, f)
     torch.distributed.destroy_process_group()
+
+
+def _reference_cases(rank):
+    """reference="cvxpy" is solved once, by rank 0, and broadcast: on every other rank pdmm.reference raises if
+    called. Where rank 0 cannot solve it, every rank raises (the others with rank 0's message)."""
+    solver = sys.modules["pdmm.reference"]
+    original = solver.reference
+    rng = np.random.default_rng(5)
+    problem = pdmm.lasso(
+        pdmm.Graph.random_geometric(16, seed=5), rng.normal(size=(16, 3, 2)), rng.normal(size=(16, 3)), lam=0.3
+    )
+    keywords = dict(tol=0, max_iter=15, reference="cvxpy", history=("residual", "error"))
+    alone = pdmm.solve(problem, **keywords)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"rank {rank} solved the centralised reference")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("no\nsolution here")
+
+    found = {}
+    solver.reference = refuse if rank else original
+    try:
+        found["reference_once"] = _compare(alone, pdmm.solve(problem, backend="distributed", **keywords))
+        solver.reference = fail if rank == 0 else refuse
+        try:
+            pdmm.solve(problem, backend="distributed", **keywords)
+            raised = None
+        except RuntimeError as err:
+            raised = str(err)
+    finally:
+        solver.reference = original
+    if rank:  # only rank 0 writes what it found: the others check theirs here (a failure fails the spawn)
+        assert raised == "rank 0 could not solve the centralised reference: RuntimeError: no solution here", raised
+    found["reference_failure"] = raised
+    return found
 
 
 @pytest.fixture(scope="module", params=[2, 4])
@@ -180,6 +218,15 @@ def test_distributed_stops_where_single_process_stops(compared, name):
     assert 0 < found["iterations"] < 3000 and found["same"], found
 
 
+def test_reference_is_solved_once_and_shared(compared):
+    found = compared["reference_once"]
+    assert found["x"] <= TOL and found["history"] <= TOL and found["same"], found
+
+
+def test_reference_failure_on_rank_0_stops_every_rank(compared):
+    assert compared["reference_failure"] == "no\nsolution here", compared["reference_failure"]
+
+
 def test_misdelivered_messages_are_caught(compared):
     assert compared["misdelivered"]["x"] > 1e-3, compared["misdelivered"]
 
@@ -212,7 +259,39 @@ def _bad_worker(rank, world, port, out, timeout):
             found[name] = None
         except ValueError as err:
             found[name] = str(err)
+    # rank 0's reference takes longer than the group's 3 s timeout: the other ranks still wait for it (the barrier
+    # lines the ranks up, so that setting up the group's connections fits in its timeout)
+    torch.distributed.barrier()
+    short = torch.distributed.new_group(list(range(world)), timeout=timedelta(seconds=3))
+    solver = sys.modules["pdmm.reference"]
+    original = solver.reference
+
+    def slow(*args, **kwargs):
+        time.sleep(6)
+        return original(*args, **kwargs)
+
+    problem = pdmm.averaging(G, a)
+    options = RunOptions(
+        method="pdmm",
+        rho=1.0,
+        max_iter=5,
+        tol=0.0,
+        reference="cvxpy",
+        history=("residual", "error"),
+        backend="distributed",
+    )
+    alone = pdmm.solve(problem, rho=1.0, max_iter=5, tol=0, reference="cvxpy", history=options.history, check_every=1)
+    solver.reference = slow if rank == 0 else original
+    try:
+        shared = distributed.run(problem, options, group=short)
+        assert np.array_equal(shared.history["iteration"], alone.history["iteration"])
+        found["slow_reference"] = float(np.abs(shared.history["error"] - alone.history["error"]).max())
+    except RuntimeError as err:
+        found["slow_reference"] = str(err)
+    finally:
+        solver.reference = original
     # a rank that never joins: rank 0's collective times out after the group's timeout, with an error
+    torch.distributed.barrier()
     group = torch.distributed.new_group([0, 1], timeout=timedelta(seconds=2))
     if rank == 0:
         try:
@@ -267,6 +346,11 @@ def test_collectives_time_out(refused):
         "CollectiveError: a collective with the other processes failed (Timed out waiting 2000ms"
     ), found
     assert "\n" not in found and ".cc:" not in found and "typically caused" not in found, found
+
+
+def test_reference_outwaits_the_group_timeout(refused):
+    found = refused["slow_reference"]
+    assert isinstance(found, float) and found <= TOL, found
 
 
 def test_distributed_needs_a_process_group():

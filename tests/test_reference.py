@@ -3,6 +3,7 @@ the vectorised cvxpy problem against a plain one built node by node and edge by 
 docs/theory/problem.md (one cvxpy term per node and per constraint), for every local function, consensus and
 edge constraints (equalities and inequalities), batched and not."""
 
+import importlib
 import warnings
 
 import cvxpy as cp
@@ -12,6 +13,8 @@ import torch
 
 import pdmm
 from pdmm.reference import closed_form, newton
+
+pdmm_reference = importlib.import_module("pdmm.reference")  # the module: pdmm.reference is the function
 
 N, D = 24, 3
 G = pdmm.topology("random_geometric", n=N, seed=1)
@@ -125,6 +128,60 @@ def test_a_batched_reference_solves_each_instance(kind):
     for b in range(3):
         expected = per_node_reference(problem, data, b)
         np.testing.assert_allclose(x_star[b], expected, rtol=0, atol=AGREE.get(kind, 1e-8))
+
+
+def _count_compilations(monkeypatch):
+    """A set that holds every cvxpy.Problem solved (cvxpy compiles a problem with Parameters once, and at later
+    solves only maps the new values)."""
+    solved = set()
+    original = cp.Problem.solve
+
+    def recording(self, *args, **kwargs):
+        solved.add(id(self))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cp.Problem, "solve", recording)
+    return solved
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("edges", ["consensus", "edge_matrices"])
+def test_batched_instances_share_one_compiled_cvxpy_problem(kind, edges, monkeypatch):
+    """B instances: one cvxpy problem with Parameters (cvxpy, named, skips the closed form and Newton), each
+    instance the answer of its own per-node problem; past PARAMETER_NUMBERS one problem per instance, the same
+    answers."""
+    constraints = "consensus" if edges == "consensus" else edge_constraints(seed=2)
+    problem, data = build(kind, constraints, batch=3, seed=6)
+    built = _count_compilations(monkeypatch)
+    shared = pdmm.reference(problem, solver="CLARABEL", **TIGHT)
+    assert len(built) == 1
+    built.clear()
+    monkeypatch.setattr(pdmm_reference, "PARAMETER_NUMBERS", 0)
+    separate = pdmm.reference(problem, solver="CLARABEL", **TIGHT)
+    assert len(built) == 3
+    for b in range(3):
+        expected = per_node_reference(problem, data, b)
+        np.testing.assert_allclose(shared[b], expected, rtol=0, atol=AGREE.get(kind, 1e-8))
+        np.testing.assert_allclose(separate[b], expected, rtol=0, atol=AGREE.get(kind, 1e-8))
+
+
+def test_a_local_function_that_only_defines_cvxpy_value_is_compiled_per_instance(monkeypatch):
+    """A subclass written before cvxpy_data (cvxpy_value alone) still gets every instance's answer."""
+    problem, data = build("lasso", batch=2, seed=7)
+
+    class OwnLasso(type(problem.local)):
+        def cvxpy_data(self, b):
+            return None
+
+        def cvxpy_value(self, X, b):
+            return super().cvxpy_expression(X, super().cvxpy_data(b))
+
+    problem.local.__class__ = OwnLasso
+    built = _count_compilations(monkeypatch)
+    x_star = pdmm.reference(problem)
+    assert len(built) == 2
+    for b in range(2):
+        np.testing.assert_allclose(x_star[b], per_node_reference(problem, data, b), rtol=0, atol=1e-8)
 
 
 def test_consensus_quadratics_are_solved_in_closed_form():

@@ -8,6 +8,7 @@ matrix, stored (n, 1, d, d) or (n, B, d, d).
 from collections.abc import Callable
 from typing import Any, Self
 
+import numpy as np
 import torch
 
 
@@ -127,7 +128,8 @@ class LocalFunction:
 
     def cvxpy_value(self, X: Any, b: int) -> Any:
         """sum_i f_i(X_i) for instance b as one vectorised cvxpy expression over the stacked data (pdmm.reference
-        solves with it; one expression, not one per node, so that cvxpy builds it in time linear in n).
+        solves with it; one expression, not one per node, so that cvxpy builds it in time linear in n). By default
+        cvxpy_expression(X, cvxpy_data(b)): a subclass supplies those two, or overrides this alone.
 
         Parameters
         ----------
@@ -141,7 +143,45 @@ class LocalFunction:
         cvxpy.Expression
             The objective of instance b.
         """
-        raise NotImplementedError
+        data = self.cvxpy_data(b)
+        if data is None:
+            raise NotImplementedError(f"{type(self).__name__} defines no cvxpy objective (cvxpy_value)")
+        return self.cvxpy_expression(X, data)
+
+    def cvxpy_data(self, b: int) -> "dict[str, np.ndarray | list[np.ndarray]] | None":
+        """The arrays instance b's cvxpy objective is built from, by name: cvxpy_expression takes them, or cvxpy
+        Parameters of the same shapes, so that pdmm.reference compiles one problem for B instances and only
+        assigns each instance's values (docs/guide/solve.md, "The reference"). None (the default) where a class
+        builds its objective in cvxpy_value alone: each instance is then compiled on its own.
+
+        Parameters
+        ----------
+        b : int
+            The instance, 0..B-1.
+
+        Returns
+        -------
+        dict or None
+            name -> a 2-D array (or a list of them); the same names and shapes for every instance.
+        """
+        return None
+
+    def cvxpy_expression(self, X: Any, data: dict[str, Any]) -> Any:
+        """sum_i f_i(X_i) from cvxpy_data's arrays or cvxpy Parameters standing for them (a DPP expression:
+        each Parameter multiplies only expressions free of parameters).
+
+        Parameters
+        ----------
+        X : cvxpy expression
+            (n, d), row i the point of node i.
+        data : dict
+            cvxpy_data's names, each an array or a Parameter of its shape (lists likewise).
+
+        Returns
+        -------
+        cvxpy.Expression
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no cvxpy_expression")
 
     def nodes(self, rows: torch.Tensor) -> Self:
         """The local function of the nodes `rows`, in that order: every node-major tensor (first axis n)
@@ -222,11 +262,18 @@ class LocalFunction:
 
 
 def rows_times(M: Any, X: Any) -> Any:
-    """The cvxpy expression whose row i is M_i X_i: M (n, k, d) an array, X an (n, d) cvxpy expression; (n, k),
-    built as d broadcast products (one expression, whatever n)."""
+    """The cvxpy expression whose row i is M_i X_i: M (n, k, d) an array, or its d columns M[:, :, j] as (n, k)
+    arrays or cvxpy Parameters (column_list); X an (n, d) cvxpy expression; (n, k), built as d broadcast
+    products (one expression, whatever n)."""
     import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
-    return sum(cp.multiply(M[:, :, j], X[:, j : j + 1]) for j in range(M.shape[-1]))
+    columns = column_list(M) if isinstance(M, np.ndarray) else M
+    return sum(cp.multiply(column, X[:, j : j + 1]) for j, column in enumerate(columns))
+
+
+def column_list(M: np.ndarray) -> list[np.ndarray]:
+    """The d columns M[:, :, j] of an (n, k, d) array, each (n, k) and contiguous (cvxpy Parameters are 2-D)."""
+    return [np.ascontiguousarray(M[:, :, j]) for j in range(M.shape[-1])]
 
 
 def is_scalar(M):

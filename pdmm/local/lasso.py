@@ -133,7 +133,7 @@ class Lasso(Quadratic):
         """
         return Quadratic(self.P, self.q, self.H, self.y), lambda v, step: soft_threshold(v, step * self.t)
 
-    def cvxpy_value(self, X: Any, b: int) -> Any:
+    def cvxpy_expression(self, X: Any, data: dict[str, Any]) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
-        return super().cvxpy_value(X, b) + self.t * cp.sum(cp.abs(X))
+        return super().cvxpy_expression(X, data) + self.t * cp.sum(cp.abs(X))

@@ -3,10 +3,11 @@
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import LocalFunction, add, eigenvalue_range, multiply, rows_times
+from .base import LocalFunction, add, column_list, eigenvalue_range, multiply, rows_times
 
 NEWTON_MAX_ITER = 100
 NEWTON_TOL = 1e-13
@@ -123,8 +124,11 @@ class Logistic(LocalFunction):
     def strong_convexity(self) -> torch.Tensor:
         return torch.full(self.X.shape[:2], float(self.reg), dtype=self.X.dtype, device=self.X.device)
 
-    def cvxpy_value(self, X: Any, b: int) -> Any:
+    def cvxpy_data(self, b: int) -> dict[str, np.ndarray | list[np.ndarray]]:
+        signed = self.y[:, b, :, None].cpu().numpy() * self.X[:, b].cpu().numpy()  # y_ik X_ik, (n, k, d)
+        return {"signed": column_list(signed)}
+
+    def cvxpy_expression(self, X: Any, data: dict[str, Any]) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
-        signed = self.y[:, b, :, None].cpu().numpy() * self.X[:, b].cpu().numpy()  # y_ik X_ik, (n, k, d)
-        return cp.sum(cp.logistic(-rows_times(signed, X))) + 0.5 * self.reg * cp.sum_squares(X)
+        return cp.sum(cp.logistic(-rows_times(data["signed"], X))) + 0.5 * self.reg * cp.sum_squares(X)

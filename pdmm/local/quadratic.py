@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import LocalFunction, add, eigenvalue_range, is_scalar, multiply, rows_times, spd_solver
+from .base import LocalFunction, add, column_list, eigenvalue_range, is_scalar, multiply, rows_times, spd_solver
 
 
 class Quadratic(LocalFunction):
@@ -62,20 +62,28 @@ class Quadratic(LocalFunction):
     def strong_convexity(self) -> torch.Tensor:
         return eigenvalue_range(self.P, self.q.shape[-1])[0].expand(self.q.shape[:2])
 
-    def cvxpy_value(self, X: Any, b: int) -> Any:
+    def cvxpy_data(self, b: int) -> dict[str, np.ndarray | list[np.ndarray]]:
+        if self.y is not None:
+            data: dict[str, np.ndarray | list[np.ndarray]] = {"y": self.y[:, b].cpu().numpy()}
+            if self.H is not None:
+                data["H"] = column_list(self.H[:, b].cpu().numpy())
+            return data
+        data = {"q": self.q[:, b].cpu().numpy()}
+        if is_scalar(self.P):
+            data["root"] = np.sqrt(np.clip(self.P[:, b].cpu().numpy(), 0, None))[:, None]
+        else:
+            data["root"] = column_list(_psd_root(self.P[:, b].cpu().numpy()))
+        return data
+
+    def cvxpy_expression(self, X: Any, data: dict[str, Any]) -> Any:
         import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
-        if self.y is not None:
-            y = self.y[:, b].cpu().numpy()
-            fit = X if self.H is None else rows_times(self.H[:, b].cpu().numpy(), X)
-            return 0.5 * cp.sum_squares(fit - y) + 0.5 * self.ridge * cp.sum_squares(X)
-        q = self.q[:, b].cpu().numpy()
-        if is_scalar(self.P):
-            root = np.sqrt(np.clip(self.P[:, b].cpu().numpy(), 0, None))[:, None]
-            square = cp.sum_squares(cp.multiply(root, X))
-        else:
-            square = cp.sum_squares(rows_times(_psd_root(self.P[:, b].cpu().numpy()), X))
-        return 0.5 * square - cp.sum(cp.multiply(q, X))
+        if "y" in data:
+            fit = rows_times(data["H"], X) if "H" in data else X
+            return 0.5 * cp.sum_squares(fit - data["y"]) + 0.5 * self.ridge * cp.sum_squares(X)
+        root = data["root"]
+        square = cp.sum_squares(rows_times(root, X) if isinstance(root, list) else cp.multiply(root, X))
+        return 0.5 * square - cp.sum(cp.multiply(data["q"], X))
 
 
 def _psd_root(P):

@@ -27,7 +27,9 @@ def reference(problem: "Problem", solver: str | None = None, **solver_options: A
     positive definite with a condition number up to CLOSED_FORM_CONDITION. Every other problem is one cvxpy
     problem whose objective and constraints are single expressions over the stacked data: a consensus
     problem has one shared variable x (x_i = x at every node); general edge constraints use X in R^{n x d}
-    with A_ij x_i + A_ji x_j = b_ij (or <= b_ij) for every edge. A consensus logistic regression with reg > 0
+    with A_ij x_i + A_ji x_j = b_ij (or <= b_ij) for every edge; B instances whose data holds at most
+    PARAMETER_NUMBERS numbers each share one compiled problem (cvxpy Parameters, LocalFunction.cvxpy_data).
+    A consensus logistic regression with reg > 0
     is solved by Newton's method (newton): CLARABEL resolves its exponential cones only to about 1e-6 at a
     thousand nodes, where Newton's method reaches a gradient of rounding size in about ten steps; where Newton
     does not get there, cvxpy's answer is polished by it.

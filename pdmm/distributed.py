@@ -199,13 +199,14 @@ def local_part(graph, owner, rank, dtype, group=None):
 def shared_reference(problem: "Problem", options: RunOptions, group: Any = None) -> torch.Tensor | None:
     """x*, (n, B, d), the same on every rank and solved once: for reference="cvxpy" rank 0 alone solves the
     problem centrally (pdmm.reference) and broadcasts x*, while the other ranks wait for it up to
-    REFERENCE_TIMEOUT seconds, however short the process group's own timeout; None or an array as
+    REFERENCE_TIMEOUT seconds, whatever the process group's own timeout (shorter or longer); None or an array as
     pdmm.loop.reference_point has it, on every rank. Where rank 0 cannot solve it, rank 0 raises its error and
-    every other rank a RuntimeError with rank 0's message."""
-    if not isinstance(options.reference, str) or dist.get_world_size(group) == 1:
-        return reference_point(problem, options)
+    every other rank a RuntimeError with rank 0's message (its type and text, on one line)."""
+    if not (isinstance(options.reference, str) and options.reference == "cvxpy") or dist.get_world_size(group) == 1:
+        return reference_point(problem, options)  # None, an array, or a ValueError for another string on every rank
     x_star, failure, error = None, b"", None
-    if dist.get_rank(group) == 0:
+    root = dist.get_rank(group) == 0
+    if root:
         try:
             x_star = reference_point(problem, options)
         except Exception as err:  # every rank is told, then rank 0 raises it
@@ -217,8 +218,9 @@ def shared_reference(problem: "Problem", options: RunOptions, group: Any = None)
         )
         _patient_broadcast(message, group)
     else:
-        if x_star is None:
+        if not root:
             x_star = torch.empty(problem.n, problem.batch, problem.dim, dtype=options.dtype)
+        assert x_star is not None
         _patient_broadcast(x_star, group)
     if error is not None:
         raise error
@@ -437,7 +439,8 @@ def _owners(problem, given, world, group):
     owner = torch.from_numpy(
         partition(problem.compiled, world) if dist.get_rank(group) == 0 else np.zeros(n, dtype=np.int64)
     )
-    _collective(dist.broadcast, owner, 0, group=group)
+    root = 0 if group is None else dist.get_global_rank(group, 0)  # broadcast's src is a global rank
+    _collective(dist.broadcast, owner, root, group=group)
     return owner.numpy()
 
 

@@ -15,7 +15,7 @@ QUADRATIC = 0.1  # a Newton decrement lambda^2 below which Newton's method takes
 # the most numbers an instance's cvxpy data may hold for B > 1 instances to share one compiled problem (cvxpy
 # Parameters): beyond it compiling with Parameters costs more than compiling each instance with constants
 # (`python benchmarks/bench_reference.py --batched`, 8 lasso instances: 2.1x faster at 800 numbers, 1.3x at 8,000,
-# 0.75x at 20,000 and 0.45x at 40,000)
+# 0.73x at 20,000 and 0.46x at 40,000)
 PARAMETER_NUMBERS = 8_000
 
 
@@ -162,6 +162,8 @@ def _by_cvxpy(problem: "Problem", solver: str, solver_options: dict) -> np.ndarr
     Parameters, each instance assigning its values."""
     import cvxpy as cp  # imported here: a plain `import pdmm` stays fast
 
+    from .local import LocalFunction
+
     options = {"tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11} if solver == cp.CLARABEL else {}
     options.update(solver_options)
     n, d = problem.n, problem.dim
@@ -175,7 +177,8 @@ def _by_cvxpy(problem: "Problem", solver: str, solver_options: dict) -> np.ndarr
     local, solutions = problem.local, []
     data = local.cvxpy_data(0)
     parameters = None
-    if problem.batch > 1 and data is not None and _numbers(data) <= PARAMETER_NUMBERS:
+    own_value = type(local).cvxpy_value is not LocalFunction.cvxpy_value  # a subclass's objective: compiled as it is
+    if problem.batch > 1 and data is not None and not own_value and _numbers(data) <= PARAMETER_NUMBERS:
         parameters = {
             k: [cp.Parameter(a.shape) for a in v] if isinstance(v, list) else cp.Parameter(v.shape)
             for k, v in data.items()
@@ -207,7 +210,11 @@ def _numbers(data: dict[str, Any]) -> int:
 
 
 def _assign(parameters: dict[str, Any], data: dict[str, Any]) -> None:
-    """Every Parameter its instance's array."""
+    """Every Parameter its instance's array; ValueError where the instance names other arrays than instance 0."""
+    if data.keys() != parameters.keys():
+        raise ValueError(
+            f"cvxpy_data gave arrays {sorted(data)} for one instance and {sorted(parameters)} for the first"
+        )
     for name, value in data.items():
         targets, arrays = (parameters[name], value) if isinstance(value, list) else ([parameters[name]], [value])
         for parameter, array in zip(targets, arrays, strict=True):

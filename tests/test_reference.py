@@ -130,9 +130,9 @@ def test_a_batched_reference_solves_each_instance(kind):
         np.testing.assert_allclose(x_star[b], expected, rtol=0, atol=AGREE.get(kind, 1e-8))
 
 
-def _count_compilations(monkeypatch):
-    """A set that holds every cvxpy.Problem solved (cvxpy compiles a problem with Parameters once, and at later
-    solves only maps the new values)."""
+def _problems_solved(monkeypatch):
+    """A set that holds every cvxpy.Problem solved (that cvxpy compiles a DPP problem with Parameters once and at
+    later solves only maps the new values is cvxpy's own; benchmarks/bench_reference.py --batched times it)."""
     solved = set()
     original = cp.Problem.solve
 
@@ -152,36 +152,51 @@ def test_batched_instances_share_one_compiled_cvxpy_problem(kind, edges, monkeyp
     answers."""
     constraints = "consensus" if edges == "consensus" else edge_constraints(seed=2)
     problem, data = build(kind, constraints, batch=3, seed=6)
-    built = _count_compilations(monkeypatch)
+    solved = _problems_solved(monkeypatch)
     shared = pdmm.reference(problem, solver="CLARABEL", **TIGHT)
-    assert len(built) == 1
-    built.clear()
+    assert len(solved) == 1
+    solved.clear()
     monkeypatch.setattr(pdmm_reference, "PARAMETER_NUMBERS", 0)
     separate = pdmm.reference(problem, solver="CLARABEL", **TIGHT)
-    assert len(built) == 3
+    assert len(solved) == 3
     for b in range(3):
         expected = per_node_reference(problem, data, b)
         np.testing.assert_allclose(shared[b], expected, rtol=0, atol=AGREE.get(kind, 1e-8))
         np.testing.assert_allclose(separate[b], expected, rtol=0, atol=AGREE.get(kind, 1e-8))
 
 
-def test_a_local_function_that_only_defines_cvxpy_value_is_compiled_per_instance(monkeypatch):
-    """A subclass written before cvxpy_data (cvxpy_value alone) still gets every instance's answer."""
-    problem, data = build("lasso", batch=2, seed=7)
+@pytest.mark.parametrize("inherited_data", [True, False])
+def test_a_local_function_that_overrides_cvxpy_value_is_compiled_per_instance(inherited_data, monkeypatch):
+    """A subclass whose cvxpy_value adds a term (here 0.05 ||x_i||_1 per node: a lasso with lam 2 + 0.05 N) gets
+    that objective for every instance, whether it inherits cvxpy_data or has none."""
+    problem, (_, arrays, _) = build("lasso", batch=2, seed=7)
+    heavier = pdmm.lasso(G, arrays["H"], arrays["y"], lam=2.0 + 0.05 * N)
 
-    class OwnLasso(type(problem.local)):
+    class AddsATerm(type(problem.local)):
+        def cvxpy_value(self, X, b):
+            return super().cvxpy_value(X, b) + 0.05 * cp.sum(cp.abs(X))
+
+    class AddsATermWithoutData(AddsATerm):
         def cvxpy_data(self, b):
             return None
 
         def cvxpy_value(self, X, b):
-            return super().cvxpy_expression(X, super().cvxpy_data(b))
+            return self.cvxpy_expression(X, super().cvxpy_data(b)) + 0.05 * cp.sum(cp.abs(X))
 
-    problem.local.__class__ = OwnLasso
-    built = _count_compilations(monkeypatch)
+    problem.local.__class__ = AddsATerm if inherited_data else AddsATermWithoutData
+    solved = _problems_solved(monkeypatch)
     x_star = pdmm.reference(problem)
-    assert len(built) == 2
-    for b in range(2):
-        np.testing.assert_allclose(x_star[b], per_node_reference(problem, data, b), rtol=0, atol=1e-8)
+    assert len(solved) == 2
+    np.testing.assert_allclose(x_star, pdmm.reference(heavier), rtol=0, atol=1e-8)
+    assert np.abs(x_star - pdmm.reference(build("lasso", batch=2, seed=7)[0])).max() > 1e-3  # the term matters
+
+
+def test_every_instance_must_name_the_same_arrays(monkeypatch):
+    problem, _ = build("lasso", batch=2, seed=8)
+    first = problem.local.cvxpy_data(0)
+    monkeypatch.setattr(type(problem.local), "cvxpy_data", lambda self, b: first if b == 0 else {"y": first["y"]})
+    with pytest.raises(ValueError, match=r"cvxpy_data gave arrays \['y'\] for one instance"):
+        pdmm.reference(problem)
 
 
 def test_consensus_quadratics_are_solved_in_closed_form():

@@ -129,7 +129,8 @@ class LocalFunction:
     def cvxpy_value(self, X: Any, b: int) -> Any:
         """sum_i f_i(X_i) for instance b as one vectorised cvxpy expression over the stacked data (pdmm.reference
         solves with it; one expression, not one per node, so that cvxpy builds it in time linear in n). By default
-        cvxpy_expression(X, cvxpy_data(b)): a subclass supplies those two, or overrides this alone.
+        cvxpy_expression(X, cvxpy_data(b)): a subclass supplies those two, or overrides this (and is then compiled
+        once per instance, whatever it inherits).
 
         Parameters
         ----------

@@ -27,6 +27,8 @@ The nodes are split into P parts:
                sizes per rank; gloo supports it on the CPU); the other edges are served locally.
     tests      the residual, the change of x, the objective and the error are sums over nodes or edges,
                all-reduced; every rank then takes the same stopping / divergence decision.
+    reference  reference="cvxpy" is solved once, by rank 0, and broadcast (shared_reference), the other ranks
+               waiting for it up to REFERENCE_TIMEOUT whatever the group's timeout.
     result     x is all-gathered and reassembled in the original node order: every rank returns the
                same pdmm.Result as the single-process engine (to rounding: sums are taken in another order).
 
@@ -213,9 +215,7 @@ def shared_reference(problem: "Problem", options: RunOptions, group: Any = None)
             error, failure = err, " ".join(f"{type(err).__name__}: {err}".split()).encode()
     size = _patient_broadcast(torch.tensor([len(failure)], dtype=torch.int64), group)
     if int(size):
-        message = (
-            torch.tensor(list(failure), dtype=torch.uint8) if failure else torch.empty(int(size), dtype=torch.uint8)
-        )
+        message = torch.tensor(list(failure), dtype=torch.uint8) if root else torch.empty(int(size), dtype=torch.uint8)
         _patient_broadcast(message, group)
     else:
         if not root:

@@ -175,10 +175,10 @@ def _by_cvxpy(problem: "Problem", solver: str, solver_options: dict) -> np.ndarr
         X = cp.Variable((n, d))
         constraints = _edge_constraints(problem, X)
     local, solutions = problem.local, []
-    data = local.cvxpy_data(0)
-    parameters = None
     own_value = type(local).cvxpy_value is not LocalFunction.cvxpy_value  # a subclass's objective: compiled as it is
-    if problem.batch > 1 and data is not None and not own_value and _numbers(data) <= PARAMETER_NUMBERS:
+    data = local.cvxpy_data(0) if problem.batch > 1 and not own_value else None
+    parameters = None
+    if data is not None and _numbers(data) <= PARAMETER_NUMBERS:
         parameters = {
             k: [cp.Parameter(a.shape) for a in v] if isinstance(v, list) else cp.Parameter(v.shape)
             for k, v in data.items()

@@ -213,10 +213,10 @@ def summary_lines(results):
         lines += [
             "",
             f"Training time of the {len(walls)} reproductions: {total:.0f} min ({total / 60:.1f} h) summed over "
-            f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, so about "
-            f"{total / 120:.1f} h end to end as two sweeps side by side on a 2-core machine (half the sum); longest: "
+            f"{sum(wall['runs'] for wall in walls.values())} runs of one thread each, as measured; longest: "
             + "; ".join(f"{title} {wall['minutes']:.0f} min" for title, wall in ranked[:3])
-            + ".",
+            + ". The runs shared the CPU with whatever else the machine ran, so a quiet machine is faster; "
+            "two sweeps side by side on 2 cores take about half the sum.",
         ]
     return lines
 

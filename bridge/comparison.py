@@ -12,35 +12,44 @@ transformer row has sent as many numbers per edge as they have (Setting.checkpoi
 method sends 1 number per edge and round, so its round c is the transformer's budget after
 c / w rounds of w numbers.
 
-Rows (evaluate_seed):
+Every choice (a parameter, a row) is made by bridge.selection on the tuning and validation instances and
+recorded in SeedResult.fitted; the held-out sets are only run. Rows (evaluate_seed):
 - bounds, not algorithms: "ball oracle" (the r-hop ball average, bridge.oracle), "bayes oracle"
   (the posterior mean given the ball under the instances' own prior and spread), and the "best
   polynomial of W per graph" (bridge.polynomial: the best expected error any scheme that applies
   a fixed polynomial of the graph's Metropolis matrix can reach, knowing the graph's spectrum);
-- classical methods tuned per round: "pdmm", "averaged pdmm" (theta 1/2) and "admm" (rho of RHO_GRID),
-  "gossip" (Metropolis weights, nothing to tune), "chebyshev" (Chebyshev-accelerated gossip, its
-  spectral interval of INTERVAL_GRID) and the "polynomial filter" fitted on the tuning graphs'
-  spectra with the safeguard |p| <= 1 on [-1, 1] (bridge.polynomial). "Tuned per round": the value at
-  round r is one run with the parameter best at round r on the tuning instances, what a user who
-  knows their round budget runs; the same methods tuned for the last round R only are kept as
-  "(tuned for round R)" rows, and "chebyshev (own spectral interval)" uses each graph's own
-  spectrum, which no node knows (pdmm.solve's default);
-  "safe chebyshev" keeps the interval's low end at -1 and tunes its high end: every eigenvalue of a
-  Metropolis matrix lies in (-1, 1], where its polynomial has |p| <= 1, so it cannot diverge on any graph;
+- classical methods tuned per round: "pdmm", "averaged pdmm" (theta 1/2) and "admm" (rho), "gossip"
+  (Metropolis weights, nothing to tune), "chebyshev" (Chebyshev-accelerated gossip, its spectral
+  interval) and "safe chebyshev" (the interval's low end kept at -1: every eigenvalue of a Metropolis
+  matrix lies in (-1, 1], where its polynomial has |p| <= 1, so it cannot diverge on any graph), each
+  parameter chosen per round by bridge.selection.refine on the tuning instances (a start grid refined
+  until it stops paying, TUNE_TOLERANCE); and the "polynomial filter" fitted exactly per degree on
+  the tuning graphs' spectra, with the safeguard |p| <= 1 on [-1, 1] and without it (bridge.polynomial).
+  "Tuned per round": the value at round r is one run with the parameter best at round r, what a user
+  who knows their round budget runs; the same methods tuned for the last round R only are kept as
+  "(tuned for round R)" rows;
+- references that need the whole graph offline, reported beside the best classical row and never
+  chosen as it: "chebyshev (own spectral interval)" (pdmm.solve's default) and Chebyshev on
+  each graph's fastest-mixing weights (bridge.fastest_mixing) over their own interval;
 - "best classical (chosen on tuning data)": per round, the per-round-tuned row whose choice for that
   round has the smallest error on the validation instances (training-family graphs apart from the
   tuning ones; never the held-out sets), and "best non-diverging classical" the same choice among the
   rows that cannot diverge on any graph (all but "chebyshev (tuned per round)", whose tuned interval
-  misses the spectrum of rings and grids): the references of every verdict;
+  misses the spectrum of rings and grids, and the unguarded filter): the references of every verdict;
 - "learned pdmm" (bridge.UnrolledPDMM, per-round rho_k, theta_k) and the PDMM-transformer
   (bridge.pdmm_transformer: hand-set, trained from PDMM and from random weights), fitted to the
   tuning instances until the validation instances' loss plateaus (bridge.fitting);
 - the one-number PDMM-transformers (bridge.frontier): untied from PDMM trained on the training family,
   and tied trained on a mixture of other topologies through a depth curriculum;
+- "best one-number model (chosen on validation data)": per round, the one among learned PDMM and the
+  hand-set and one-number PDMM-transformers with the smallest validation error, and "best transformer
+  (chosen on validation data)" the same among the widest trained GraphTransformers;
 - every trained GraphTransformer passed in: untied ones up to their depth, tied ones every round.
 """
 
+import itertools
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,21 +65,44 @@ from pdmm.methods import METHODS
 
 from . import frontier
 from .consensus import GraphFamily, disagreement_error, node_features, sample_instances
+from .fastest_mixing import fastest_mixing_weights
 from .fitting import MIN_DELTA, PATIENCE
 from .learned import fit
 from .oracle import ball_oracle, bayes_ball_oracle
 from .pdmm_transformer import D_MODEL, fit_graph_model, pdmm_features, pdmm_transformer, weight_shift
 from .polynomial import apply_filter, fit_filter, nontrivial_spectrum, oracle_filters
-from .statistics import paired_p, powers, ratio_interval, side, t_interval
+from .selection import Search, choose, refine
+from .statistics import holm, one_sample_test, paired_p, powers, ratio_interval, significant, t_interval
 from .unrolled import UnrolledPDMM
 
-RHO_GRID = np.logspace(-2, 2, 33)
-HIGH_GRID = 1 - np.logspace(-3.5, -0.5, 13)
-INTERVAL_GRID = [(low, high) for low in (-0.9, -0.6, -0.3, 0.0) for high in HIGH_GRID]
-SAFE_INTERVAL_GRID = [(-1.0, high) for high in HIGH_GRID]  # |p| <= 1 on [-1, 1]: never diverges
 MIXING = "metropolis"  # the weights of gossip, Chebyshev and the polynomial rows
 FILTER_ROUNDS = 64  # polynomial rows up to this degree (one quadratic program per degree and seed)
 FLOOR = 1e-15  # errors below float64 resolution count as this
+TUNE_TOLERANCE = 0.01  # a classical row's grid is refined until two levels lower no round's tuning error by > 1 %
+
+
+def _grid(*axes: Iterable[float]) -> tuple[tuple[float, ...], ...]:
+    """The points of a regular grid (rounded like selection.refine's points, so that none repeats)."""
+    return tuple(tuple(round(float(x), 12) for x in p) for p in itertools.product(*axes))
+
+
+def _below_one(log_gap: float) -> float:
+    """The high end 1 - 10^v of a Chebyshev interval from its coordinate v = log10(1 - high)."""
+    return 1.0 - 10.0**log_gap
+
+
+LOG_GAPS = np.linspace(-3.5, -0.5, 13)  # log10(1 - high) of the start grids of the Chebyshev intervals
+# rho: log10 rho from -2 to 2 by 1/8 decade; the interval: low from -1 to 0.4 by 0.2, high as LOG_GAPS
+RHO_SEARCH = Search(_grid(np.linspace(-2, 2, 33)), (0.125,), lambda p: float(10.0 ** p[0]))
+INTERVAL_SEARCH = Search(
+    _grid(np.linspace(-1.0, 0.4, 8), LOG_GAPS),
+    (0.2, 0.25),
+    lambda p: (p[0], _below_one(p[1])),
+    lambda p: p[1] < 0 and p[0] < _below_one(p[1]),
+)
+SAFE_SEARCH = Search(  # low end -1: |p| <= 1 on [-1, 1], where every Metropolis eigenvalue lies, so it never diverges
+    _grid(LOG_GAPS), (0.25,), lambda p: (-1.0, _below_one(p[0])), lambda p: p[0] < 0
+)
 
 Instance = tuple[nx.Graph, np.ndarray, np.ndarray]  # (graph, a (B, n), spreads s (B,)): bridge.consensus
 Compiled = tuple[Any, Any, Any, torch.Tensor]  # pdmm's compiled graph, local functions, edge operator, a (B, n)
@@ -79,7 +111,9 @@ Cell = tuple[float, float, float]  # (value, 95 % low, high)
 ORACLE, BAYES = "ball oracle", "bayes oracle (knows prior and s)"
 POLY_ORACLE = "best polynomial of W per graph (bound)"
 FILTER = "polynomial filter (fitted per round, safeguarded)"
+FILTER_UNGUARDED = "polynomial filter (fitted per round, unguarded)"
 OWN_INTERVAL = "chebyshev (own spectral interval)"
+FASTEST = "chebyshev on fastest-mixing weights (whole graph offline)"
 BEST = "best classical (chosen on tuning data)"
 BEST_SAFE = "best non-diverging classical (chosen on tuning data)"
 REFERENCES = (BEST, BEST_SAFE)
@@ -88,16 +122,19 @@ HAND_SET = "pdmm-transformer (hand-set)"
 FROM_PDMM, FROM_RANDOM = "pdmm-transformer (trained from pdmm)", "pdmm-transformer (trained from random)"
 ONE_NUMBER = "pdmm-transformer (1 number, trained from pdmm)"
 ONE_NUMBER_TIED = "pdmm-transformer (1 number, tied, topology mixture, depth curriculum)"
+BEST_TRANSFORMER = "best transformer (chosen on validation data)"
+BEST_ONE_NUMBER = "best one-number model (chosen on validation data)"
+ONE_NUMBER_MODELS = (LEARNED, HAND_SET, ONE_NUMBER, ONE_NUMBER_TIED)  # what BEST_ONE_NUMBER chooses from
 BOUNDS = (ORACLE, BAYES, POLY_ORACLE)
 
-# name: (pdmm method, fixed parameters, the tuned parameter and its grid)
-TUNED: dict[str, tuple[str, dict[str, Any], str | None, Any]] = {
-    "pdmm": ("pdmm", {"theta": 1.0}, "rho", RHO_GRID),
-    "averaged pdmm": ("pdmm", {"theta": 0.5}, "rho", RHO_GRID),
-    "admm": ("admm", {}, "rho", RHO_GRID),
-    "gossip": ("gossip", {"mixing": MIXING}, None, [None]),
-    "chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", INTERVAL_GRID),
-    "safe chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", SAFE_INTERVAL_GRID),
+# name: (pdmm method, fixed parameters, the tuned parameter and its search)
+TUNED: dict[str, tuple[str, dict[str, Any], str | None, Search | None]] = {
+    "pdmm": ("pdmm", {"theta": 1.0}, "rho", RHO_SEARCH),
+    "averaged pdmm": ("pdmm", {"theta": 0.5}, "rho", RHO_SEARCH),
+    "admm": ("admm", {}, "rho", RHO_SEARCH),
+    "gossip": ("gossip", {"mixing": MIXING}, None, None),
+    "chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", INTERVAL_SEARCH),
+    "safe chebyshev": ("chebyshev", {"mixing": MIXING}, "interval", SAFE_SEARCH),
 }
 
 
@@ -117,27 +154,32 @@ def is_transformer(method: str) -> bool:
 
 
 def is_model(method: str) -> bool:
-    """Model rows, trained and hand-set transformers (PDMM-transformers among them), whose numbers sent per edge
-    and round (w, 1 for the one-number ones) the verdicts at equal numbers sent match."""
-    return is_transformer(method) or method.startswith("pdmm-transformer")
+    """Model rows, trained and hand-set transformers (PDMM-transformers among them) and the rows chosen among
+    them, whose numbers sent per edge and round (w, 1 for the one-number ones) the verdicts at equal numbers sent
+    match."""
+    return is_transformer(method) or method.startswith("pdmm-transformer") or method in SELECTED_MODELS
 
 
-CANDIDATES = [per_round(name) for name in TUNED] + [FILTER]  # what "best classical" chooses from
-NON_DIVERGING = [label for label in CANDIDATES if label != per_round("chebyshev")]  # and "best non-diverging"
+SELECTED_MODELS = (BEST_TRANSFORMER, BEST_ONE_NUMBER)
+CANDIDATES = [per_round(name) for name in TUNED] + [FILTER, FILTER_UNGUARDED]  # what "best classical" chooses from
+DIVERGING = (per_round("chebyshev"), FILTER_UNGUARDED)  # |p| > 1 where a graph's spectrum may lie
+NON_DIVERGING = [label for label in CANDIDATES if label not in DIVERGING]  # what "best non-diverging" chooses from
 
 
 def protocol() -> dict[str, Any]:
     """The constants a seed's numbers depend on besides its Setting (part of compare's cache key)."""
     return {
-        "rho grid": RHO_GRID.tolist(),
-        "interval grid": [list(i) for i in INTERVAL_GRID],
-        "safe interval grid": [list(i) for i in SAFE_INTERVAL_GRID],
+        "rho search": [list(RHO_SEARCH.start[0]), list(RHO_SEARCH.start[-1]), list(RHO_SEARCH.step)],
+        "interval search": [len(INTERVAL_SEARCH.start), list(INTERVAL_SEARCH.step)],
+        "safe interval search": [len(SAFE_SEARCH.start), list(SAFE_SEARCH.step)],
+        "tune tolerance": [TUNE_TOLERANCE, "two levels without a gain"],
         "mixing": MIXING,
         "filter rounds": FILTER_ROUNDS,
         "full-batch plateau": [PATIENCE, MIN_DELTA],
         "floor": FLOOR,
         "frontier mixture": [repr(f) for f in frontier.MIXTURE],
         "pdmm-transformer": "hand-set sends 1 number",
+        "selection": "every choice on validation instances (bridge.selection)",
     }
 
 
@@ -156,7 +198,7 @@ class Setting:
     test_graphs : int
         Held-out graphs per set and seed.
     tune_graphs : int
-        Training-family graphs per seed for tuning and fitting.
+        Training-family graphs per seed for tuning and fitting (8, as many as the transformers' validation set).
     batch : int
         Value vectors per graph.
     mu_scale : float
@@ -170,7 +212,8 @@ class Setting:
     checkpoints : tuple of int
         Further rounds (>= 1) at which the classical rows are evaluated: equal numbers sent.
     val_graphs : int
-        Training-family graphs per seed for validation (the choice of the best classical row).
+        Training-family graphs per seed for validation: every choice between rows (bridge.selection) and the
+        plateau rule of the full-batch fits.
 
     Raises
     ------
@@ -182,14 +225,14 @@ class Setting:
     depth: int = 8
     rounds: int = 32
     test_graphs: int = 8
-    tune_graphs: int = 4
+    tune_graphs: int = 8
     batch: int = 16
     mu_scale: float = 1.0
     learned_steps: int = 2000
     finetune_steps: int = 2000
     finetune_lr: tuple[float, float] = (1e-4, 1e-2)  # Adam's lr from the PDMM weights, from random weights
     checkpoints: tuple[int, ...] = ()
-    val_graphs: int = 2
+    val_graphs: int = 8
 
     def __post_init__(self) -> None:
         if not 1 <= self.depth <= self.rounds:
@@ -444,32 +487,68 @@ def tune_classical(
 ) -> dict[int, float]:
     """Rows of classical method `name` (TUNED) tuned per round and for the last round on the tuning instances;
     returns the validation scores {round: mean log10 error} of its per-round choices, by which the best
-    classical row is chosen. The grid is scored on the tuning instances in one batch (grid_errors); the few values
-    chosen run one by one on the held-out and validation instances, each only as far as it is needed."""
-    method, fixed, key, grid = TUNED[name]
+    classical row is chosen (bridge.selection.choose). The parameter of each round is chosen by
+    bridge.selection.refine, its grids scored on the tuning instances in batches (grid_errors); the values chosen
+    run, again in batches, on the held-out and validation instances, each only as far as it is needed. What the
+    tuning took is kept in result.fitted["tuning effort"]."""
+    method, fixed, key, search = TUNED[name]
     rounds, R = setting.classical_rounds(), setting.rounds
-    params = [dict(fixed) if value is None else {**fixed, key: value} for value in grid]
-    # (grid, horizon): every value of the grid in one batch per tuning graph
-    scores = np.stack([mean_log(e) for e in grid_errors(method, fixed, key, grid, rounds[-1], tuning)])
-    choice = {r: int(np.argmin(scores[:, r - 1])) for r in rounds}
-    needed: dict[int, int] = {}  # the grid entries the held-out sets run, and up to which round
+    began = time.perf_counter()
+    if search is None:  # nothing to tune: one setting
+        values: list[Any] = [None]
+        choice = dict.fromkeys(rounds, 0)
+        effort = {"evaluations": 1, "levels": 0, "stopped by": "nothing to tune"}
+    else:
+
+        def score(parameters: list[Any], last: int) -> np.ndarray:
+            return np.stack([mean_log(e) for e in grid_errors(method, fixed, key, parameters, last, tuning)])
+
+        refined = refine(search, score, rounds, TUNE_TOLERANCE)
+        points = list(dict.fromkeys(refined.choice.values()))
+        values = [search.value(p) for p in points]
+        choice = {r: points.index(p) for r, p in refined.choice.items()}
+        effort = {"evaluations": refined.evaluations, "levels": refined.levels, "stopped by": refined.stopped_by}
+        result.fitted[f"{name}: {key} per round"] = {r: _plain(values[g]) for r, g in choice.items()}
+    needed: dict[int, int] = {}  # the chosen values the held-out sets run, and up to which round
     for r, g in choice.items():
         needed[g] = max(needed.get(g, 0), r)
     chosen = dict(needed)
     needed[choice[R]] = max(needed[choice[R]], R)
     for set_name, instances in sets.items():
-        runs = {g: mean_log(classical_errors(method, params[g], last, instances)) for g, last in needed.items()}
+        runs = chosen_runs(method, fixed, key, values, needed, instances)
         record.rounds(per_round(name), set_name, [runs[choice[r]][r - 1] for r in rounds], rounds)
         if key is not None:
             record.rounds(for_horizon(name, R), set_name, runs[choice[R]][:R])
-    if key is not None:
-        result.fitted[f"{name}: {key} per round"] = {r: _plain(grid[g]) for r, g in choice.items()}
-    held = {g: mean_log(classical_errors(method, params[g], last, validation)) for g, last in chosen.items()}
+    held = chosen_runs(method, fixed, key, values, chosen, validation)
+    effort["instances"] = sum(a.shape[0] for *_, a in tuning)
+    effort["seconds"] = time.perf_counter() - began
+    result.fitted.setdefault("tuning effort", {})[per_round(name)] = effort
     return {r: float(held[g][r - 1]) for r, g in choice.items()}
 
 
+def chosen_runs(
+    method: str,
+    fixed: dict[str, Any],
+    key: str | None,
+    values: Sequence[Any],
+    needed: dict[int, int],
+    instances: Sequence[Compiled],
+) -> dict[int, np.ndarray]:
+    """{g: (rounds,) mean log10 errors} of values[g] run up to round needed[g] on `instances`, in two batched runs
+    (grid_errors): the values needed only up to the smallest of those rounds' median, and the rest."""
+    order = sorted(needed, key=lambda g: needed[g])
+    cut = needed[order[len(order) // 2]]
+    out = {}
+    for batch in ([g for g in order if needed[g] <= cut], [g for g in order if needed[g] > cut]):
+        if batch:
+            last = max(needed[g] for g in batch)
+            errors = grid_errors(method, fixed, key, [values[g] for g in batch], last, instances)
+            out.update({g: mean_log(e) for g, e in zip(batch, errors, strict=True)})
+    return out
+
+
 def _plain(value: Any) -> float | list[float]:
-    """A grid value as JSON: a float or a list of floats."""
+    """A parameter as JSON: a float or a list of floats."""
     return [float(v) for v in value] if isinstance(value, tuple) else float(value)
 
 
@@ -480,39 +559,86 @@ def polynomial_rows(
     sets: dict[str, list[Instance]],
     record: _Recorder,
     result: SeedResult,
-) -> dict[int, float]:
-    """The fitted filter rows and the per-graph polynomial bound; returns the filter's validation scores."""
+) -> dict[str, dict[int, float]]:
+    """The fitted filter rows, with and without the safeguard, and the per-graph polynomial bound; returns the
+    filters' validation scores {row: {round: score}}."""
+    began = time.perf_counter()
     degrees = [r for r in setting.classical_rounds() if r <= FILTER_ROUNDS]
     spectra = [nontrivial_spectrum(pdmm.mixing_matrix(G, MIXING)) for G, *_ in tuning]
-    fitted = {r: fit_filter(spectra, r) for r in degrees}
+    fitted = {
+        label: {r: fit_filter(spectra, r, safeguard=label == FILTER) for r in degrees}
+        for label in (FILTER, FILTER_UNGUARDED)
+    }
 
-    def fitted_of(W):
-        return {r: (lambda a, c=c: apply_filter(W, a, c)) for r, c in fitted.items()}
+    def fitted_of(label):
+        return lambda W: {r: (lambda a, c=c: apply_filter(W, a, c)) for r, c in fitted[label].items()}
 
     def bound_of(W):
         return {r: (lambda a, f=f: f.apply(W, a)) for r, f in oracle_filters(nontrivial_spectrum(W), degrees).items()}
 
+    seconds = time.perf_counter() - began
     for set_name, instances in sets.items():
-        for label, filters_of in ((FILTER, fitted_of), (POLY_ORACLE, bound_of)):
+        for label, filters_of in ((FILTER, fitted_of(FILTER)), (FILTER_UNGUARDED, fitted_of(FILTER_UNGUARDED))):
             errors = filter_errors(filters_of, instances)
             record.rounds(label, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
-    result.fitted["polynomial filter coefficients (chebyshev basis)"] = {
-        r: c.tolist() for r, c in fitted.items() if r in (1, setting.depth, setting.rounds)
+        errors = filter_errors(bound_of, instances)
+        record.rounds(POLY_ORACLE, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
+    for label in (FILTER, FILTER_UNGUARDED):
+        result.fitted[f"{label}: coefficients (chebyshev basis)"] = {
+            r: c.tolist() for r, c in fitted[label].items() if r in (1, setting.depth, setting.rounds)
+        }
+        result.fitted.setdefault("tuning effort", {})[label] = {
+            "instances": sum(a.shape[0] for _, a, _ in tuning),
+            "evaluations": len(degrees),
+            "levels": 0,
+            "stopped by": "exact fit per degree",
+            "seconds": seconds / 2,
+        }
+    return {
+        label: {r: float(mean_log(e[None])[0]) for r, e in filter_errors(fitted_of(label), validation).items()}
+        for label in (FILTER, FILTER_UNGUARDED)
     }
-    return {r: float(mean_log(e[None])[0]) for r, e in filter_errors(fitted_of, validation).items()}
 
 
-def best_classical(
-    setting: Setting, scores: dict[str, dict[int, float]], sets: dict[str, Any], record: _Recorder, result: SeedResult
+def fastest_mixing_rows(
+    setting: Setting, sets: dict[str, list[Compiled]], graphs: dict[str, list[nx.Graph]], record: _Recorder
 ) -> None:
-    """The BEST and BEST_SAFE rows: per round, the candidate (of CANDIDATES, of NON_DIVERGING) with the smallest
-    validation score there (each candidate at the setting its tuning chose for that round)."""
-    rounds = setting.classical_rounds()
-    for label, candidates in ((BEST, CANDIDATES), (BEST_SAFE, NON_DIVERGING)):
-        chosen = {r: min((c for c in candidates if r in scores[c]), key=lambda c: scores[c][r]) for r in rounds}
-        for set_name in sets:
-            record.rounds(label, set_name, [result.log_errors[(chosen[r], set_name)][r - 1] for r in rounds], rounds)
-        result.fitted[f"{'best classical' if label == BEST else 'best non-diverging classical'} per round"] = chosen
+    """FASTEST: Chebyshev acceleration with each held-out graph's fastest-mixing weights (bridge.fastest_mixing)
+    over its own spectral interval, rounds 1..R. The weights and the interval need the whole graph offline, so
+    the row is a reference beside the best classical row, never a candidate for it."""
+    for set_name, instances in sets.items():
+        errors = [
+            _round_errors(
+                METHODS["chebyshev"](graph, local, edges, None, mixing=fastest_mixing_weights(G)), a, setting.rounds
+            )
+            for (graph, local, edges, a), G in zip(instances, graphs[set_name], strict=True)
+        ]
+        record.errors(FASTEST, set_name, torch.cat(errors, dim=1))
+
+
+def select_rows(
+    label: str,
+    candidates: Sequence[str],
+    scores: dict[str, dict[int, float]],
+    rounds: Iterable[int],
+    sets: Iterable[str],
+    record: _Recorder,
+    result: SeedResult,
+) -> None:
+    """Row `label`: per round, the candidate with the smallest validation score there (bridge.selection.choose),
+    its held-out values copied; the choices kept in result.fitted["LABEL per round"]."""
+    chosen = choose(scores, list(candidates), rounds)
+    if not chosen:
+        return
+    rounds = sorted(chosen)
+    for set_name in sets:
+        record.rounds(label, set_name, [result.log_errors[(chosen[r], set_name)][r - 1] for r in rounds], rounds)
+    result.fitted[f"{label} per round"] = chosen
+
+
+def validation_scores(errors: torch.Tensor) -> dict[int, float]:
+    """{round: mean log10 error} of (rounds, instances) validation errors from round 1."""
+    return {r: float(v) for r, v in enumerate(mean_log(errors), 1)}
 
 
 def evaluate_seed(
@@ -524,7 +650,8 @@ def evaluate_seed(
 ) -> SeedResult:
     """SeedResult of every row (module docstring) on seed `seed`'s instances; `transformers` maps a row
     label to that seed's trained GraphTransformer; `training` (optional) what training them took,
-    {label: {...}}, kept in the result."""
+    {label: {...}}, kept in the result. Every choice is made on the tuning and validation instances
+    (bridge.selection); the held-out sets are only run."""
     sets, tuning, validation = setting.draw(seed)
     R, K = setting.rounds, setting.depth
     compiled_sets, compiled_tuning = {name: compiled(inst) for name, inst in sets.items()}, compiled(tuning)
@@ -536,7 +663,7 @@ def evaluate_seed(
     for name, instances in sets.items():
         record.errors(ORACLE, name, oracle_errors(instances, R))
         record.errors(BAYES, name, bayes_oracle_errors(instances, R, setting.mu_scale**2))
-    scores = {}
+    scores: dict[str, dict[int, float]] = {}
     for name in TUNED:
         progress(f"tuning {name}")
         scores[per_round(name)] = tune_classical(
@@ -544,12 +671,13 @@ def evaluate_seed(
         )
     for name, compiled_instances in compiled_sets.items():
         record.errors(OWN_INTERVAL, name, classical_errors("chebyshev", {"mixing": MIXING}, R, compiled_instances))
+    progress("fastest-mixing weights")
+    fastest_mixing_rows(setting, compiled_sets, {name: [G for G, *_ in inst] for name, inst in sets.items()}, record)
     progress("polynomial filters")
-    scores[FILTER] = polynomial_rows(setting, tuning, validation, sets, record, result)
-    best_classical(setting, scores, sets, record, result)
-    result.fitted["validation scores"] = {
-        label: {r: s if math.isfinite(s) else None for r, s in values.items()} for label, values in scores.items()
-    }
+    scores.update(polynomial_rows(setting, tuning, validation, sets, record, result))
+    rounds = setting.classical_rounds()
+    select_rows(BEST, CANDIDATES, scores, rounds, sets, record, result)
+    select_rows(BEST_SAFE, NON_DIVERGING, scores, rounds, sets, record, result)
 
     rho = result.fitted["pdmm: rho per round"][R]
     progress("learned pdmm")
@@ -564,22 +692,24 @@ def evaluate_seed(
             for G, a, _ in data
         ]
 
-    learned = UnrolledPDMM(R, rho=rho, learnable=True)
-    log = fit(learned, problems(tuning), setting.learned_steps, validation=problems(validation))
-    for name, instances in sets.items():
-        record.errors(
-            LEARNED,
-            name,
-            torch.cat(
-                [
-                    disagreement_error(
-                        learned(averaging_problem(G, a), x0=a[..., None])[..., 0].detach(), torch.as_tensor(a)
-                    )
-                    for G, a, *_ in instances
-                ],
-                1,
-            ),
+    def learned_errors(instances):
+        return torch.cat(
+            [
+                disagreement_error(
+                    learned(averaging_problem(G, a), x0=a[..., None])[..., 0].detach(), torch.as_tensor(a)
+                )
+                for G, a, *_ in instances
+            ],
+            1,
         )
+
+    learned = UnrolledPDMM(R, rho=rho, learnable=True)
+    began = time.perf_counter()
+    log = fit(learned, problems(tuning), setting.learned_steps, validation=problems(validation))
+    _fit_effort(result, LEARNED, [log], tuning, began)
+    for name, instances in sets.items():
+        record.errors(LEARNED, name, learned_errors(instances))
+    scores[LEARNED] = validation_scores(learned_errors(validation))
     result.fitted["learned rho_k"] = learned.rho().tolist()
     result.fitted["learned theta_k"] = learned.theta().tolist()
     result.fitted[f"{LEARNED}: fit"] = _fit_summary(log)
@@ -589,6 +719,7 @@ def evaluate_seed(
     hand_set = pdmm_transformer(rho, R, start="a", kernel="mean")  # PDMM at the rho tuned for round R, 1 number
     for name, instances in sets.items():
         record.errors(HAND_SET, name, model_errors(hand_set, instances, features=features, self_loops=False))
+    scores[HAND_SET] = validation_scores(model_errors(hand_set, validation, features=features, self_loops=False))
     rho = result.fitted["pdmm: rho per round"][K]  # the trained ones run K rounds: they start from PDMM tuned for K
     features = lambda G, a: pdmm_features(G, a, rho)  # noqa: E731
     reference = pdmm_transformer(rho, K, start="a")
@@ -597,6 +728,7 @@ def evaluate_seed(
         (FROM_RANDOM, "random", setting.finetune_lr[1]),
     ):
         model = pdmm_transformer(rho, K, start="a", init=init, seed=seed)
+        began = time.perf_counter()
         log = fit_graph_model(
             model,
             [(G, a) for G, a, _ in tuning],
@@ -607,15 +739,25 @@ def evaluate_seed(
         )
         for name, instances in sets.items():
             record.errors(label, name, model_errors(model, instances, features=features, self_loops=False))
+        _fit_effort(result, label, [log], tuning, began)
         result.fitted[f"{label}: fit"] = _fit_summary(log)
         result.fitted[f"{label}: weight shift from pdmm"] = weight_shift(model, reference)
-    frontier_rows(setting, seed, result, record, sets, tuning, validation)
+    scores.update(frontier_rows(setting, seed, result, record, sets, tuning, validation))
+    select_rows(BEST_ONE_NUMBER, ONE_NUMBER_MODELS, scores, range(1, R + 1), sets, record, result)
 
+    widest = max((model.numbers_sent for model in transformers.values()), default=None)
     for label, model in transformers.items():
         progress(label)
         model.eval()
         for name, instances in sets.items():
             record.errors(label, name, model_errors(model, instances, rounds=depth_of(model, R)))
+        scores[label] = validation_scores(model_errors(model, validation, rounds=depth_of(model, R)))
+    full_width = [label for label, model in transformers.items() if model.numbers_sent == widest]
+    if full_width:
+        select_rows(BEST_TRANSFORMER, full_width, scores, range(1, R + 1), sets, record, result)
+    result.fitted["validation scores"] = {
+        label: {r: s if math.isfinite(s) else None for r, s in values.items()} for label, values in scores.items()
+    }
     if training:
         result.fitted["training"] = training
     return result
@@ -629,19 +771,23 @@ def frontier_rows(
     sets: dict[str, list[Instance]],
     tuning: list[Instance],
     validation: list[Instance],
-) -> None:
+) -> dict[str, dict[int, float]]:
     """The one-number PDMM-transformers of bridge.frontier: untied from PDMM tuned for round K, tied from PDMM
-    (x^0 = 0) tuned for round R, each fitted with the PDMM-transformer's cap and lr per stage."""
+    (x^0 = 0) tuned for round R, each fitted with the PDMM-transformer's cap and lr per stage; returns their
+    validation scores {row: {round: score}}."""
     K, R = setting.depth, setting.rounds
     steps, lr = setting.finetune_steps, setting.finetune_lr[0]
+    scores = {}
     for label, key in ((ONE_NUMBER, K), (ONE_NUMBER_TIED, R)):
         rho = result.fitted["pdmm: rho per round"][key]
+        began = time.perf_counter()
         if label == ONE_NUMBER:
             model, logs = frontier.one_number_untied(rho, K, tuning, validation, steps, lr)
         else:
             model, logs = frontier.one_number_tied(
                 rho, K, R, tuning, validation, steps, lr, setting.family, frontier.seed_rng(seed), setting.mu_scale
             )
+        _fit_effort(result, label, logs, tuning, began)
         features = lambda G, a, rho=rho: pdmm_features(G, a, rho)  # noqa: E731
         for name, instances in sets.items():
             record.errors(
@@ -649,7 +795,23 @@ def frontier_rows(
                 name,
                 model_errors(model, instances, rounds=depth_of(model, R), features=features, self_loops=False),
             )
+        scores[label] = validation_scores(
+            model_errors(model, validation, rounds=depth_of(model, R), features=features, self_loops=False)
+        )
         result.fitted[f"{label}: fit"] = [_fit_summary(log) for log in logs]
+    return scores
+
+
+def _fit_effort(result: SeedResult, label: str, logs: list[Any], tuning: Sequence[Instance], began: float) -> None:
+    """result.fitted["tuning effort"][label] for a full-batch fit: its instances, Adam steps (over every stage), why
+    the last stage stopped and the seconds since `began`."""
+    result.fitted.setdefault("tuning effort", {})[label] = {
+        "instances": sum(a.shape[0] for _, a, _ in tuning),
+        "evaluations": sum(len(log.losses) - 1 for log in logs),
+        "levels": len(logs),
+        "stopped by": f"{logs[-1].stopped_by} (Adam steps)",
+        "seconds": time.perf_counter() - began,
+    }
 
 
 def _fit_summary(log: Any) -> dict[str, Any]:
@@ -664,16 +826,20 @@ def _fit_summary(log: Any) -> dict[str, Any]:
     }
 
 
-def numbers_sent(label: str, model: Any = None) -> int | None:
+def numbers_sent(label: str, models: dict[str, Any] | None = None) -> int | None:
     """Numbers a node sends per edge and round for row `label`: None for the bounds (every value in the
-    ball; the spectrum), a trained transformer's keys and values (model.numbers_sent), the PDMM-
-    transformer's 2 D_MODEL = 14 when trained with keys, else 1 (every classical method and the one-number
-    PDMM-transformers send one number per edge at d = 1)."""
+    ball; the spectrum), a trained transformer's keys and values (models[label].numbers_sent), the best
+    transformer's those of the widest trained transformers it chooses from, the PDMM-transformer's
+    2 D_MODEL = 14 when trained with keys, else 1 (every classical method and the one-number models send one
+    number per edge at d = 1)."""
+    models = models or {}
     if label in BOUNDS:
         return None
     if label in (FROM_PDMM, FROM_RANDOM):
         return 2 * D_MODEL
-    return 1 if model is None else model.numbers_sent
+    if label == BEST_TRANSFORMER:
+        return max((model.numbers_sent for model in models.values()), default=None)
+    return models[label].numbers_sent if label in models else 1
 
 
 def compare(
@@ -707,12 +873,45 @@ def compare(
     for seed in seeds:
         models = transformers(seed)
         results[seed] = evaluate_seed(setting, seed, models, progress)
-        sent.update({label: numbers_sent(label, models.get(label)) for label, _ in results[seed].log_errors})
+        sent.update({label: numbers_sent(label, models) for label, _ in results[seed].log_errors})
     return CompareTable.from_seeds(setting, results, sent)
 
 
-VERDICTS = {"below": "better", "above": "worse", "contains": "not separable"}  # a paired ratio against 1
-TRENDS = {"below": "keeps falling", "above": "grows", "contains": "stalls"}  # a tied model's e_R / e_K against 1
+Comparison = tuple[str, int, str, int, str]  # (first row, its round, second row, its round, held-out set)
+MIN_SEEDS = 5  # fewer seeds never decide a verdict (bridge.statistics.significant)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One paired comparison of a family (CompareTable.verdicts): ratio < 1 means `first` has the smaller error."""
+
+    first: str
+    round: int
+    second: str
+    round_second: int
+    set: str
+    ratio: float
+    low: float
+    high: float
+    p: float
+    p_holm: float
+    word: str
+
+
+@dataclass(frozen=True)
+class Trend:
+    """How a tied model's error moves from round K to round R on one set (CompareTable.trends)."""
+
+    method: str
+    set: str
+    ratio: float
+    low: float
+    high: float
+    p: float
+    p_holm: float
+    word: str
+
+
 SEED_COLUMNS = ("method", "set", "seed", "round", "log10_error", "numbers_sent")
 
 
@@ -983,52 +1182,60 @@ class CompareTable:
                 out.append(row)
         return out
 
-    def verdict(self, method: str, other: str, name: str, r: int, r_other: int | None = None) -> str:
-        """The verdict of a paired comparison (bridge.statistics.side of its ratio interval against 1).
+    def verdicts(self, comparisons: Sequence[Comparison], alpha: float = 0.05) -> list["Verdict"]:
+        """The paired comparisons of one family, each p Holm-adjusted over the family (bridge.statistics.holm).
 
         Parameters
         ----------
-        method, other : str
-            The two row labels.
-        name : str
-            A held-out set.
-        r : int
-            The round of `method`, 1-based.
-        r_other : int, optional
-            The round of `other`; r by default.
+        comparisons : sequence of (first, its round, second, its round, set)
+            The family: every test one table, or the headline claims, reports.
+        alpha : float
+            The family-wise level.
 
         Returns
         -------
-        str
-            "better" / "worse" where the paired 95 % interval of the ratio excludes 1, else "not separable"
-            ("not separable (one seed)" with one seed).
+        list of Verdict
+            In the order of `comparisons`: the ratio of geometric means first / second with its 95 % interval,
+            the raw and the adjusted p, and the word: "better" / "worse" only where the adjusted p is below
+            `alpha` over at least MIN_SEEDS seeds (bridge.statistics.significant), else "not separable".
         """
-        _, low, high, _ = self.paired(method, other, name, r, r_other)
-        if len(self.seeds) < 2:
-            return "not separable (one seed)"
-        return VERDICTS[side(low, high, 1.0)]
+        tests = [self.paired(first, second, name, r, r2) for first, r, second, r2, name in comparisons]
+        adjusted = holm([p for *_, p in tests])
+        out = []
+        for comparison, (ratio, low, high, p), p_holm in zip(comparisons, tests, adjusted, strict=True):
+            decided = significant(float(p_holm), len(self.seeds), alpha, MIN_SEEDS)
+            word = ("better" if ratio < 1 else "worse") if decided else "not separable"
+            out.append(Verdict(*comparison, ratio, low, high, p, float(p_holm), word))
+        return out
 
-    def trend(self, method: str, name: str) -> tuple[float, float, float, str]:
-        """How a tied model's error moves from its training depth K to the last round R.
+    def trends(self, methods: Sequence[str], alpha: float = 0.05) -> list["Trend"]:
+        """How each tied model's error moves from its training depth K to the last round R, on every set: one
+        family, Holm-adjusted.
 
         Parameters
         ----------
-        method : str
-            A tied model's row label.
-        name : str
-            A held-out set.
+        methods : sequence of str
+            Tied models' row labels.
+        alpha : float
+            The family-wise level.
 
         Returns
         -------
-        tuple
-            (ratio e_R / e_K of geometric means over seeds, 95 % low, high, word): "keeps falling" / "grows"
-            where the interval of the log ratio excludes 0, else "stalls"; "one seed: no verdict" with one seed.
+        list of Trend
+            Per method and set: the ratio e_R / e_K of geometric means over seeds with its 95 % interval, the p of
+            the one-sample t-test of the per-seed log ratios, its Holm-adjusted p and the word: "keeps falling" /
+            "grows" where the adjusted p is below `alpha` over at least MIN_SEEDS seeds, else "stalls".
         """
-        values = self.log_errors[(method, name)]
-        mean, low, high = t_interval(values[:, self.rounds - 1] - values[:, self.depth - 1])
-        ratio, r_low, r_high = powers(mean, low, high)
-        if len(self.seeds) < 2:
-            word = "one seed: no verdict"
-        else:
-            word = TRENDS[side(low, high, 0.0)]
-        return ratio, r_low, r_high, word
+        pairs = [(method, name) for method in methods for name in self.sets]
+        tests = []
+        for method, name in pairs:
+            values = self.log_errors[(method, name)]
+            test = one_sample_test(values[:, self.rounds - 1] - values[:, self.depth - 1])
+            tests.append((*powers(test["mean"], test["low"], test["high"]), test["p"]))
+        adjusted = holm([p for *_, p in tests])
+        out = []
+        for (method, name), (ratio, low, high, p), p_holm in zip(pairs, tests, adjusted, strict=True):
+            decided = significant(float(p_holm), len(self.seeds), alpha, MIN_SEEDS)
+            word = ("keeps falling" if ratio < 1 else "grows") if decided else "stalls"
+            out.append(Trend(method, name, ratio, low, high, p, float(p_holm), word))
+        return out

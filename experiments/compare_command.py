@@ -7,28 +7,41 @@ For every seed: trains each --residuals variant (untied, depth K = model.n_layer
 (one block, trained at depth K) and, for each --widths w, the --width-residual variant limited to w
 numbers per edge and round (model.send_width = w, one head, --width-residual standard) on the config's
 graph_consensus task into OUT/runs/<...> until the config's plateau rule stops it (train.patience; finished runs are
-reused, their best weights loaded), then runs bridge.compare on that seed's instances (bridge.comparison
-lists the rows: oracles and the polynomial bound, PDMM, averaged PDMM, ADMM, gossip, Chebyshev and the
-fitted polynomial filter tuned per round, the best classical row chosen on tuning data, learned PDMM,
-the PDMM-transformer and the trained transformers), all from x_i^0 = a_i on the same held-out
-instances. The classical rows also run to every round at which a transformer row has sent as many
-numbers per edge as they have, for the verdicts at equal numbers sent. Each seed's numbers are kept
-in OUT/seeds/ (a killed compare resumes there). Writes seeds.csv (every method, set, seed and round:
-the mean log10 error and the numbers sent), curves.csv (learning curves), compare.csv (geometric
-means over seeds with 95 % t intervals and the ratio to the best classical row), compare.json
-(settings, everything tuned and fitted, training budgets, version), compare.md (a summary of who
-wins, tables, paired verdicts at equal rounds and equal numbers sent), compare.png (at most seven
-lines per panel), compare_all.png (every row) and learning.png.
+reused, their best weights loaded), then runs bridge.comparison.evaluate_seed on that seed's instances
+(bridge.comparison lists the rows: oracles and the polynomial bound, PDMM, averaged PDMM, ADMM, gossip,
+Chebyshev and the fitted polynomial filters tuned per round, Chebyshev on fastest-mixing weights, the best
+classical rows, learned PDMM, the PDMM-transformers, the trained transformers and the best transformer and
+one-number model), all from x_i^0 = a_i on the same held-out instances; every choice is made on --tune-graphs
+tuning and --val-graphs validation graphs of the training family (bridge.selection), never on a held-out set.
+The classical rows also run to every round at which a transformer row has sent as many numbers per edge as
+they have, for the verdicts at equal numbers sent. Each seed's numbers are kept in OUT/seeds/ (a killed
+compare resumes there). Writes seeds.csv (every method, set, seed and round: the mean log10 error and the
+numbers sent), curves.csv (learning curves), compare.csv (geometric means over seeds with 95 % t intervals
+and the ratio to the best classical row), compare.json (settings, everything tuned, fitted and chosen,
+training budgets and tuning effort, version), compare.md (the findings, tables and Holm-adjusted paired
+verdicts at equal rounds and equal numbers sent), compare.png (at most seven lines per panel),
+compare_all.png (every row) and learning.png. --readme writes the findings into the README's block.
 """
 
 import argparse
 import sys
 from pathlib import Path
 
+from bridge.findings import findings
+
 from . import log_sinks, rundir
 from .compare_report import summary, write_outputs
 from .compare_seeds import saved_seed, seed_result
-from .comparing import checked_base, load_source, row_variants, seed_key, setting_of, tabulate, untrained_models
+from .comparing import (
+    DEFAULTS,
+    checked_base,
+    load_source,
+    row_variants,
+    seed_key,
+    setting_of,
+    tabulate,
+    untrained_models,
+)
 from .results_doc import replace_section
 
 
@@ -69,18 +82,32 @@ def add_parser(subparsers):
     )
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds: training seed and instance draw of each")
     parser.add_argument("--rounds", type=int, default=32, help="rounds compared (>= model.n_layer)")
-    parser.add_argument("--test-graphs", type=int, default=8, help="held-out graphs per set and seed")
-    parser.add_argument("--tune-graphs", type=int, default=4, help="training-family graphs for tuning, per seed")
+    parser.add_argument(
+        "--test-graphs", type=int, default=DEFAULTS["test_graphs"], help="held-out graphs per set and seed"
+    )
+    parser.add_argument(
+        "--tune-graphs",
+        type=int,
+        default=DEFAULTS["tune_graphs"],
+        help="training-family graphs per seed for tuning the classical rows and fitting the full-batch ones (as "
+        "many as the transformers' task.val_graphs by default)",
+    )
+    parser.add_argument(
+        "--val-graphs",
+        type=int,
+        default=DEFAULTS["val_graphs"],
+        help="training-family graphs per seed on which every choice between rows is made",
+    )
     parser.add_argument(
         "--learned-steps",
         type=int,
-        default=2000,
+        default=DEFAULTS["learned_steps"],
         help="cap on the Adam steps of learned PDMM (it stops earlier when its validation loss plateaus)",
     )
     parser.add_argument(
         "--finetune-steps",
         type=int,
-        default=2000,
+        default=DEFAULTS["finetune_steps"],
         help="the same cap for the PDMM-transformers (each depth stage of the tied one)",
     )
     parser.add_argument(
@@ -95,6 +122,11 @@ def add_parser(subparsers):
     parser.add_argument(
         "--results",
         help="also write compare.md as section 'compare' of this Markdown file (figures to figures/ beside it)",
+    )
+    parser.add_argument(
+        "--readme",
+        help="also write the findings (the summary's claims) as section 'findings' of this Markdown file, "
+        "between its '<!-- begin findings' and '<!-- end findings -->' lines (the project's README.md)",
     )
     parser.add_argument(
         "--force",
@@ -154,6 +186,10 @@ def publish(args, out, table, meta, curves):
             text.replace("](compare", "](figures/compare").replace("](learning", "](figures/learning"),
             scale={"seeds": len(table.seeds), "rounds": table.rounds},
             force=args.force,
+        )
+    if args.readme:
+        replace_section(
+            args.readme, "findings", "\n".join(findings(table)), scale={"seeds": len(table.seeds)}, force=args.force
         )
     print("\n".join(summary(table)))
     print(out / "compare.md")

@@ -10,21 +10,22 @@ import json
 import math
 from collections import Counter
 
-import numpy as np
-
 from bridge.comparison import (
     BAYES,
     BEST,
+    BEST_ONE_NUMBER,
     BEST_SAFE,
+    BEST_TRANSFORMER,
     BOUNDS,
+    FASTEST,
     FLOOR,
     FROM_PDMM,
     FROM_RANDOM,
     LEARNED,
+    MIN_SEEDS,
     ONE_NUMBER,
     ONE_NUMBER_TIED,
     ORACLE,
-    OWN_INTERVAL,
     POLY_ORACLE,
     REFERENCES,
     SEED_COLUMNS,
@@ -33,6 +34,7 @@ from bridge.comparison import (
     is_transformer,
     per_round,
 )
+from bridge.findings import findings
 
 from . import rundir
 from .plots import plot_compare, plot_learning_curves
@@ -99,7 +101,8 @@ def check_meta(meta, path) -> None:
 
 def check_fitted(fitted, where) -> None:
     """ValueError naming `where` unless one seed's `fitted` has the shapes the report reads: training budgets
-    {row: {steps, best_step, wall_seconds (number), stopped_by (text)}}, fits ("NAME: fit": an object, or a
+    {row: {steps, best_step, wall_seconds (number), stopped_by (text)}}, tuning effort {row: {instances,
+    evaluations, levels (integers), stopped by (text), seconds (number)}}, fits ("NAME: fit": an object, or a
     list of them, with steps, best step and stopped by) and per-round values ("NAME per round": {round: a
     number or a [low, high] pair; a row name for the best rows' choices})."""
 
@@ -120,6 +123,18 @@ def check_fitted(fitted, where) -> None:
         )
     ):
         wrong("training must map rows to {steps, best_step, wall_seconds, stopped_by}")
+    effort = fitted.get("tuning effort", {})
+    if not (
+        isinstance(effort, dict)
+        and all(
+            isinstance(info, dict)
+            and all(_integer(info.get(key)) for key in ("instances", "evaluations", "levels"))
+            and isinstance(info.get("stopped by"), str)
+            and isinstance(info.get("seconds"), (int, float))
+            for info in effort.values()
+        )
+    ):
+        wrong("tuning effort must map rows to {instances, evaluations, levels (integers), stopped by, seconds}")
     for key, value in fitted.items():
         if key.endswith(": fit"):
             fits = value if isinstance(value, list) else [value]
@@ -195,23 +210,12 @@ def write_outputs(out, table, meta, curves):
     return text
 
 
-def final(table, method, name):
-    """The method's mean log10 error at the last round up to R it is shown for, on set `name`."""
-    return float(np.mean(table.log_errors[(method, name)][:, table.shown(method) - 1]))
-
-
 def headline_methods(table):
-    """{set: at most seven methods}: the polynomial bound, the two best classical rows, per-round tuned PDMM, the
-    best trained transformer and the two one-number PDMM-transformers."""
-    out = {}
-    transformers = [m for m in table.methods if is_transformer(m)]
-    for name in table.sets:
-        chosen = [POLY_ORACLE, BEST, BEST_SAFE, per_round("pdmm")]
-        if transformers:
-            chosen.append(min(transformers, key=lambda m: final(table, m, name)))
-        chosen += [m for m in (ONE_NUMBER, ONE_NUMBER_TIED) if m in table.methods]
-        out[name] = [m for m in dict.fromkeys(chosen) if m in table.methods]
-    return out
+    """{set: at most seven methods}: the polynomial bound, the two best classical rows, Chebyshev on fastest-mixing
+    weights, the best transformer, the best one-number model and per-round tuned PDMM, the same on every set:
+    rows chosen on tuning or validation data, never on the held-out sets."""
+    chosen = [POLY_ORACLE, BEST, BEST_SAFE, FASTEST, BEST_TRANSFORMER, BEST_ONE_NUMBER, per_round("pdmm")]
+    return {name: [m for m in chosen if m in table.methods] for name in table.sets}
 
 
 def fmt(cell):
@@ -224,12 +228,12 @@ def fmt(cell):
 
 def equal_numbers(table):
     """[(row, its round r, the round of the best classical row that has sent as many numbers)] for every model
-    row, w numbers per round, at its rounds 1 and K where round w r was evaluated (compare runs the classical
-    rows to w and w K for every such row; w = 1 is equal rounds)."""
+    row sending w > 1 numbers per round, at its rounds 1 and K where round w r was evaluated (compare runs the
+    classical rows to w and w K for every such row; for w = 1 equal numbers sent is equal rounds)."""
     out = []
     for method in table.methods:
         sent = table.sent.get(method)
-        if not is_model(method) or not sent:
+        if not is_model(method) or not sent or sent == 1:
             continue
         for r in sorted({1, table.depth}):
             if table.has(method, r) and table.has(BEST, sent * r):
@@ -237,73 +241,29 @@ def equal_numbers(table):
     return out
 
 
-def against_references(table, method, name, r, r_other=None):
-    """'vs best classical <ratio>, <verdict>; vs best non-diverging <ratio>, <verdict>' at rounds r / r_other."""
-    return "; ".join(
-        f"vs {'best classical' if ref == BEST else 'best non-diverging'} "
-        f"{fmt(table.paired(method, ref, name, r, r_other)[:3])}, "
-        f"{table.verdict(method, ref, name, r, r_other)}"
-        for ref in REFERENCES
-    )
-
-
 def summary(table):
-    """Per set: the best row (bounds excepted) at rounds 1, K, R by geometric mean and its paired ratios to the
-    two best classical rows at that round, and the model row closest to them at equal numbers sent (by its larger
-    ratio). Lines of Markdown, also printed by compare."""
-    lines = [
-        "### Summary",
-        "",
-        "Per set and round, the row with the smallest error (bounds, and Chebyshev with each "
-        "graph's own spectrum, excepted: no node knows them) and its paired ratios, over seeds with a 95 % "
-        "interval, to the best classical row and to the best classical row that cannot diverge on any graph "
-        "(both chosen on tuning and validation data); then the model row closest to the best classical rows at "
-        "equal numbers sent (the one whose larger ratio to the two is smallest). These rows are picked on the "
-        "held-out sets themselves, so their intervals are optimistic (the largest of many differences); the "
-        "tables below give every prespecified pair.",
-        "",
-    ]
-    rounds = sorted({1, table.depth, table.rounds})
-    for name in table.sets:
-        parts = []
-        for r in rounds:
-            rows = [m for m in table.methods if m not in (*BOUNDS, OWN_INTERVAL) and table.has(m, r)]
-            winner = min(rows, key=lambda m: table.cell(m, name, r)[0])
-            parts.append(
-                f"round {r}: {winner} ({fmt(table.cell(winner, name, r))}; "
-                f"{against_references(table, winner, name, r)})"
-            )
-        pairs = equal_numbers(table)
-        if pairs:  # against the stronger reference: a diverging one would make any row look good
-            method, r, c = min(
-                pairs, key=lambda pair: max(table.paired(pair[0], ref, name, pair[1], pair[2])[0] for ref in REFERENCES)
-            )
-            parts.append(
-                f"at equal numbers sent, the best model row is {method} after {r} rounds ({c} numbers "
-                f"per edge): after {c} rounds, {against_references(table, method, name, r, c)}"
-            )
-        lines.append(f"- **{name}**: " + "; ".join(parts) + ".")
-    lines += [""]
-    return lines
+    """The findings (bridge.findings): the best classical rows per set and the headline claims, Holm-adjusted as
+    one family. Lines of Markdown, also printed by compare."""
+    return ["### Findings", "", *findings(table)]
 
 
 def verdict_table(table, pairs, title, note):
-    """A Markdown table of paired verdicts (first, round, second, its round) per set."""
+    """A Markdown table of paired verdicts (first, round, second, its round) per set: one family, its p-values
+    Holm-adjusted together (CompareTable.verdicts)."""
     lines = [
         f"### {title}",
         "",
         note,
         "",
-        "| first | round | second | round | set | ratio [95 % CI] | p | verdict |",
-        "|---|---:|---|---:|---|---:|---:|---|",
+        "| first | round | second | round | set | ratio [95 % CI] | p | Holm p | verdict |",
+        "|---|---:|---|---:|---|---:|---:|---:|---|",
     ]
-    for first, r, second, r_second in pairs:
-        for name in table.sets:
-            ratio, low, high, p = table.paired(first, second, name, r, r_second)
-            lines.append(
-                f"| {first} | {r} | {second} | {r_second} | {name} | {fmt((ratio, low, high))} | {p:.2g} | "
-                f"{table.verdict(first, second, name, r, r_second)} |"
-            )
+    comparisons = [(first, r, second, r_second, name) for first, r, second, r_second in pairs for name in table.sets]
+    for v in table.verdicts(comparisons):
+        lines.append(
+            f"| {v.first} | {v.round} | {v.second} | {v.round_second} | {v.set} | "
+            f"{fmt((v.ratio, v.low, v.high))} | {v.p:.2g} | {v.p_holm:.2g} | {v.word} |"
+        )
     return lines + [""]
 
 
@@ -322,18 +282,27 @@ def markdown(table, meta, curves):
         f"3x larger graphs of the same mean degree; rings and square grids whose diameter exceeds {R}). Cells: "
         f"geometric mean over {n} seeds (each seed: its own training runs, tuning and instances) of the per-seed "
         "geometric-mean error ||x^r - x*|| / ||a - x*|| with a 95 % t interval across seeds ('0': below float64 "
-        "resolution). Classical rows are tuned per round on training-family tuning instances (one run per "
-        f"setting; '(tuned for round {R})' rows use one setting for every round); the best classical row "
-        "takes, per round, the classical row with the smallest validation error, and the best non-diverging "
-        "row the same among the rows that cannot diverge on any graph (every row but Chebyshev with a tuned "
-        "interval). Bounds: the ball and Bayes oracles "
+        "resolution). Every choice is made on instances drawn from the training family apart from the held-out "
+        f"sets (bridge.selection): classical rows are tuned per round on {setting.get('tune_graphs', '?')} tuning "
+        f"graphs x {setting['batch']} value vectors, each parameter by a grid refined until two levels in a row "
+        f"lower no round's error by more than 1 % ('(tuned for round {R})' rows use one setting for every "
+        "round); the best classical row takes, per round, the candidate with the smallest error on "
+        f"{setting.get('val_graphs', '?')} validation graphs, and the best non-diverging row the same among the "
+        "rows that cannot diverge on any graph (all but Chebyshev with a tuned interval and the unguarded "
+        "filter). The best transformer and the best one-number model are chosen per round on the same "
+        "validation graphs, among the widest trained transformers and among learned PDMM and the one-number "
+        "PDMM-transformers. Reported beside, never chosen: Chebyshev with each graph's own spectral interval, "
+        "and Chebyshev on each graph's fastest-mixing weights (Xiao and Boyd), which need the whole graph "
+        "offline. Bounds: the ball and Bayes oracles "
         "(what r rounds can know), and the best polynomial of each graph's Metropolis matrix, which knows the "
         "graph's spectrum (a bound on linear schemes with those weights, not an algorithm). The one-number "
         "PDMM-transformers (bridge.frontier) send what every classical row sends, one number per edge and round: "
         "untied from PDMM, trained on the training family; tied from PDMM, trained on a mixture of other "
         "topologies (Erdos-Renyi, Barabasi-Albert, random regular, denser geometric graphs) through a depth "
         "curriculum 8, 16, 32 with a loss at every round. QA-PDMM with "
-        "eta = L is PDMM exactly on averaging and is not repeated. 'sent' is numbers sent per edge and round.",
+        "eta = L is PDMM exactly on averaging and is not repeated. 'sent' is numbers sent per edge and round. "
+        f"Each verdict table is one family of tests, Holm-adjusted; 'better' / 'worse' only at an adjusted p "
+        f"below 0.05 over at least {MIN_SEEDS} seeds.",
         "",
     ]
     lines += summary(table)
@@ -355,7 +324,8 @@ def markdown(table, meta, curves):
                 f"| {method} | " + " | ".join(cells + ratios) + " | " + ("-" if sent is None else f"{sent}") + " |"
             )
         lines.append("")
-    models = [m for m in table.methods if is_transformer(m)] + [
+    models = [m for m in (BEST_TRANSFORMER, BEST_ONE_NUMBER) if m in table.methods]
+    models += [m for m in table.methods if is_transformer(m)] + [
         m for m in (FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED, LEARNED) if m in table.methods
     ]
     at_rounds = [
@@ -376,16 +346,17 @@ def markdown(table, meta, curves):
         at_rounds,
         "Paired comparisons at equal rounds",
         f"Ratio of geometric-mean errors (first / second) over {n} seeds, 95 % t interval, p of a "
-        "paired t-test (scipy.stats.ttest_rel); 'better' / 'worse' only where the interval "
-        "excludes 1.",
+        "paired t-test (scipy.stats.ttest_rel) and Holm's adjustment over every row of this table (one family); "
+        f"'better' / 'worse' only at an adjusted p below 0.05 over at least {MIN_SEEDS} seeds.",
     )
     lines += verdict_table(
         table,
         [(m, r, ref, c) for m, r, c in equal_numbers(table) for ref in REFERENCES],
         "Paired comparisons at equal numbers sent",
-        "Each model row that sends w numbers per edge and round, after r rounds, against the two "
+        "Each model row that sends w > 1 numbers per edge and round, after r rounds, against the two "
         "best classical rows after w r rounds (one number per round): the same numbers sent per "
-        "edge.",
+        "edge, so the classical rows get w times the rounds (reach and message size are mixed). For "
+        "one-number rows this is the table at equal rounds. One family, Holm-adjusted.",
     )
     lines += tied_trends(table) + bound_lines(table) + training_lines(meta) + fitted_lines(meta, table)
     lines += [
@@ -409,6 +380,7 @@ def markdown(table, meta, curves):
 
 
 def tied_trends(table):
+    """How each tied model moves from round K to R on every set: one family, Holm-adjusted (CompareTable.trends)."""
     tied = [m for m in table.methods if m.startswith("tied")]
     if not tied:
         return []
@@ -416,29 +388,29 @@ def tied_trends(table):
     lines = [
         f"### Tied transformers past their training depth ({K} -> {R} rounds)",
         "",
-        f"| model | set | error at {K} | error at {R} | ratio {R} / {K} [95 % CI] | trend |",
-        "|---|---|---:|---:|---:|---|",
+        f"| model | set | error at {K} | error at {R} | ratio {R} / {K} [95 % CI] | p | Holm p | trend |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    for method in tied:
-        for name in table.sets:
-            ratio, low, high, word = table.trend(method, name)
-            lines.append(
-                f"| {method} | {name} | {table.cell(method, name, K)[0]:.3g} | "
-                f"{table.cell(method, name, R)[0]:.3g} | {fmt((ratio, low, high))} | {word} |"
-            )
+    for t in table.trends(tied):
+        lines.append(
+            f"| {t.method} | {t.set} | {table.cell(t.method, t.set, K)[0]:.3g} | "
+            f"{table.cell(t.method, t.set, R)[0]:.3g} | {fmt((t.ratio, t.low, t.high))} | {t.p:.2g} | "
+            f"{t.p_holm:.2g} | {t.word} |"
+        )
     return lines + [""]
 
 
 def bound_lines(table):
-    """Which rows beat the ball and Bayes oracles at round 1 (only a model that learned the offset prior can)."""
+    """Which rows beat the ball and Bayes oracles at round 1 (only a model that learned the offset prior can): one
+    family over every row, set and oracle, Holm-adjusted."""
+    others = [m for m in table.methods if m not in BOUNDS]
+    oracles = [o for o in (ORACLE, BAYES) if o in table.methods]
+    verdicts = table.verdicts([(m, 1, o, 1, name) for o in oracles for m in others for name in table.sets])
     lines = []
-    for oracle in (ORACLE, BAYES):
-        others = [m for m in table.methods if m not in BOUNDS]
-        better = [
-            f"{m} ({name})" for m in others for name in table.sets if table.verdict(m, oracle, name, 1) == "better"
-        ]
+    for oracle in oracles:
+        better = [f"{v.first} ({v.set})" for v in verdicts if v.second == oracle and v.word == "better"]
         lines.append(
-            f"Round 1 against the {oracle}: "
+            f"Round 1 against the {oracle} (Holm over {len(verdicts)} tests): "
             + ("no method is better" if not better else "better: " + ", ".join(better))
             + "."
         )
@@ -481,6 +453,37 @@ def training_lines(meta):
                 + ", ".join(f"{k} {v}" for k, v in sorted(stops.items()))
                 + " |"
             )
+    return lines + [""] + tuning_lines(fitted)
+
+
+def tuning_lines(fitted):
+    """What tuning each classical row took, per seed: tuning instances, parameter values scored (each on every
+    tuning instance), refinement levels, why it stopped and wall seconds (bridge.selection.refine)."""
+    rows = {}
+    for values in fitted.values():
+        for label, info in values.get("tuning effort", {}).items():
+            rows.setdefault(label, []).append(info)
+    if not rows:
+        return []
+    lines = [
+        "### Tuning effort per classical row",
+        "",
+        "Beside the transformers' budget above: each classical row's parameter is chosen per round on the "
+        "tuning instances (graphs x value vectors), by a start grid refined until two levels in a row lower no "
+        "round's error by more than 1 %. The filters are fitted exactly per degree (values scored: the degrees); "
+        "the full-batch fits give their Adam steps as values scored and their stages as levels.",
+        "",
+        "| row | tuning instances | values scored (per seed) | levels | stopped by | wall seconds (per seed) |",
+        "|---|---:|---|---|---|---|",
+    ]
+    for label, infos in rows.items():
+        stops = ", ".join(f"{k} {v}" for k, v in sorted(Counter(str(i.get("stopped by")) for i in infos).items()))
+        lines.append(
+            f"| {label} | {infos[0].get('instances')} | {', '.join(str(i.get('evaluations')) for i in infos)} | "
+            f"{', '.join(str(i.get('levels')) for i in infos)} | {stops} | "
+            + ", ".join(f"{i.get('seconds', 0):.1f}" for i in infos)
+            + " |"
+        )
     return lines + [""]
 
 
@@ -510,11 +513,11 @@ def fitted_lines(meta, table):
                 f"- {key.replace(' per round', '')} at rounds {K} / {R} (seeds in order): "
                 + "; ".join(f"{_short(v[K])} / {_short(v[R])}" for v in values)
             )
-    for key in ("best classical per round", "best non-diverging classical per round"):
-        choices = [fitted[s].get(key, {}) for s in seeds]
+    for label in (BEST, BEST_SAFE, BEST_TRANSFORMER, BEST_ONE_NUMBER):
+        choices = [fitted[s].get(f"{label} per round", {}) for s in seeds]
         if all({"1", K, R} <= set(c) for c in choices):
             lines.append(
-                f"- {key.replace(' per round', '')} row at rounds 1 / {K} / {R}: "
+                f"- {label}, the row it took at rounds 1 / {K} / {R} (seeds in order): "
                 + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices)
             )
     return lines + [""]

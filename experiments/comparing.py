@@ -21,6 +21,7 @@ from .tasks import build_task
 from .tasks.graph_consensus import graph_family
 
 Row = tuple[str, dict[str, Any], list[str]]  # (row label, run-name assignment, config overrides)
+DEFAULTS = {"test_graphs": 8, "tune_graphs": 8, "val_graphs": 8, "learned_steps": 2000, "finetune_steps": 2000}
 
 
 def variants(text: str, flag: str) -> list[str]:
@@ -218,8 +219,10 @@ def checked_base(args: argparse.Namespace) -> tuple[list[int], RunConfig, Any]:
     if not args.config:
         raise UsageError("compare needs a graph_consensus config (or --from DIR to regenerate from a CSV)")
     seeds = parse_seeds(args.seeds)
-    if min(args.test_graphs, args.tune_graphs) < 1 or min(args.learned_steps, args.finetune_steps) < 0:
-        raise UsageError("--test-graphs and --tune-graphs must be >= 1, --learned-steps and --finetune-steps >= 0")
+    if min(args.test_graphs, args.tune_graphs, args.val_graphs) < 1 or min(args.learned_steps, args.finetune_steps) < 0:
+        raise UsageError(
+            "--test-graphs, --tune-graphs and --val-graphs must be >= 1, --learned-steps and --finetune-steps >= 0"
+        )
     base = load_config(args.config, args.overrides)
     if base.task.name != "graph_consensus":
         raise UsageError(f"compare runs on task graph_consensus; {args.config} has task {base.task.name!r}")
@@ -261,6 +264,7 @@ def setting_of(args: argparse.Namespace, base: RunConfig, task: Any, models: dic
         args.learned_steps,
         args.finetune_steps,
         checkpoints=checkpoints(models, depth, args.rounds),
+        val_graphs=args.val_graphs,
     )
 
 
@@ -292,6 +296,11 @@ def command_line(args: argparse.Namespace, seeds: list[int]) -> str:
             ",".join(map(str, seeds)),
             "--rounds",
             str(args.rounds),
+            *(
+                f"--{flag.replace('_', '-')} {getattr(args, flag)}"
+                for flag in ("test_graphs", "tune_graphs", "val_graphs", "learned_steps", "finetune_steps")
+                if getattr(args, flag) != DEFAULTS[flag]
+            ),
             *(f"--set {o}" for o in args.overrides),
         ]
     )
@@ -375,7 +384,7 @@ def tabulate(
             f"{out / 'seeds'}: seed={odd}.json and seed={seeds[0]}.json hold different rows; delete the "
             "hand-edited one to recompute it"
         )
-    sent = {label: numbers_sent(label, models.get(label)) for label, _ in results[seeds[0]].log_errors}
+    sent = {label: numbers_sent(label, models) for label, _ in results[seeds[0]].log_errors}
     table = CompareTable.from_seeds(setting, results, sent)
     meta = {
         "version": package_version(),

@@ -21,9 +21,10 @@ from bridge.comparison import (
     BEST,
     BEST_SAFE,
     FILTER,
+    FILTER_UNGUARDED,
     FLOOR,
-    RHO_GRID,
-    SAFE_INTERVAL_GRID,
+    RHO_SEARCH,
+    SAFE_SEARCH,
     TUNED,
     CompareTable,
     Setting,
@@ -235,20 +236,16 @@ def test_intervals_and_paired_tests_match_scipy():
         rtol=1e-10,
     )
     assert p == pytest.approx(stats.ttest_rel(a[:, 2], b[:, 2]).pvalue, rel=1e-12)
-    assert table.verdict("m", "m", "s", 1) == "not separable"  # identical rows: ratio 1, no interval
+    assert table.verdicts([("m", 1, "m", 1, "s")])[0].word == "not separable"  # identical rows: ratio 1, no p
+    low = np.array([[-2.0, -2.1], [-2.25, -2.0], [-2.1, -2.2], [-2.0, -2.3], [-2.2, -2.1]])
     far = CompareTable(
-        [0, 1, 2],
-        2,
-        1,
-        {
-            ("m", "s"): np.array([[-2.0, -2.1], [-2.25, -2.0], [-2.1, -2.2]]),
-            ("o", "s"): np.array([[-1.0, -1.1], [-1.2, -1.0], [-1.1, -1.0]]),
-        },
-        {},
-        {},
+        [0, 1, 2, 3, 4], 2, 1, {("m", "s"): low, ("o", "s"): low + 1 + np.linspace(0, 0.2, 5)[:, None]}, {}, {}
     )
-    assert far.verdict("m", "o", "s", 1) == "better" and far.verdict("o", "m", "s", 2) == "worse"
-    assert far.trend("m", "s")[3] == "stalls" and far.trend("o", "s")[3] == "stalls"
+    better, worse = far.verdicts([("m", 1, "o", 1, "s"), ("o", 2, "m", 2, "s")])
+    assert (better.word, worse.word) == ("better", "worse") and better.ratio < 1 < worse.ratio
+    assert [t.word for t in far.trends(["m", "o"])] == ["stalls", "stalls"]
+    few = CompareTable([0, 1, 2], 2, 1, {k: v[:3] for k, v in far.log_errors.items()}, {}, {})
+    assert few.verdicts([("m", 1, "o", 1, "s")])[0].word == "not separable"  # fewer than 5 seeds never decide
     rows = table.rows()
     assert {(r["method"], r["round"]) for r in rows} == {
         (m, k) for m in ("m", "o", "ball oracle") for k in (1, 2, 3, 4)
@@ -274,6 +271,8 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
         "1",
         "--tune-graphs",
         "1",
+        "--val-graphs",
+        "1",
         "--learned-steps",
         "2",
         "--finetune-steps",
@@ -295,10 +294,14 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
         "chebyshev (tuned per round)",
         "safe chebyshev (tuned per round)",
         "polynomial filter (fitted per round, safeguarded)",
+        "polynomial filter (fitted per round, unguarded)",
         "best classical (chosen on tuning data)",
         "best non-diverging classical (chosen on tuning data)",
     }
     full = classical | {
+        "chebyshev on fastest-mixing weights (whole graph offline)",
+        "best transformer (chosen on validation data)",  # the tied transformer is a candidate past round K
+        "best one-number model (chosen on validation data)",
         "ball oracle",
         "bayes oracle (knows prior and s)",
         "pdmm (tuned for round 4)",
@@ -357,12 +360,17 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
     text = (out / "compare.md").read_text()
     assert (out / "compare.png").is_file() and (out / "compare_all.png").is_file() and (out / "learning.png").is_file()
     assert "<!-- begin compare" in (tmp_path / "R.md").read_text()
-    assert "Round 1 against the ball oracle: " in text and "### Paired comparisons at equal numbers sent" in text
+    assert (
+        "Round 1 against the ball oracle (Holm over " in text and "### Paired comparisons at equal numbers sent" in text
+    )
+    assert "### Findings" in text and "| p | Holm p | verdict |" in text
     assert "| transformer (standard, w=4) | 2 | best classical (chosen on tuning data) | 8 |" in text
     assert "| transformer (standard, w=4) | 2 | best non-diverging classical (chosen on tuning data) | 8 |" in text
     sent = {r["method"]: r["sent_per_edge"] for r in rows if r["round"] == "1"}
     assert sent["pdmm-transformer (hand-set)"] == sent["pdmm-transformer (1 number, trained from pdmm)"] == "1"
     assert sent["pdmm-transformer (trained from pdmm)"] == "14"
+    assert sent["best transformer (chosen on validation data)"] == sent["transformer (standard)"] == "32"
+    assert sent["best one-number model (chosen on validation data)"] == "1"
     before = (out / "seeds" / "seed=0.json").stat().st_mtime_ns
     assert main(args) == 0  # the same command again reuses every seed
     assert (out / "seeds" / "seed=0.json").stat().st_mtime_ns == before
@@ -374,8 +382,9 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
 
 
 def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_seed_rows_round_trip():
-    """Recomputed here from the seed's own draw: each row's per-round setting is the tuning instances' best, and the
-    best classical row at round r is the candidate whose round-r setting has the smallest validation error."""
+    """Recomputed here from the seed's own draw: each row's per-round setting is at least as good on the tuning
+    instances as the best of its start grid (the refinement only improves on it), and the best classical row at
+    round r is the candidate whose round-r setting has the smallest validation error."""
     setting = Setting(
         GraphFamily("random_geometric", 10, 14),
         depth=2,
@@ -390,6 +399,7 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
     )
     table = compare(setting, seeds=[0, 1])
     score = lambda e: float(torch.log10(e.clamp_min(FLOOR)).mean())  # noqa: E731
+    start = [RHO_SEARCH.value(p) for p in RHO_SEARCH.start]
     for seed in (0, 1):
         fitted = table.fitted[seed]
         _, tuning, validation = setting.draw(seed)
@@ -397,29 +407,33 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
         for r in (1, 2, 3, 6):
             rho = fitted["pdmm: rho per round"][r]
             on_tuning = [
-                score(classical_errors("pdmm", {"theta": 1.0, "rho": x}, r, compiled(tuning))[r - 1]) for x in RHO_GRID
+                score(classical_errors("pdmm", {"theta": 1.0, "rho": x}, r, compiled(tuning))[r - 1]) for x in start
             ]
-            assert rho == RHO_GRID[int(np.argmin(on_tuning))]
+            chosen_score = score(classical_errors("pdmm", {"theta": 1.0, "rho": rho}, r, compiled(tuning))[r - 1])
+            assert chosen_score <= min(on_tuning) + 1e-12
             held = {}
             for name, (method, fixed, key, _) in TUNED.items():
                 value = None if key is None else fitted[f"{name}: {key} per round"][r]
                 params = {**fixed, **({} if key is None else {key: tuple(value) if key == "interval" else value})}
                 held[per_round(name)] = score(classical_errors(method, params, r, compiled(validation))[r - 1])
-            c = fit_filter(spectra, r)
-            held[FILTER] = score(
-                torch.cat(
-                    [
-                        disagreement_error(
-                            torch.as_tensor(apply_filter(pdmm.mixing_matrix(G, "metropolis"), a, c)), torch.as_tensor(a)
-                        )
-                        for G, a, _ in validation
-                    ]
+            for label, guard in ((FILTER, True), (FILTER_UNGUARDED, False)):
+                c = fit_filter(spectra, r, safeguard=guard)
+                held[label] = score(
+                    torch.cat(
+                        [
+                            disagreement_error(
+                                torch.as_tensor(apply_filter(pdmm.mixing_matrix(G, "metropolis"), a, c)),
+                                torch.as_tensor(a),
+                            )
+                            for G, a, _ in validation
+                        ]
+                    )
                 )
-            )
-            chosen = fitted["best classical per round"][r]
+            chosen = fitted[f"{BEST} per round"][r]
             assert chosen == min(held, key=held.get)
-            safe = fitted["best non-diverging classical per round"][r]
-            assert safe == min((c for c in held if c != per_round("chebyshev")), key=held.get)
+            safe = fitted[f"{BEST_SAFE} per round"][r]
+            diverging = (per_round("chebyshev"), FILTER_UNGUARDED)
+            assert safe == min((c for c in held if c not in diverging), key=held.get)
             for name in table.sets:
                 i = table.seeds.index(seed)
                 assert table.log_errors[(BEST, name)][i, r - 1] == table.log_errors[(chosen, name)][i, r - 1]
@@ -443,7 +457,8 @@ def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):
         {},
     )
     assert table.cell("m", "s", 1)[0] == np.inf and np.isnan(table.cell("m", "s", 1)[1])
-    assert table.paired("m", "o", "s", 1)[0] == np.inf and table.verdict("m", "o", "s", 1) == "not separable"
+    assert table.paired("m", "o", "s", 1)[0] == np.inf
+    assert table.verdicts([("m", 1, "o", 1, "s")])[0].word == "not separable"
     plot_compare(table, {"s": ["m", "o"]}, tmp_path / "diverged.png")  # the axes come from the finite values
     assert (tmp_path / "diverged.png").stat().st_size > 0
 
@@ -504,14 +519,14 @@ def test_ctrl_c_keeps_finished_seeds_and_the_same_command_resumes(tmp_path):
 
 
 def test_safe_chebyshev_never_grows_the_error_where_a_tuned_interval_diverges():
-    """Every SAFE_INTERVAL_GRID polynomial has |p| <= 1 on [-1, 1], where a Metropolis matrix's spectrum lies: on a
-    bipartite grid (lowest eigenvalue near -1) no round's error exceeds 1, while a tuned interval with low end
+    """Every safe interval (-1, high) polynomial has |p| <= 1 on [-1, 1], where a Metropolis matrix's spectrum lies:
+    on a bipartite grid (lowest eigenvalue near -1) no round's error exceeds 1, while a tuned interval with low end
     -0.3 grows it past 1 (the failure the best non-diverging row guards against)."""
     G = nx.convert_node_labels_to_integers(nx.grid_2d_graph(6, 6))
     instances = compiled([(G, sample_values(2, 36, np.random.default_rng(0)))])
     worst = max(
         float(classical_errors("chebyshev", {"mixing": "metropolis", "interval": interval}, 40, instances).max())
-        for interval in SAFE_INTERVAL_GRID
+        for interval in [SAFE_SEARCH.value(p) for p in SAFE_SEARCH.start] + [(-1.0, 1 - 1e-6), (-1.0, 0.2)]
     )
     assert worst <= 1 + 1e-12
     unsafe = classical_errors("chebyshev", {"mixing": "metropolis", "interval": (-0.3, 0.9)}, 40, instances)

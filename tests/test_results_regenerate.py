@@ -6,8 +6,9 @@ reporting code that changes one character of a table, a verdict or a figure fail
 compared byte for byte (matplotlib writes no date into them) when the matplotlib that draws them here is the
 one named in the committed file's Software chunk; under another one the byte check is skipped.
 
-- compare: `pdmm-bridge compare --from docs/compare --results ...` (seeds.csv, curves.csv, compare.json;
-  nothing is trained), with docs/figures/compare.png, compare_all.png and learning.png.
+- compare: `pdmm-bridge compare --from docs/compare --results ... --readme ...` (seeds.csv, curves.csv,
+  compare.json; nothing is trained), with docs/figures/compare.png, compare_all.png and learning.png, and the
+  README's findings block (bridge.findings), blanked in a copy of README.md and written again the same way.
 - repro-summary: rebuilt from the claims comments of the repro sections of RESULTS.md itself.
 - network-sweep (slow: minutes): recomputed by `pdmm-bridge network-sweep --results ...`, which stores
   no rows to re-render from; deterministic, so the same section and figure.
@@ -30,6 +31,7 @@ from experiments.repro_report import SUMMARY_SECTION, refresh_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "RESULTS.md"
+README = ROOT / "README.md"
 FIGURES = ROOT / "docs" / "figures"
 COMPARE_DATA = ROOT / "docs" / "compare"
 COMPARE_FIGURES = ("compare.png", "compare_all.png", "learning.png")
@@ -86,9 +88,11 @@ def assert_same_figure(drawn, committed):
 
 @pytest.fixture(scope="module")
 def compare_again(tmp_path_factory):
-    """`compare --from docs/compare` into a fresh directory, its section into a copy of RESULTS.md."""
+    """`compare --from docs/compare` into a fresh directory, its section into a copy of RESULTS.md and its findings
+    into a copy of README.md (the copies under where/docs and where)."""
     where = tmp_path_factory.mktemp("compare")
     results = results_copy(where, "compare")
+    (where / "README.md").write_text(blank(README.read_text(), "findings"))
     code = main(
         [
             "compare",
@@ -98,11 +102,19 @@ def compare_again(tmp_path_factory):
             str(where / "out"),
             "--results",
             str(results),
+            "--readme",
+            str(where / "README.md"),
             "--no-progress",
         ]
     )
     assert code == 0
     return where / "out", results
+
+
+def test_readme_findings_regenerate_byte_for_byte(compare_again):
+    """Every README finding is written by the code from the committed per-seed data (bridge.findings)."""
+    _, results = compare_again
+    assert (results.parent.parent / "README.md").read_text() == README.read_text()
 
 
 def test_compare_section_regenerates_byte_for_byte(compare_again):

@@ -96,6 +96,6 @@ def test_the_findings_name_rows_rounds_ratios_and_both_p_values():
     for v in verdicts:
         assert f"{v.ratio:.3g}x [{v.low:.2g}, {v.high:.2g}] (p {v.p:.2g}, Holm p {v.p_holm:.2g}), **{v.word}**" in text
     line = next(x for x in text.splitlines() if x.strip().startswith(f"- {BEST_TRANSFORMER}") and "equal numbers" in x)
-    assert f"[{W} numbers; transformer (belief) on 5 seeds]" in line and f"{W}x the rounds" in line
+    assert f"[{W} numbers; transformer (belief) on 5 seeds]" in line and f"vs best classical after {W * K}:" in line
     assert re.search(rf"after {K} rounds, at equal numbers sent \({W * K} per edge", line)
     assert "row best on 5 seeds" in text  # which row the best classical row took, per seed

@@ -1,7 +1,9 @@
 """Sphinx configuration of the pdmm-bridge documentation (build: python -m sphinx -W -b html docs docs/_build).
 
 Markdown pages through MyST (with $...$ maths), the API reference from the docstrings by autodoc
-and numpydoc. Warnings are errors in .ci/run, so a broken link or a missing reference fails CI.
+and numpydoc. MathJax comes with the build (sphinx-mathjax-offline copies MathJax 3 into _static/mathjax), so
+the pages render their maths without a network. Warnings are errors in .ci/run, so a broken link or a missing
+reference fails CI.
 """
 
 import sys
@@ -22,6 +24,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # the module's name has dashes; it sets mathjax_path to _static/mathjax/tex-chtml.js
     "sphinx.ext.viewcode",
     "numpydoc",
 ]

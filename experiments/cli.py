@@ -3,14 +3,18 @@
 To add a command, write experiments/<name>_command.py and list it in COMMANDS with the one-line summary its
 add_parser gives. Only the chosen command's module is imported (it brings torch and the libraries), so
 `pdmm-bridge --help` and `--version` start at once; the other commands are listed by their summaries.
+`pdmm-bridge` alone prints that list and exits 2. An unrecognized option that names a config key (`train --device
+cuda`) is answered with the --set that sets it (set_hint).
 """
 
 import argparse
+import dataclasses
 import importlib
 import os
 import select
 import sys
 
+from .config import TABLES
 from .errors import RunFailure, UsageError, first_line, package_version
 
 COMMANDS = {  # name: (module, the summary its add_parser registers; tests/test_cli.py checks they agree)
@@ -56,7 +60,7 @@ def main(argv=None):
         prog="pdmm-bridge", description="PDMM on networkx graphs, attention variants, and the experiments between them."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    subparsers = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     chosen = argv[0] if argv and argv[0] in COMMANDS else None  # top-level options are only -h and --version
     try:
         for name, (_, summary) in COMMANDS.items():
@@ -70,7 +74,14 @@ def main(argv=None):
     except KeyboardInterrupt:  # Ctrl-C while the command's libraries load
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if args.command is None and not unknown:  # `pdmm-bridge` alone: the commands, then one error line
+        parser.print_help(sys.stderr)
+        parser.error("no command given: choose one of the commands above")
+    if unknown:
+        culprit = parser if args.command is None else subparsers.choices[args.command]
+        hint = set_hint(unknown) if hasattr(args, "overrides") else ""  # the commands that take --set
+        culprit.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     args.argv = argv  # for commands that relaunch themselves
     if "pdmm" in sys.modules:  # every command that computes has imported pdmm; configs has not and needs no allocator
         sys.modules["pdmm"].tune_allocator()
@@ -99,6 +110,27 @@ def main(argv=None):
             file=sys.stderr,
         )
         raise SystemExit(1) from None
+
+
+def set_hint(unknown: list[str]) -> str:
+    """The end of an unrecognized-arguments error, "; config keys are set with --set train.device=cuda", for the
+    options among `unknown` (argparse's unrecognized arguments: `--device cuda` or `--device=cuda`) that name a key
+    of a config's [task], [model] or [train] table (experiments/config.py; `--n-layer` names model.n_layer); ""
+    when none does. The value is the one after "=" or the next argument, VALUE when there is none."""
+    keys = [  # task.options is no key: it holds the task's own keys
+        (table, f.name) for table, cls in TABLES.items() for f in dataclasses.fields(cls) if f.name != "options"
+    ]
+    suggestions = []
+    for i, argument in enumerate(unknown):
+        if not argument.startswith("--"):
+            continue
+        name, equals, value = argument[2:].partition("=")
+        if not equals:
+            following = unknown[i + 1] if i + 1 < len(unknown) else "-"
+            value = "VALUE" if following.startswith("-") else following
+        key = name.replace("-", "_")
+        suggestions += [f"--set {table}.{key}={value}" for table, field in keys if field == key]
+    return f"; config keys are set with {' '.join(suggestions)}" if suggestions else ""
 
 
 def stdout_closed() -> bool:

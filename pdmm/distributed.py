@@ -2,7 +2,7 @@
 section 4).
 
 Run the same script on P processes, each calling `pdmm.distributed.init_process_group()` and then
-`pdmm.solve(..., backend="distributed")` with the same problem:
+`pdmm.solve(..., backend="distributed")` with the same problem::
 
     # torchrun --standalone --nproc-per-node 4 script.py
     import numpy as np, pdmm, pdmm.distributed
@@ -11,7 +11,7 @@ Run the same script on P processes, each calling `pdmm.distributed.init_process_
     a = np.random.default_rng(0).normal(size=(1000, 3))    # the same data on every rank
     result = pdmm.solve(pdmm.averaging(G, a), backend="distributed")   # the same Result on every rank
 
-The nodes are split into P parts:
+The nodes are split into P parts::
 
     partition  pymetis.part_graph(P) on the CSR adjacency when pymetis is installed (computed on
                rank 0 and broadcast); otherwise, or when METIS leaves a part empty, contiguous blocks

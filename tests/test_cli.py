@@ -1,4 +1,5 @@
-"""pdmm-bridge solve (outputs, --compare, --data, bad input) and the synthetic problems behind it."""
+"""pdmm-bridge solve (outputs, --compare, --data, bad input) and the synthetic problems behind it; the command line's
+answers to no command and to unrecognized options."""
 
 import csv
 import json
@@ -167,7 +168,46 @@ def test_each_command_summary_is_the_one_its_module_registers():
         assert registered == {name: summary}
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["configs"]])
+def test_no_command_lists_the_commands_and_exits_2(capsys):
+    from experiments.cli import COMMANDS
+
+    with pytest.raises(SystemExit) as exit:
+        main([])
+    assert exit.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and lines[0].startswith("usage: pdmm-bridge")
+    assert lines[-1] == "pdmm-bridge: error: no command given: choose one of the commands above"
+    listed = [line.split()[0] for line in lines if line.startswith("    ") and line.split()]
+    assert [name for name in listed if name in COMMANDS] == list(COMMANDS)
+
+
+@pytest.mark.parametrize(
+    "argv, unrecognized, hint",
+    [
+        (["train", "shakespeare_char_cpu", "--device", "cuda"], "--device cuda", "--set train.device=cuda"),
+        (["sweep", "shakespeare_char_cpu", "--n-layer=2"], "--n-layer=2", "--set model.n_layer=2"),
+        (
+            ["train", "shakespeare_char_cpu", "--lr", "--device", "cuda"],
+            "--lr --device cuda",
+            "--set train.lr=VALUE --set train.device=cuda",
+        ),
+        (["train", "shakespeare_char_cpu", "--bogus", "1"], "--bogus 1", ""),  # no such key
+        (["solve", "--max-iters", "5"], "--max-iters 5", ""),  # a key of [train], but solve takes no --set
+    ],
+)
+def test_an_unrecognized_option_that_names_a_config_key_is_answered_with_its_set(
+    tmp_path, capsys, argv, unrecognized, hint
+):
+    with pytest.raises(SystemExit) as exit:
+        main([*argv, "--out", str(tmp_path / "run")])
+    assert exit.value.code == 2
+    expected = f"pdmm-bridge {argv[0]}: error: unrecognized arguments: {unrecognized}"
+    assert capsys.readouterr().err == expected + (f"; config keys are set with {hint}" if hint else "") + "\n"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["--version"], ["--help"], ["configs"]])
 def test_help_version_and_configs_do_not_import_torch(argv):
     """They answer at once: nothing imports torch, the libraries or the other commands (experiments/cli.py)."""
     import subprocess

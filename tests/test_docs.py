@@ -1,10 +1,16 @@
 """The tutorials run as written: every ```python block and every `pdmm-bridge ...` line of a ```bash block
 of docs/getting_started.md and docs/tutorials/*.md, in page order, from a fresh directory (holding a copy of
-docs/compare, which the comparison tutorial reads). ```text blocks are shown, not run (the long commands)."""
+docs/compare, which the comparison tutorial reads). ```text blocks are shown, not run (the long commands).
+The README's Python examples print what they compute when run as a script. The built site needs no network
+(MathJax ships with it) and its sidebar lists every page once."""
 
+import ast
 import re
 import shlex
 import shutil
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -48,3 +54,56 @@ def test_tutorial_runs_as_written(page, tmp_path, monkeypatch):
             for line in code.splitlines():
                 if line.strip() and not line.lstrip().startswith("#"):
                     run_command(line)
+
+
+def test_readme_python_examples_print_what_they_compute(tmp_path, monkeypatch, capsys):
+    """A bare expression prints nothing in a script: every statement that computes a value assigns or prints it."""
+    examples = [code for language, code in blocks(ROOT / "README.md") if language == "python"]
+    assert len(examples) >= 2
+    monkeypatch.chdir(tmp_path)
+    for code in examples:
+        silent = [node.lineno for node in ast.parse(code).body if isinstance(node, ast.Expr) and not is_print(node)]
+        assert not silent, f"lines {silent} of a README example show nothing when run as a script: {code!r}"
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        assert capsys.readouterr().out.strip(), f"a README example prints nothing: {code!r}"
+
+
+def is_print(node):
+    """Whether an expression statement is a call of print."""
+    return isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "print"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The HTML site built from docs/ as .ci/run builds it (about 20 s on two cores), in a temporary directory."""
+    pytest.importorskip("sphinx", reason="the docs extra is not installed")
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(ROOT / "docs"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_site_loads_no_script_or_stylesheet_from_the_network(site):
+    """MathJax and every other script come with the site, so the maths renders offline (docs/conf.py)."""
+    mathjax = set()
+    for page in sorted(site.rglob("*.html")):
+        html = page.read_text()
+        sources = re.findall(r'<script\b[^>]*\bsrc="([^"]*)"', html)
+        sources += re.findall(r'<link\b[^>]*\brel="stylesheet"[^>]*\bhref="([^"]*)"', html)
+        remote = [source for source in sources if re.match(r"(https?:)?//", source)]
+        assert not remote, f"{page.relative_to(site)} loads {remote} from the network"
+        mathjax |= {(page.parent / source).resolve() for source in sources if "mathjax" in source.lower()}
+    assert mathjax and all(path.is_file() and path.is_relative_to(site) for path in mathjax), mathjax
+
+
+def test_the_sidebar_lists_every_page_once(site):
+    html = (site / "index.html").read_text()
+    tree = html[html.index('<div class="sidebar-tree">') :]
+    links = re.findall(r'href="([^"#]+)"', tree[: tree.index("</div>")])
+    assert {"theory/index.html", "theory/pdmm.html", "averaging.html"} <= set(links)
+    assert [link for link, count in Counter(links).items() if count > 1] == []

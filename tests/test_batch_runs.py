@@ -11,6 +11,7 @@ import torch
 import pdmm
 from bridge import comparison
 from bridge.consensus import GraphFamily
+from bridge.selection import refine
 from pdmm.batch_runs import per_instance
 from pdmm.methods import METHODS
 from pdmm.tuning import TUNED, default_grid
@@ -206,9 +207,16 @@ def averaging_sets():
     return comparison.compiled(tuning), comparison.compiled(sets["ring"][:2])
 
 
+def start_grid(name):
+    """The values a classical row's search starts from ([None] for gossip, which has nothing to tune)."""
+    search = comparison.TUNED[name][3]
+    return [None] if search is None else [search.value(p) for p in search.start]
+
+
 @pytest.mark.parametrize("name", list(comparison.TUNED))
 def test_classical_rows_on_the_batch_axis_equal_one_run_per_value(averaging_sets, name):
-    method, fixed_params, key, grid = comparison.TUNED[name]
+    method, fixed_params, key, _ = comparison.TUNED[name]
+    grid = start_grid(name)
     for instances in averaging_sets:
         batched = comparison.grid_errors(method, fixed_params, key, grid, 30, instances)
         separate = torch.stack(
@@ -227,22 +235,30 @@ def test_classical_rows_on_the_batch_axis_equal_one_run_per_value(averaging_sets
 
 
 def test_tune_classical_chooses_the_values_one_run_per_value_chooses(averaging_sets):
+    """tune_classical (batched runs) chooses what bridge.selection.refine chooses when every value it proposes is
+    scored by a run of its own, and never worse than the start grid's best."""
     tuning, ring = averaging_sets
     setting = comparison.Setting(GraphFamily("random_geometric", 12, 18), depth=4, rounds=12, tune_graphs=2, batch=4)
     for name in ("pdmm", "chebyshev"):
-        method, fixed_params, key, grid = comparison.TUNED[name]
+        method, fixed_params, key, search = comparison.TUNED[name]
         result = comparison.SeedResult()
         comparison.tune_classical(
             name, setting, tuning, tuning, {"ring": ring}, comparison._Recorder(setting, result), result
         )
-        scores = np.stack(
-            [
-                comparison.mean_log(comparison.classical_errors(method, {**fixed_params, key: v}, 12, tuning))
-                for v in grid
-            ]
-        )
-        expected = {r: comparison._plain(grid[int(np.argmin(scores[:, r - 1]))]) for r in range(1, 13)}
+
+        def one_by_one(values, last, method=method, fixed_params=fixed_params, key=key):
+            return np.stack(
+                [
+                    comparison.mean_log(comparison.classical_errors(method, {**fixed_params, key: v}, last, tuning))
+                    for v in values
+                ]
+            )
+
+        refined = refine(search, one_by_one, range(1, 13), comparison.TUNE_TOLERANCE)
+        expected = {r: comparison._plain(search.value(p)) for r, p in refined.choice.items()}
         assert result.fitted[f"{name}: {key} per round"] == expected
+        start = one_by_one(start_grid(name), 12)
+        assert all(refined.score[r] <= start[:, r - 1].min() + 1e-12 for r in range(1, 13))
 
 
 def test_per_instance_parameters_are_checked(tiny):

@@ -14,7 +14,8 @@ grid, against one run per value: what sets BATCH_BYTES.
 Table "compare": the scoring of the classical rows of `pdmm-bridge compare` (bridge.comparison.tune_classical)
 on seed 0's tuning instances of the setting of docs/compare (random geometric graphs of 64-128 nodes, radius
 0.18, --tune-graphs graphs, B = 16 value vectors each) over --compare-rounds rounds (docs/compare runs them to
-512): classical_errors once per grid value against grid_errors; the row gives the largest relative difference
+512): classical_errors once per value of each row's start grid (bridge.selection.refine starts there) against
+grid_errors; the row gives the largest relative difference
 of their errors (0: the same bits).
 
 Each repetition times the variants in turn; the tables give the medians over --repeats after one warm-up
@@ -185,9 +186,10 @@ def bench_compare(args, recorder):
     print(f"compare's scoring, {args.tune_graphs} tuning graphs x B = {setting.batch}, {rounds} rounds")
     print("| row | values | one run per value s | batched s | speed-up | largest relative difference |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, (method, fixed, key, grid) in comparison.TUNED.items():
-        if key is None:
+    for name, (method, fixed, key, search) in comparison.TUNED.items():
+        if search is None:
             continue
+        grid = [search.value(p) for p in search.start]  # the start grid of bridge.selection.refine
         (loop_s, batch_s), (looped, batched) = side_by_side(
             [
                 partial(per_value_errors, method, fixed, key, grid, rounds, instances),

@@ -25,15 +25,12 @@ compare_all.png (every row) and learning.png. --readme writes the findings into 
 
 import argparse
 import sys
-from pathlib import Path
-
-from bridge.findings import findings
 
 from . import log_sinks, rundir
-from .compare_report import summary, write_outputs
+from .compare_report import summary, write_outputs, write_sections
 from .compare_seeds import saved_seed, seed_result
 from .comparing import (
-    DEFAULTS,
+    COUNTS,
     checked_base,
     load_source,
     row_variants,
@@ -42,7 +39,6 @@ from .comparing import (
     tabulate,
     untrained_models,
 )
-from .results_doc import replace_section
 
 
 def add_parser(subparsers):
@@ -82,34 +78,8 @@ def add_parser(subparsers):
     )
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds: training seed and instance draw of each")
     parser.add_argument("--rounds", type=int, default=32, help="rounds compared (>= model.n_layer)")
-    parser.add_argument(
-        "--test-graphs", type=int, default=DEFAULTS["test_graphs"], help="held-out graphs per set and seed"
-    )
-    parser.add_argument(
-        "--tune-graphs",
-        type=int,
-        default=DEFAULTS["tune_graphs"],
-        help="training-family graphs per seed for tuning the classical rows and fitting the full-batch ones (as "
-        "many as the transformers' task.val_graphs by default)",
-    )
-    parser.add_argument(
-        "--val-graphs",
-        type=int,
-        default=DEFAULTS["val_graphs"],
-        help="training-family graphs per seed on which every choice between rows is made",
-    )
-    parser.add_argument(
-        "--learned-steps",
-        type=int,
-        default=DEFAULTS["learned_steps"],
-        help="cap on the Adam steps of learned PDMM (it stops earlier when its validation loss plateaus)",
-    )
-    parser.add_argument(
-        "--finetune-steps",
-        type=int,
-        default=DEFAULTS["finetune_steps"],
-        help="the same cap for the PDMM-transformers (each depth stage of the tied one)",
-    )
+    for dest, (default, text) in COUNTS.items():
+        parser.add_argument(f"--{dest.replace('_', '-')}", type=int, default=default, help=text)
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -173,24 +143,9 @@ def regenerate(args):
 
 
 def publish(args, out, table, meta, curves):
-    """Write every output, the summary to stdout and, with --results, the section of that file."""
+    """Write every output, the summary to stdout and, with --results and --readme, the sections of those files."""
     text = write_outputs(out, table, meta, curves)
-    if args.results:
-        figures = rundir.make_dir(Path(args.results).parent / "figures")
-        for name in ("compare.png", "compare_all.png", "learning.png"):
-            if (out / name).is_file():
-                rundir.copy_file(out / name, figures / name)
-        replace_section(
-            args.results,
-            "compare",
-            text.replace("](compare", "](figures/compare").replace("](learning", "](figures/learning"),
-            scale={"seeds": len(table.seeds), "rounds": table.rounds},
-            force=args.force,
-        )
-    if args.readme:
-        replace_section(
-            args.readme, "findings", "\n".join(findings(table)), scale={"seeds": len(table.seeds)}, force=args.force
-        )
+    write_sections(out, table, text, args.results, args.readme, args.force)
     print("\n".join(summary(table)))
     print(out / "compare.md")
     return 0

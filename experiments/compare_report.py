@@ -9,6 +9,7 @@ import io
 import json
 import math
 from collections import Counter
+from pathlib import Path
 
 from bridge.comparison import (
     BAYES,
@@ -38,6 +39,7 @@ from bridge.findings import findings
 
 from . import rundir
 from .plots import plot_compare, plot_learning_curves
+from .results_doc import replace_section
 from .rundir import write_csv
 
 CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
@@ -208,6 +210,26 @@ def write_outputs(out, table, meta, curves):
     text = markdown(table, meta, curves)
     rundir.write_file(out / "compare.md", text)
     return text
+
+
+def write_sections(out, table, text, results=None, readme=None, force=False):
+    """compare.md's text `text` as section "compare" of the Markdown file `results` (its figures copied to
+    figures/ beside it) and the findings as section "findings" of `readme` (results_doc.replace_section: a
+    section made from more seeds is refused unless `force`); either None: not written."""
+    if results:
+        figures = rundir.make_dir(Path(results).parent / "figures")
+        for name in ("compare.png", "compare_all.png", "learning.png"):
+            if (out / name).is_file():
+                rundir.copy_file(out / name, figures / name)
+        replace_section(
+            results,
+            "compare",
+            text.replace("](compare", "](figures/compare").replace("](learning", "](figures/learning"),
+            scale={"seeds": len(table.seeds), "rounds": table.rounds},
+            force=force,
+        )
+    if readme:
+        replace_section(readme, "findings", "\n".join(findings(table)), scale={"seeds": len(table.seeds)}, force=force)
 
 
 def headline_methods(table):

@@ -21,7 +21,20 @@ from .tasks import build_task
 from .tasks.graph_consensus import graph_family
 
 Row = tuple[str, dict[str, Any], list[str]]  # (row label, run-name assignment, config overrides)
-DEFAULTS = {"test_graphs": 8, "tune_graphs": 8, "val_graphs": 8, "learned_steps": 2000, "finetune_steps": 2000}
+COUNTS = {  # compare's integer options: (default, help)
+    "test_graphs": (8, "held-out graphs per set and seed"),
+    "tune_graphs": (
+        8,
+        "training-family graphs per seed for tuning the classical rows and fitting the full-batch ones (as many as "
+        "the transformers' task.val_graphs by default)",
+    ),
+    "val_graphs": (8, "training-family graphs per seed on which every choice between rows is made"),
+    "learned_steps": (
+        2000,
+        "cap on the Adam steps of learned PDMM (it stops earlier when its validation loss plateaus)",
+    ),
+    "finetune_steps": (2000, "the same cap for the PDMM-transformers (each depth stage of the tied one)"),
+}
 
 
 def variants(text: str, flag: str) -> list[str]:
@@ -298,8 +311,8 @@ def command_line(args: argparse.Namespace, seeds: list[int]) -> str:
             str(args.rounds),
             *(
                 f"--{flag.replace('_', '-')} {getattr(args, flag)}"
-                for flag in ("test_graphs", "tune_graphs", "val_graphs", "learned_steps", "finetune_steps")
-                if getattr(args, flag) != DEFAULTS[flag]
+                for flag in COUNTS
+                if getattr(args, flag) != COUNTS[flag][0]
             ),
             *(f"--set {o}" for o in args.overrides),
         ]

@@ -527,7 +527,8 @@ def builtin_problem(args: argparse.Namespace, G: Any) -> pdmm.Problem:
     Raises
     ------
     UsageError
-        For an unknown data set, another problem kind, or sizes of synthetic data.
+        For an unknown data set, another problem kind, sizes of synthetic data, or a data set whose library (an
+        optional extra) is not installed.
     """
     name = args.data[len(BUILTIN) :]
     if name not in pdmm.datasets.DATASETS:
@@ -543,5 +544,5 @@ def builtin_problem(args: argparse.Namespace, G: Any) -> pdmm.Problem:
         args.reg = inspect.signature(build).parameters["l2"].default
     try:
         return build(G, l2=args.reg, seed=args.seed)
-    except ValueError as err:
+    except (ValueError, ImportError) as err:  # ImportError: the data set's library is not installed
         raise UsageError(f"{args.data}: {err}") from None

@@ -4,7 +4,8 @@
     problem = pdmm.datasets.breast_cancer(G)            # logistic regression, 569 rows over 20 nodes
 
 `breast_cancer` reads scikit-learn's bundled copy of the Wisconsin diagnostic breast-cancer data
-(`sklearn.datasets.load_breast_cancer`: a file inside the package, nothing is downloaded).
+(`sklearn.datasets.load_breast_cancer`: a file inside the package, nothing is downloaded). scikit-learn is the
+optional `sklearn` extra, imported at the first call (docs/guide/data.md).
 """
 
 import numbers
@@ -22,9 +23,13 @@ def breast_cancer_rows() -> tuple[np.ndarray, np.ndarray]:
 
     X is (569, 31): the 30 features, each shifted by its mean and divided by its standard deviation
     over all 569 rows (population standard deviation, ddof = 0; z-scores), then a column of ones.
-    y is (569,) in {-1, +1}: +1 benign (357 rows), -1 malignant (212).
+    y is (569,) in {-1, +1}: +1 benign (357 rows), -1 malignant (212). ImportError, in one line naming the extra
+    to install, where scikit-learn is not installed (docs/guide/data.md).
     """
-    from sklearn.datasets import load_breast_cancer  # imported here: a plain `import pdmm` stays fast
+    try:
+        from sklearn.datasets import load_breast_cancer  # imported here: a plain `import pdmm` stays fast
+    except ImportError:
+        raise ImportError('the breast-cancer data needs scikit-learn: pip install "pdmm-bridge[sklearn]"') from None
 
     features, target = load_breast_cancer(return_X_y=True)
     scaled = (features - features.mean(0)) / features.std(0)
@@ -68,7 +73,8 @@ def breast_cancer(graph, l2: float = BREAST_CANCER_L2, seed: int = 0) -> Problem
     split_rows(569, n, seed)[i] and f_i = its logistic losses + (l2 / n) / 2 ||x||^2 (pdmm.logistic
     with reg = l2 / n), so the problem, and its solution, is the same whatever the graph. l2 > 0
     makes every f_i strongly convex; the default 10 is scikit-learn's C = 0.1 (docs/guide/data.md, on
-    the choice). ValueError, in one line, for l2 <= 0 or a graph with more nodes than rows.
+    the choice). ValueError, in one line, for l2 <= 0 or a graph with more nodes than rows; ImportError, naming
+    the extra to install, without scikit-learn.
     """
     if _weight("l2", l2) == 0:
         raise ValueError(

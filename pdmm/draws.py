@@ -7,22 +7,39 @@ which is output t + 1 of SplitMix64 (Steele, Lea and Flood, OOPSLA 2014) from th
 key = stream_key(seed, stream, k) is itself a SplitMix64 output of the seed, the stream and k. A
 trial with probability p succeeds when u < round(p 2^32) (`bound`), exact to 2^-32. As every draw
 is a function of its address, a trial costs the same anywhere: the whole iteration's trials are one
-vectorised pass with no sequential generator state, the CPU kernels (numba, compiled once and
-cached) and the torch expression (any device; the reference the kernels are tested against) give
-the same bits, and nothing is read back from the device.
+vectorised pass with no sequential generator state, the CPU kernels (numba's, in pdmm.numba_kernels, where it
+is installed; compiled once and cached) and the torch expression (any device; the reference the kernels are
+tested against) give the same bits, and nothing is read back from the device.
 """
+
+import functools
+from types import ModuleType
 
 import numpy as np
 import torch
 
-try:
-    import numba
-except ImportError:  # no wheel for this platform: the torch expression serves the CPU too, more slowly
-    numba = None  # type: ignore[assignment]  # numba is optional: None marks its absence, tested before each use
+from .splitmix import C1, C2, GAMMA, MASK, SHIFTS
 
-MASK = (1 << 64) - 1
-GAMMA, C1, C2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-SHIFTS = (30, 27, 31)
+NUMBA = True  # False: the torch expression on the CPU too, as where numba is not installed (tests compare the two)
+
+
+def numba_kernels() -> ModuleType | None:
+    """pdmm.numba_kernels, the CPU kernels of this module and pdmm.masked, imported (and numba with it) at the first
+    call, so a plain `import pdmm` never loads numba; None where numba is not installed (the optional `numba` extra)
+    or NUMBA is False, and the torch expression then serves the CPU, more slowly and with the same bits
+    (docs/guide/network.md, "How the events are drawn")."""
+    return _import_kernels() if NUMBA else None
+
+
+@functools.cache
+def _import_kernels() -> ModuleType | None:
+    try:
+        from . import numba_kernels as kernels
+    except ModuleNotFoundError as err:
+        if err.name != "numba":
+            raise
+        return None
+    return kernels
 
 
 def mix(z):
@@ -57,12 +74,13 @@ def bound(p):
 def below(key, count, bounds, device, kernel=True):
     """(count,) bool: trial t a success when u(key, t) < its bound (bounds: one int for all, or a (count,)
     int64 tensor). kernel: the numba kernel where the tensors are on the CPU (else the torch expression)."""
-    if kernel and numba is not None and torch.device(device).type == "cpu":
+    kernels = numba_kernels() if kernel and torch.device(device).type == "cpu" else None
+    if kernels is not None:
         out = torch.empty(count, dtype=torch.bool)
         if torch.is_tensor(bounds):
-            _below_each_numba(out.numpy(), np.uint64(key), bounds.numpy())
+            kernels.below_each(out.numpy(), np.uint64(key), bounds.numpy())
         else:
-            _below_one_numba(out.numpy(), np.uint64(key), bounds)
+            kernels.below_one(out.numpy(), np.uint64(key), bounds)
         return out
     return _uniform_tensor(key, torch.arange(count, dtype=torch.int64, device=device)) < bounds
 
@@ -71,9 +89,10 @@ def below_at(key, index, bound, batch, device, kernel=True):
     """(len(index) * batch,) bool: entry e B + b is trial index[e] B + b, a success when its draw is below
     `bound` (one int): a node's or an undirected edge's event read off per directed edge, drawn where it is
     used rather than gathered (the same draws as `below` over the trials)."""
-    if kernel and numba is not None and torch.device(device).type == "cpu":
+    kernels = numba_kernels() if kernel and torch.device(device).type == "cpu" else None
+    if kernels is not None:
         out = torch.empty(len(index) * batch, dtype=torch.bool)
-        _below_at_numba(out.numpy(), np.uint64(key), index.numpy(), bound, batch)
+        kernels.below_at(out.numpy(), np.uint64(key), index.numpy(), bound, batch)
         return out
     trials = index.to(torch.int64).unsqueeze(1) * batch + torch.arange(batch, device=device)
     return _uniform_tensor(key, trials.reshape(-1)) < bound
@@ -96,38 +115,3 @@ def _uniform_tensor(key, t):
     z = (z ^ _shift(z, SHIFTS[1])) * _signed(C2)
     z = z ^ _shift(z, SHIFTS[2])
     return _shift(z, 32)
-
-
-if numba is not None:
-
-    @numba.njit(inline="always")
-    def _uniform_numba(key, t):
-        u64 = numba.uint64
-        z = u64(key) + u64(t + 1) * u64(GAMMA)
-        z = (z ^ (z >> u64(SHIFTS[0]))) * u64(C1)
-        z = (z ^ (z >> u64(SHIFTS[1]))) * u64(C2)
-        z = z ^ (z >> u64(SHIFTS[2]))
-        return numba.int64(z >> u64(32))
-
-    @numba.njit(nogil=True, cache=True)
-    def _below_one_numba(out, key, limit):
-        """`below` with one bound for all trials."""
-        for t in range(len(out)):
-            out[t] = _uniform_numba(key, t) < limit
-
-    @numba.njit(nogil=True, cache=True)
-    def _below_at_numba(out, key, index, limit, batch):
-        """`below_at`."""
-        if batch == 1:
-            for e in range(len(index)):
-                out[e] = _uniform_numba(key, index[e]) < limit
-            return
-        for e in range(len(index)):
-            for b in range(batch):
-                out[e * batch + b] = _uniform_numba(key, index[e] * batch + b) < limit
-
-    @numba.njit(nogil=True, cache=True)
-    def _below_each_numba(out, key, limits):
-        """`below` with one bound per trial."""
-        for t in range(len(out)):
-            out[t] = _uniform_numba(key, t) < limits[t]

@@ -16,24 +16,19 @@ where autograd must see the selection (bridge.UnrolledPDMM), torch.where runs. A
 """
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
 
 from . import draws
-from .draws import numba
-
-if numba is not None:
-    from .draws import _uniform_numba
 
 INTEGER_VIEWS = {8: torch.int64, 4: torch.int32, 2: torch.int16}  # element size -> integer of the same bits
 
 
 def _kernel_for(mask, *tensors):
-    """Whether the numba kernels serve these tensors: numba present (draws.numba, which tests may unset), on the
-    CPU, a width with an integer view, no gradient to track."""
-    if draws.numba is None or mask.device.type != "cpu" or tensors[0].element_size() not in INTEGER_VIEWS:
+    """Whether the numba kernels serve these tensors: on the CPU, a width with an integer view, no gradient to track,
+    and the kernels at hand (draws.numba_kernels: numba installed and draws.NUMBA, which tests may unset)."""
+    if mask.device.type != "cpu" or tensors[0].element_size() not in INTEGER_VIEWS or draws.numba_kernels() is None:
         return False
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
@@ -54,7 +49,7 @@ def choose(mask, new, old):
     if math.prod(new.shape[1:]) > 1:
         return _by_rows(mask, new, old)
     out = torch.empty_like(new, memory_format=torch.contiguous_format)
-    _choose_numba(_bits(out), _bits(new), _bits(old), mask.contiguous().view(-1).numpy())
+    draws.numba_kernels().choose(_bits(out), _bits(new), _bits(old), mask.contiguous().view(-1).numpy())
     return out
 
 
@@ -84,10 +79,11 @@ def _by_rows(mask, new, old, rev=None):
 
 def count(mask):
     """(B,) int64: the True entries of mask (N, B) per column."""
-    if draws.numba is None or mask.device.type != "cpu":
+    kernels = draws.numba_kernels() if mask.device.type == "cpu" else None
+    if kernels is None:
         return mask.sum(0)
     out = torch.zeros(mask.shape[1], dtype=torch.int64)
-    _count_numba(mask.contiguous().view(-1).numpy(), out.numpy())
+    kernels.count(mask.contiguous().view(-1).numpy(), out.numpy())
     return out
 
 
@@ -102,14 +98,17 @@ def exchanged_drawn(y, rev, held, sender, link, kept, dropped):
     drawn inside the kernel's blend loop, mask[e] = sending[e] & kept[e], sending[e] the draws of sender and link,
     each (key, index (E,), bound) for trial index[e] of a stream (pdmm.draws.below_at) or None (always); kept
     (E,) bool, or (key, bound) for trial e of a stream (`dropped`: drawn here), or both None. sent and
-    delivered: (1,) int64 counts of the sending and delivered rows."""
+    delivered: (1,) int64 counts of the sending and delivered rows. Numba's kernel: called where drawn_in_kernel
+    (or, from exchanged, _kernel_for) holds."""
     none = torch.empty(0, dtype=rev.dtype).numpy()
     (key_s, index_s, bound_s), (key_l, index_l, bound_l) = (
         (0, none, 0) if draw is None else (np.uint64(draw[0]), draw[1].numpy(), draw[2]) for draw in (sender, link)
     )
     key_d, bound_d = (0, 0) if dropped is None else dropped
     out = torch.empty_like(held, memory_format=torch.contiguous_format)
-    kernel = _exchanged_drawn_kernel(sender is not None, link is not None, kept is not None, dropped is not None)
+    kernel = draws.numba_kernels().exchanged_drawn(
+        sender is not None, link is not None, kept is not None, dropped is not None
+    )
     sent, delivered = kernel(
         _bits(out),
         _bits(y),
@@ -128,81 +127,11 @@ def exchanged_drawn(y, rev, held, sender, link, kept, dropped):
     return out, torch.tensor([sent]), torch.tensor([delivered])
 
 
-_DRAWN_KERNELS: dict[tuple, Any] = {}  # compiled numba kernels by their flags
-
-
-def _exchanged_drawn_kernel(has_s, has_l, has_k, has_d):
-    """The numba kernel of exchanged_drawn for one combination of events, compiled at its first use in a process
-    (about 0.5 s): the flags are constants of the closure, so each loop carries only its own draws and stays
-    vectorised (one kernel testing four flags per row ran 1.5x slower)."""
-    flags = has_s, has_l, has_k, has_d
-    if flags not in _DRAWN_KERNELS:
-
-        @numba.njit(nogil=True)
-        def kernel(out, y, rev, held, key_s, index_s, bound_s, key_l, index_l, bound_l, kept, key_d, bound_d):
-            for e in range(len(rev)):
-                out[e] = y[rev[e]]
-            sent, delivered = 0, 0
-            for e in range(len(rev)):
-                s = True
-                if has_s:
-                    s = _uniform_numba(key_s, index_s[e]) < bound_s
-                if has_l:
-                    s = s & (_uniform_numba(key_l, index_l[e]) < bound_l)
-                d = s
-                if has_k:
-                    d = d & kept[e]
-                if has_d:
-                    d = d & (_uniform_numba(key_d, e) < bound_d)
-                sent += s
-                delivered += d
-                keep = numba.int64(d) - 1
-                a, b = out[e], held[e]
-                out[e] = a ^ ((a ^ b) & keep)
-            return sent, delivered
-
-        _DRAWN_KERNELS[flags] = kernel
-    return _DRAWN_KERNELS[flags]
-
-
 def gathered(mask, index):
     """mask[index]: (n, B) bool rows gathered to (E, B) by an int32 or int64 index (E,)."""
-    if draws.numba is None or index.device.type != "cpu":
+    kernels = draws.numba_kernels() if index.device.type == "cpu" else None
+    if kernels is None:
         return mask.index_select(0, index)
     out = torch.empty(len(index), mask.shape[1], dtype=torch.bool)
-    _gathered_numba(out.view(-1).numpy(), mask.contiguous().view(-1).numpy(), index.numpy(), mask.shape[1])
+    kernels.gathered(out.view(-1).numpy(), mask.contiguous().view(-1).numpy(), index.numpy(), mask.shape[1])
     return out
-
-
-if numba is not None:
-
-    @numba.njit(nogil=True, cache=True)
-    def _gathered_numba(out, mask, index, batch):
-        """`gathered` over flattened rows."""
-        if batch == 1:
-            for e in range(len(index)):
-                out[e] = mask[index[e]]
-            return
-        for e in range(len(index)):
-            for b in range(batch):
-                out[e * batch + b] = mask[index[e] * batch + b]
-
-    @numba.njit(nogil=True, cache=True)
-    def _choose_numba(out, new, old, mask):
-        """Row r: new[r] where mask[r], else old[r] (one number per row, as bit patterns; a branch-free blend)."""
-        for r in range(len(mask)):
-            keep = numba.int64(mask[r]) - 1  # 0 where new is chosen, all ones where old is
-            a, b = new[r], old[r]
-            out[r] = a ^ ((a ^ b) & keep)
-
-    @numba.njit(nogil=True, cache=True)
-    def _count_numba(mask, out):
-        batch = len(out)
-        if batch == 1:
-            total = 0
-            for r in range(len(mask)):
-                total += mask[r]
-            out[0] = total
-            return
-        for r in range(len(mask)):
-            out[r % batch] += mask[r]

@@ -8,10 +8,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
+from extras import needs_extra
 
 import pdmm
+
+needs_extra("benchopt")  # it brings pandas too
+import pandas as pd  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # 20 s of benchopt runs, kept out of CI's 30 minutes; python -m pytest -m slow

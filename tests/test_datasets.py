@@ -6,12 +6,15 @@ import json
 import numpy as np
 import pytest
 import torch
-from sklearn.datasets import load_breast_cancer
-from sklearn.linear_model import LogisticRegression
+from extras import needs_extra
 
 import pdmm
 from experiments.cli import main
 from pdmm.datasets import breast_cancer, breast_cancer_rows, node_arrays, split_rows
+
+needs_extra("sklearn")  # the data and the reference solution; tests/test_without_extras.py: the refusal without it
+from sklearn.datasets import load_breast_cancer  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
 
 
 def test_rows_are_the_standardised_features_with_an_intercept_and_labels_plus_minus_one():

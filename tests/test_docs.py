@@ -14,12 +14,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from extras import needs_extra
 
 from experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = [ROOT / "docs" / "getting_started.md", *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
 BLOCK = re.compile(r"^```(python|bash)\n(.*?)^```", re.S | re.M)
+EXTRAS = re.compile(r'pip install "pdmm-bridge\[([\w,]+)\]"')  # the optional extras a page says it needs
 
 
 def blocks(page):
@@ -44,6 +46,8 @@ def test_every_tutorial_has_code_to_run():
 
 @pytest.mark.parametrize("page", TUTORIALS, ids=[page.stem for page in TUTORIALS])
 def test_tutorial_runs_as_written(page, tmp_path, monkeypatch):
+    for extra in (name for names in EXTRAS.findall(page.read_text()) for name in names.split(",")):
+        needs_extra(extra)
     shutil.copytree(ROOT / "docs" / "compare", tmp_path / "docs" / "compare")
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": f"tutorial_{page.stem}"}
@@ -76,7 +80,7 @@ def is_print(node):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The HTML site built from docs/ as .ci/run builds it (about 20 s on two cores), in a temporary directory."""
-    pytest.importorskip("sphinx", reason="the docs extra is not installed")
+    needs_extra("docs")
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
         [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(ROOT / "docs"), str(out)],

@@ -1,15 +1,32 @@
 """pdmm.draws: SplitMix64 against its published outputs, the numba kernel and the torch expression against
-the pure-Python reference bit for bit, the draws' distribution, and whole runs equal on both paths."""
+the pure-Python reference bit for bit, the draws' distribution, and whole runs equal on both paths, numba loaded
+only when a kernel is first needed and its absence a fallback to torch."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+from extras import needs_extra
 from scipy.stats import binomtest, chisquare
 
 import pdmm
 from pdmm import draws
 from pdmm.network import Network
 
+LOSSY_RUN = """
+import sys
+if sys.argv[1] == "absent":
+    sys.modules["numba"] = None  # `import numba` raises ModuleNotFoundError, as where it is not installed
+import numpy as np
+import pdmm
+at_import = sys.modules.get("numba") is not None
+problem = pdmm.averaging(pdmm.topology("random_geometric", n=25, seed=3), np.arange(25.0).reshape(25, 1))
+x = pdmm.solve(problem, max_iter=40, tol=0, network=pdmm.Network(drop=0.2, wake=0.8, seed=4)).x
+print(at_import, pdmm.draws.numba_kernels() is not None)
+np.save(sys.argv[2], x)
+"""
 KEYS = [0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, draws.stream_key(0, 0, 0), draws.stream_key(7, 3, 10**6)]
 
 
@@ -48,10 +65,9 @@ def test_below_at_reads_the_trials_of_below_per_index(kernel, batch):
 
 
 def test_the_kernel_is_the_path_taken_on_the_cpu():
-    if draws.numba is None:
-        pytest.skip("numba is not installed: the torch expression serves the CPU (tested above)")
+    needs_extra("numba")  # without it the torch expression serves the CPU (tested above)
     assert draws.below(draws.stream_key(1, 2, 3), 10, 7, "cpu").dtype == torch.bool
-    assert draws._below_one_numba.signatures  # compiled by the call above
+    assert draws.numba_kernels().below_one.signatures  # compiled by the call above
 
 
 def test_bounds_are_exact_probabilities_at_the_ends():
@@ -94,9 +110,24 @@ def test_a_run_is_the_same_on_both_paths_bit_for_bit(monkeypatch, method, batch,
     runs = []
     for path in ("kernel", "torch"):
         if path == "torch":
-            monkeypatch.setattr(draws, "numba", None)
+            monkeypatch.setattr(draws, "NUMBA", False)
         runs.append(pdmm.solve(problem, method=method, max_iter=60, tol=0, network=network))
     assert np.array_equal(runs[0].x, runs[1].x)
     for name in ("messages", "bits", "residual"):
         assert np.array_equal(runs[0].history[name], runs[1].history[name]), name
     assert not np.array_equal(runs[0].x, pdmm.solve(problem, method=method, max_iter=60, tol=0).x)
+
+
+def test_numba_loads_at_the_first_kernel_and_without_it_a_run_gives_the_same_bits(tmp_path):
+    """`import pdmm` imports no numba; a CPU network run imports it where it is installed; where it cannot be
+    imported, pdmm.draws.numba_kernels() is None and the same run gives the same x from the torch expressions."""
+    x, printed = {}, {}
+    for numba in ("present", "absent"):
+        done = subprocess.run(
+            [sys.executable, "-c", LOSSY_RUN, numba, tmp_path / f"{numba}.npy"], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        printed[numba], x[numba] = done.stdout.split(), np.load(tmp_path / f"{numba}.npy")
+    installed = draws.numba_kernels() is not None
+    assert printed == {"present": ["False", str(installed)], "absent": ["False", "False"]}
+    assert np.array_equal(x["present"], x["absent"])

@@ -6,6 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from extras import needs_extra
 
 import pdmm
 from bridge import fastest_mixing
@@ -214,9 +215,9 @@ def test_spectral_norm():
         spectral_norm(np.array([[0.5, 0.4], [0.4, 0.5]]))
 
 
-@pytest.mark.skipif(fastest_mixing.numba is None, reason="numba is not installed")
 def test_newton_matrix_kernels_agree():
     """The numba kernel's upper triangle equals the numpy expression's (a_e^T Z_1^-1 a_f)^2 + (a_e^T Z_2^-1 a_f)^2."""
+    needs_extra("numba")
     n, i, j = fastest_mixing._edges(SMALL["geometric"])
     rng = np.random.default_rng(0)
     Z1inv, Z2inv = (x @ x.T for x in rng.standard_normal((2, n, n)))

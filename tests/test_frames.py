@@ -7,11 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from extras import needs_extra
 
 from experiments.common import UsageError
 from experiments.frames import metrics_frame, summary_frame
 from experiments.runs import read_metrics
 
+needs_extra("frames")
 SWEEP = Path(__file__).resolve().parents[1] / "docs" / "repro" / "linear_char"
 
 

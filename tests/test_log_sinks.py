@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras import needs_extra
 
 from experiments import log_sinks
 from experiments.cli import main
@@ -57,6 +58,7 @@ def expected(out):
 
 
 def test_tensorboard_holds_every_row_the_config_and_the_summary(tmp_path):
+    needs_extra("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
@@ -70,6 +72,7 @@ def test_tensorboard_holds_every_row_the_config_and_the_summary(tmp_path):
 
 
 def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path):
+    needs_extra("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
@@ -82,6 +85,7 @@ def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path):
 
 
 def test_mlflow_file_store_holds_every_row_params_and_artifacts(tmp_path, monkeypatch):
+    needs_extra("mlflow")
     from mlflow.tracking import MlflowClient
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -129,6 +133,7 @@ def wandb_records(path):
 
 
 def test_wandb_offline_run_holds_every_row_and_the_summary(tmp_path, monkeypatch):
+    needs_extra("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "run"
@@ -153,6 +158,7 @@ def test_wandb_offline_run_holds_every_row_and_the_summary(tmp_path, monkeypatch
 
 
 def test_a_sweep_logs_each_run_to_one_mlflow_experiment(tmp_path, monkeypatch):
+    needs_extra("mlflow")
     from mlflow.tracking import MlflowClient
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -179,6 +185,8 @@ def test_a_missing_package_is_one_line_before_anything_is_written(tmp_path):
 
 
 def test_a_sink_that_fails_mid_run_is_dropped_and_the_run_finishes(tmp_path, monkeypatch, capsys):
+    needs_extra("tensorboard")
+
     def broken(self, row):
         raise OSError("disk full")
 
@@ -191,6 +199,7 @@ def test_a_sink_that_fails_mid_run_is_dropped_and_the_run_finishes(tmp_path, mon
 
 @pytest.mark.slow  # 20 s; compare hands the same LogTarget to train, whose sinks the tests above read back
 def test_compare_logs_each_transformer_training_run(tmp_path):
+    needs_extra("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     config = ROOT / "experiments" / "configs" / "graph_consensus.toml"

@@ -4,6 +4,7 @@ where autograd must see the selection."""
 import numpy as np
 import pytest
 import torch
+from extras import needs_extra
 
 from pdmm import draws, masked
 
@@ -20,9 +21,9 @@ def loop_choose(mask, new, old):
 @pytest.fixture(params=["numba kernel", "torch expression"])
 def path(request, monkeypatch):
     if request.param == "torch expression":
-        monkeypatch.setattr(draws, "numba", None)
-    elif draws.numba is None:
-        pytest.skip("numba is not installed")
+        monkeypatch.setattr(draws, "NUMBA", False)
+    else:
+        needs_extra("numba")
     return request.param
 
 

@@ -672,7 +672,7 @@ def test_events_are_independent_bernoulli_trials(problems, monkeypatch, event, p
     awake senders and up edges. On the CPU both paths of pdmm.draws (the numba kernel, the torch
     expression that other devices run)."""
     if path == "torch expression":
-        monkeypatch.setattr(pdmm.draws, "numba", None)
+        monkeypatch.setattr(pdmm.draws, "NUMBA", False)
     graph = problems["averaging"][0].compiled
     network, events = EVENTS[event]
     channel, K = Channel(network(p), graph, 2, 1, torch.float64), 1000

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from extras import needs_extra
 
 from attention import RESIDUALS, AttentionConfig, MultiHeadAttention, TokenGraph
 from bridge.probe import STATISTICS, layer_statistics, output_projection
@@ -47,6 +48,7 @@ def test_probe_reports_every_layer_for_every_residual(tmp_path, residual):
 
 
 def test_probe_works_on_a_vit_run(tmp_path):
+    needs_extra("sklearn")
     run = tmp_path / "vit"
     train(
         load_config(

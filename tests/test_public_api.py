@@ -15,7 +15,10 @@ import importlib
 import inspect
 
 import pytest
-from numpydoc.docscrape import ClassDoc, FunctionDoc
+from extras import needs
+
+needs("numpydoc", "docs")
+from numpydoc.docscrape import ClassDoc, FunctionDoc  # noqa: E402
 
 PACKAGES = ["pdmm", "attention", "bridge"]
 

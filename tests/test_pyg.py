@@ -5,10 +5,13 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Data, HeteroData
-from torch_geometric.utils import contains_self_loops, is_undirected, to_networkx, to_undirected
+from extras import needs_extra
 
 import pdmm
+
+needs_extra("pyg")
+from torch_geometric.data import Data, HeteroData  # noqa: E402
+from torch_geometric.utils import contains_self_loops, is_undirected, to_networkx, to_undirected  # noqa: E402
 
 
 def test_a_graph_goes_to_pyg_and_back():

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from extras import needs_extra
 from scipy import stats
 
 from attention import AttentionConfig, TokenGraph, ViT
@@ -48,6 +49,8 @@ SLOW_CONFIGS = {"linear_char"}  # 43 s even at a tiny size (its block-1024 runs)
 )
 def test_each_repro_config_runs_and_reports_at_a_tiny_size(name, tmp_path, capsys, monkeypatch):
     """CI's guard against rot: one seed, two steps, then the report with its [report] extras."""
+    if "digits" in name:
+        needs_extra("sklearn")
     out, results = tmp_path / name, tmp_path / "docs" / "RESULTS.md"
     assert (
         main(
@@ -184,6 +187,8 @@ def test_convex_kind_trains_only_z_and_fits_its_training_pairs(tmp_path):
     [("model.kind=convex", "only available for task modular"), ("model.kind=mlp", "model.kind must be one of")],
 )
 def test_convex_kind_errors(tmp_path, capsys, setting, message):
+    if setting == "model.kind=convex":
+        needs_extra("sklearn")  # refused once the digits task is built
     with pytest.raises(SystemExit):
         main(["train", str(REPRO / "attentionx_digits.toml"), "--set", setting, "--out", str(tmp_path / "r"), *tiny()])
     assert message in capsys.readouterr().err

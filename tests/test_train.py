@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from extras import needs_extra
 
 from experiments.cli import main
 from experiments.common import UsageError
@@ -125,6 +126,8 @@ def test_char_lm_run_writes_every_file(tmp_path):
 
 @pytest.mark.parametrize("config", ["modular97", "digits_vit"])
 def test_classification_tasks_train_and_report_accuracy(tmp_path, config):
+    if config == "digits_vit":
+        needs_extra("sklearn")
     settings = ["train.max_iters=4", "train.eval_interval=2", "model.d_model=16", "model.n_head=2"]
     if config == "modular97":
         settings.append("task.p=11")

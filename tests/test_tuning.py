@@ -7,6 +7,7 @@ import json
 import matplotlib.image
 import numpy as np
 import pytest
+from extras import needs_extra
 
 import pdmm
 from experiments.cli import main
@@ -127,6 +128,7 @@ def test_bad_tuning_requests_are_one_line_errors(tiny, call, culprit):
 
 
 def test_solve_tune_runs_each_method_at_its_tuned_value_and_plot_draws_error_against_iteration_and_bits(tmp_path):
+    needs_extra("sklearn")  # the breast-cancer data
     out, figure = tmp_path / "bc", tmp_path / "bc.png"
     assert (
         main(

@@ -28,9 +28,11 @@ class Digits(Task):
             raise UsageError(f"task.val_fraction must be in (0, 1), got {self.options.val_fraction}")
         if self.options.patch_size < 1 or 8 % self.options.patch_size:
             raise UsageError(f"task.patch_size must divide 8, got {self.options.patch_size}")
-        from sklearn.datasets import load_digits  # imported here: the CLI starts faster without scikit-learn
-        from sklearn.model_selection import train_test_split
-
+        try:  # imported here: the CLI starts faster without scikit-learn, an optional extra
+            from sklearn.datasets import load_digits
+            from sklearn.model_selection import train_test_split
+        except ImportError:
+            raise UsageError('task digits needs scikit-learn: pip install "pdmm-bridge[sklearn]"') from None
         digits = load_digits()
         images = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)  # (N, 1, 8, 8) in [0, 1]
         labels = torch.tensor(digits.target)

@@ -14,6 +14,7 @@ import os
 import select
 import sys
 
+from . import rundir
 from .config import TABLES
 from .errors import RunFailure, UsageError, first_line, package_version
 
@@ -110,6 +111,8 @@ def main(argv=None):
             file=sys.stderr,
         )
         raise SystemExit(1) from None
+    finally:
+        rundir.release_all()  # the output directories the command held (locked) are let go
 
 
 def set_hint(unknown: list[str]) -> str:

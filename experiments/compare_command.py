@@ -27,7 +27,7 @@ import argparse
 import sys
 
 from . import log_sinks, rundir
-from .compare_report import summary, write_outputs, write_sections
+from .compare_report import OUTPUTS, summary, write_outputs, write_sections
 from .compare_seeds import saved_seed, seed_result
 from .comparing import (
     COUNTS,
@@ -116,7 +116,7 @@ def run(args):
     models = untrained_models(args, rows)
     setting = setting_of(args, base, task, models)
     log_sinks.check_available(args.log)  # before the directory is claimed
-    out = rundir.claim(args.out, "compare", args.force, reusable=True)
+    out = rundir.claim(args.out, "compare", args.force, reusable=True, writes=OUTPUTS)
     args.log_target = log_sinks.target(args.log, out)
     key = seed_key(args, setting, rows)
     for name in ("runs", "seeds"):  # a link at either is refused before anything trains
@@ -138,7 +138,7 @@ def run(args):
 def regenerate(args):
     """compare --from DIR: the outputs from DIR's per-seed CSV and meta data, nothing trained or run."""
     table, meta, curves = load_source(args.source)
-    out = rundir.claim(args.out, "compare", args.force, reusable=True)
+    out = rundir.claim(args.out, "compare", args.force, reusable=True, writes=OUTPUTS)
     return publish(args, out, table, meta, curves)
 
 

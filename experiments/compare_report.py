@@ -43,6 +43,16 @@ from .results_doc import replace_section
 from .rundir import write_csv
 
 CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
+OUTPUTS = (  # what write_outputs writes into OUT (a file of these names there must be compare's own)
+    "seeds.csv",
+    "curves.csv",
+    "compare.csv",
+    "compare.json",
+    "compare.png",
+    "compare_all.png",
+    "learning.png",
+    "compare.md",
+)
 MAX_ROUNDS = 10_000  # compare --rounds: every row keeps a number per round and seed, and tuning runs them all
 MAX_HORIZON = 1_000_000  # rounds past --rounds at which the classical rows run (w r for a row sending w numbers)
 

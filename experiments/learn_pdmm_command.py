@@ -57,7 +57,9 @@ def add_parser(subparsers):
 def run(args):
     if min(args.train_graphs, args.test_graphs, args.steps) < 1:
         raise UsageError("--train-graphs, --test-graphs and --steps must be >= 1")
-    out = rundir.claim(args.out, "learn-pdmm", args.force, reusable=True)
+    out = rundir.claim(
+        args.out, "learn-pdmm", args.force, reusable=True, writes=("results.json", "results.md", "errors.png")
+    )
     results, training, curves = learned_vs_constant(
         args.layers, args.train_graphs, args.test_graphs, args.steps, args.seed
     )

@@ -54,7 +54,13 @@ def run(args):
     scale = {"nodes": args.nodes, "seeds": args.seeds, "iters": args.iters}
     if args.results:
         check_section(args.results, SECTION, scale, args.force)  # refuse before the work, not after
-    out = rundir.claim(args.out, "network-sweep", args.force, reusable=True)
+    out = rundir.claim(
+        args.out,
+        "network-sweep",
+        args.force,
+        reusable=True,
+        writes=("network_sweep.md", "network_sweep.json", "network_sweep.png"),
+    )
     rows = network_sweep(
         seeds=tuple(range(args.seeds)),
         n=args.nodes,

@@ -117,7 +117,8 @@ def _run(args):
     rank = solve_job.rank(args)
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
         launch.check(args.nproc)
-        rundir.claim(args.out, "solve", args.force)
+        rundir.claim(args.out, "solve", args.force, writes=solve_job.FILES)
+        rundir.release(args.out)  # process 0 of the job claims (and locks) it again
         return launch.launch([*args.argv, "--force"], args.nproc)  # --out already claimed, hence --force
     x_star = solving.reference_of(problem, args)
     out = solve_job.claim(args, rank)

@@ -15,6 +15,8 @@ import pdmm.distributed
 from . import launch, rundir
 from .errors import RunFailure, UsageError, first_line
 
+FILES = ("config.json", "tuning.csv", "history.csv", "result.npz", "convergence.png")  # what solve writes into --out
+
 
 def failure_line(err: BaseException) -> str:
     """The one line of a --nproc process's failure, for the launcher to print.
@@ -81,11 +83,11 @@ def claim(args: argparse.Namespace, rank: int | None) -> Path:
         When --out is refused (rundir.claim), in every process of the job.
     """
     if rank is None:
-        return rundir.claim(args.out, "solve", args.force)
+        return rundir.claim(args.out, "solve", args.force, writes=FILES)
     refusal: list[str | None] = [None]
     if rank == 0:
         try:
-            rundir.claim(args.out, "solve", args.force)
+            rundir.claim(args.out, "solve", args.force, writes=FILES)
         except UsageError as err:
             refusal = [str(err)]
     torch.distributed.broadcast_object_list(refusal, src=0)

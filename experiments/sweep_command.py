@@ -89,8 +89,7 @@ def run(args):
     record = new_record(args, spec, runs, report)
     rundir.refuse_link(out)
     keep_previous(record, read_sweep(out), runs, args, out)
-    # a sweep.json written before directories were marked is this command's own work too
-    rundir.claim(out, "sweep", force=args.force or (out / "sweep.json").is_file(), reusable=True)
+    rundir.claim(out, "sweep", args.force, reusable=True, writes=("sweep.json",))  # locked until the command ends
     for entry in runs:  # a member that is a link would put a whole run outside OUT
         rundir.refuse_link(out / entry["name"])
     write_sweep(record, out)

@@ -51,7 +51,7 @@ from . import log_sinks, rundir
 from .common import UsageError, WriteError, first_line, package_version
 from .config import TrainConfig, from_tables, load_config, to_tables, to_toml
 from .plots import plot_training
-from .runs import is_number, is_run_dir, parse_metrics, read_meta, read_metrics, read_toml
+from .runs import is_number, parse_metrics, read_meta, read_metrics, read_toml
 from .tasks import build_task
 from .world import DataParallel, World
 
@@ -59,7 +59,7 @@ CHECKPOINT, PREVIOUS = "ckpt.pt", "ckpt.prev.pt"  # the newest checkpoint, and t
 BEST = "best.pt"  # the model weights at the best evaluation, kept under the plateau rule (train.patience > 0)
 EXTENDABLE = ("max_iters", "warmup_iters", "lr", "min_lr")  # [train] keys --extend may change: the schedule
 RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT, PREVIOUS)  # what marks a directory as a run
-WRITES = (*RUN_FILES, BEST, "meta.json", "summary.json", "curves.png", "sample.txt")  # --force's list without a marker
+WRITES = (*RUN_FILES, BEST, "meta.json", "summary.json", "curves.png", "sample.txt")  # what a run writes and replaces
 
 
 class TrainingDiverged(RuntimeError):
@@ -132,10 +132,12 @@ def optimizer_for(model, train, device):
 
 
 def prepare_directory(out, resume, force):
-    """Create and mark `out`, or check it can be resumed; never overwrite an existing run without force.
+    """Claim `out` (rundir.claim: opened once, locked for the run's life, marked), new or to be resumed; never
+    overwrite an existing run without force.
 
-    --force empties `out` of what pdmm-bridge wrote there (rundir.clear) and refuses when anything else
-    is there; a run directory that is a symbolic link is refused (docs/guide/runs.md)."""
+    --force empties `out` of the files pdmm-bridge wrote there (their recorded contents) and refuses when
+    anything else is there; --resume needs the run's own files as they were written; a run directory that
+    is a symbolic link, or in use by another command, is refused (docs/guide/runs.md)."""
     out = Path(out)
     rundir.refuse_link(out)
     if out.exists() and not out.is_dir():
@@ -148,12 +150,10 @@ def prepare_directory(out, resume, force):
                 f"cannot resume: {out} has no {CHECKPOINT}"
                 + (" (the run stopped before its first checkpoint; start it again with --force)" if started else "")
             )
-        return out
-    if out.exists() and not all(rundir.is_leftover(p) for p in out.iterdir()):
-        if not force:
-            raise UsageError(f"{out} already holds a run; pass --resume to continue it or --force to overwrite it")
-        rundir.clear(out, legacy=WRITES if is_run_dir(out) else ())  # a lone config.toml may be the user's own
-    return rundir.claim(out, "train", force=True)
+        refusal = f"cannot resume {out}: its marker does not record it as a train run"
+        return rundir.claim(out, "train", reusable=True, writes=WRITES, refusal=refusal)
+    refusal = f"{out} already holds a run; pass --resume to continue it or --force to overwrite it"
+    return rundir.claim(out, "train", force=force, writes=WRITES, clear=True, refusal=refusal)
 
 
 def has_checkpoint(out):
@@ -466,6 +466,8 @@ def train(config, out, resume=False, force=False, progress=True, extend=False, l
             )
             raise WriteError(f"{err} ({kept})") from None
         raise
+    finally:
+        rundir.release(out)  # the lock, held since prepare_directory (rank 0 only holds one)
 
 
 def resume_changes(config, out, extend):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_run_ownership import forge
 
 import experiments.rundir as rundir
 import experiments.train as train_module
@@ -50,11 +51,11 @@ class Faults:
     def __init__(self, monkeypatch, at=None):
         self.calls, self.at = 0, at
         replace, fsync, write_row = os.replace, os.fsync, train_module.write_row
-        monkeypatch.setattr(os, "replace", lambda *args: self.point(replace, *args))
+        monkeypatch.setattr(os, "replace", lambda *args, **kwargs: self.point(replace, *args, **kwargs))
         monkeypatch.setattr(os, "fsync", lambda fd: self.point(fsync, fd))
         monkeypatch.setattr(train_module, "write_row", lambda file, row: self.point(write_row, file, row))
 
-    def point(self, real, *args):
+    def point(self, real, *args, **kwargs):
         self.calls += 1
         if self.calls == self.at:
             if real.__name__ == "write_row":
@@ -62,14 +63,14 @@ class Faults:
                 file.write(json.dumps(row)[:20])  # a torn line, as SIGKILL mid-write leaves
                 file.flush()
             raise Crash(f"killed at write point {self.at}")
-        return real(*args)
+        return real(*args, **kwargs)
 
 
 @pytest.fixture(autouse=True)
 def quick_plots(monkeypatch):
     """curves.png as a stub file: drawing it is most of a tiny run's time and no part of what is checked."""
     monkeypatch.setattr(
-        train_module, "plot_training", lambda rows, path, title, best_step=None: path.write_text("curves")
+        train_module, "plot_training", lambda rows, path, title, best_step=None: rundir.write_file(path, "curves")
     )
 
 
@@ -126,12 +127,12 @@ import os, signal, sys
 from experiments import train
 real = {target}
 calls = []
-def killing(*args):
+def killing(*args, **kwargs):
     calls.append(1)
     if len(calls) == {at}:
         {before}
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(*args)
+    return real(*args, **kwargs)
 {patch} = killing
 from experiments.cli import main
 sys.exit(main(sys.argv[1:]))
@@ -139,7 +140,7 @@ sys.exit(main(sys.argv[1:]))
 KILLS = {  # a real SIGKILL inside a checkpoint write (ckpt.pt renamed away, its successor not yet in place) and mid-row
     "between the renames of a checkpoint": dict(
         target="os.replace", at=11, before="pass", patch="os.replace"
-    ),  # 1-8: the marker, its updates, config.toml, meta.json, the first checkpoint
+    ),  # 1-10: the marker and its updates, config.toml, meta.json, the first checkpoint, ckpt.pt -> ckpt.prev.pt
     "in the middle of a metrics row": dict(
         target="train.write_row",
         at=8,
@@ -225,12 +226,17 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_one_and_none_is_one_e
     crash_at_step(monkeypatch, tiny(), out, 8)  # checkpoints at steps 3 (ckpt.prev.pt) and 6 (ckpt.pt)
     data = (out / "ckpt.pt").read_bytes()
     (out / "ckpt.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(SystemExit):  # bytes pdmm-bridge did not write are never replaced, a bad checkpoint's too
+        main([*ARGV, "--out", str(out), "--resume"])
+    assert "ckpt.pt, which pdmm-bridge did not write" in capsys.readouterr().err
+    forge(out, "ckpt.pt")  # a marker that vouches for them: the resume's own checks fall back past it
     assert main([*ARGV, "--out", str(out), "--resume"]) == 0
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "ckpt.pt" in err and "truncated" in err and "ckpt.prev.pt (step 3)" in err
     assert_same_bits(out, tmp_path / "whole")
     for name in ("ckpt.pt", "ckpt.prev.pt"):
         (out / name).write_bytes(data[:100])
+    forge(out, "ckpt.pt", "ckpt.prev.pt")
     with pytest.raises(SystemExit) as exit:
         main([*ARGV, "--out", str(out), "--resume"])
     err = capsys.readouterr().err.strip()
@@ -303,11 +309,11 @@ class KillAtRename:
         self.name, self.at, self.calls, self.replace = name, at, 0, os.replace
         monkeypatch.setattr(os, "replace", self.rename)
 
-    def rename(self, src, dst):
+    def rename(self, src, dst, **dir_fds):
         self.calls += Path(dst).name == self.name
         if self.calls == self.at and Path(dst).name == self.name:
             raise Crash
-        return self.replace(src, dst)
+        return self.replace(src, dst, **dir_fds)
 
 
 def test_a_sweep_killed_at_every_write_of_sweep_json_resumes_without_redoing_or_forgetting(

@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_run_ownership import forge  # a crafted file recorded in the marker, as a hostile sender does
 
 import experiments.rundir as rundir
 from experiments.cli import main, out_of_memory
@@ -209,9 +210,8 @@ def test_compare_refuses_links_at_its_runs_and_seeds(tmp_path, capsys):
     for name in ("runs", "seeds"):
         out = tmp_path / name
         out.mkdir()
-        (out / MARKER).write_text("compare\n")
         (out / name).symlink_to(outside, target_is_directory=True)
-        err = fails(capsys, ["compare", config, *small, "--out", str(out)])
+        err = fails(capsys, ["compare", config, *small, "--out", str(out), "--force"])
         assert "symbolic link" in err and name in err
     assert os.listdir(outside) == []
 
@@ -232,11 +232,14 @@ def test_force_refuses_to_remove_what_the_project_did_not_write(run, tmp_path, c
 
 
 def test_force_removes_what_the_project_wrote_there(run, capsys):
-    assert main(["probe", str(run), "--batches", "1"]) == 0  # probe.json, probe.png: listed in the run's marker
-    (run / "summary.json.tmp").write_text("a killed write's leftover")
+    assert main(["probe", str(run), "--batches", "1"]) == 0  # probe.json, probe.png: recorded in the run's marker
+    (run / "summary.json.tmp").write_text("")  # a write killed before its first byte: removing it loses nothing
     assert main([*TRAIN, "--out", str(run), "--force"]) == 0
     assert not (run / "probe.json").exists() and not (run / "summary.json.tmp").exists()
     assert (run / "summary.json").is_file()
+    (run / "config.toml.tmp").write_text("not what pdmm-bridge wrote")
+    assert "config.toml.tmp" in fails(capsys, [*TRAIN, "--out", str(run), "--force"])
+    assert (run / "config.toml.tmp").read_text() == "not what pdmm-bridge wrote"
 
 
 def test_resume_refuses_a_checkpoint_from_another_run(run, tmp_path, capsys):
@@ -247,6 +250,8 @@ def test_resume_refuses_a_checkpoint_from_another_run(run, tmp_path, capsys):
     for source in (other, twin):
         shutil.copyfile(source / "ckpt.pt", run / "ckpt.pt")
         rows = (run / "metrics.jsonl").read_bytes()
+        assert "ckpt.pt, which pdmm-bridge did not write" in fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
+        forge(run, "ckpt.pt")
         assert "belongs to another run" in fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
         assert (run / "metrics.jsonl").read_bytes() == rows
 
@@ -255,6 +260,7 @@ def test_resume_refuses_metrics_altered_in_the_middle_before_training(run, capsy
     lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
     lines[1] = "#" * (len(lines[1]) - 1) + "\n"  # garbage of the same length: the checkpoint still fits
     (run / "metrics.jsonl").write_text("".join(lines))
+    forge(run, "metrics.jsonl")
     before = (run / "ckpt.pt").read_bytes()
     err = fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
     assert "metrics.jsonl, line 2" in err
@@ -281,7 +287,9 @@ def test_crafted_weights_only_checkpoints_are_one_line(run, capsys, entries):
     checkpoint = torch.load(run / "ckpt.pt", weights_only=True)
     torch.save({**checkpoint, **entries}, run / "ckpt.pt")
     torch.save({**checkpoint, **entries}, run / "ckpt.prev.pt")
-    assert "ckpt" in fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
+    forge(run, "ckpt.pt", "ckpt.prev.pt")
+    err = fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
+    assert "ckpt" in err and "did not write" not in err
     if "model" in entries:
         assert "ckpt.pt" in fails(capsys, ["probe", str(run), "--batches", "1", "--force"])
 
@@ -531,6 +539,7 @@ def test_a_checkpoint_whose_state_cannot_be_loaded_is_refused_before_training(ru
         checkpoint = torch.load(run / name, weights_only=True)
         craft(checkpoint)
         torch.save(checkpoint, run / name)
+    forge(run, "ckpt.pt", "ckpt.prev.pt")
     rows = (run / "metrics.jsonl").read_bytes()
     assert "does not fit this config" in fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
     assert (run / "metrics.jsonl").read_bytes() == rows
@@ -541,7 +550,9 @@ def test_a_malformed_meta_json_is_one_line(run, tmp_path, capsys, meta):
     if "extended" in meta:  # the run's own id, so only extended is wrong
         meta = json.dumps({**json.loads((run / "meta.json").read_text()), "extended": 5})
     (run / "meta.json").write_text(meta)
-    assert "meta.json" in fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
+    forge(run, "meta.json")
+    err = fails(capsys, [*TRAIN, "--out", str(run), *EXTEND])
+    assert "meta.json" in err and "did not write" not in err
     assert "meta.json" in fails(capsys, ["report", str(sweep_of(run, tmp_path))])
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
 
+import experiments.rundir as rundir
 import experiments.train as train_module
 from experiments.cli import main
 from experiments.config import load_config
@@ -42,7 +43,9 @@ TIMING = ("wall_seconds", "seconds_per_step", "tokens_per_second")  # what diffe
 @pytest.fixture(autouse=True)
 def quick_plots(monkeypatch):
     """curves.png as a stub file (drawing it is most of a tiny run's time); test_curves_mark_the_best_step draws one."""
-    monkeypatch.setattr(train_module, "plot_training", lambda rows, path, title, best_step=None: path.write_text("x"))
+    monkeypatch.setattr(
+        train_module, "plot_training", lambda rows, path, title, best_step=None: rundir.write_file(path, "x")
+    )
 
 
 def tiny(*extra):

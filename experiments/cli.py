@@ -12,7 +12,9 @@ import dataclasses
 import importlib
 import os
 import select
+import signal
 import sys
+import threading
 
 from . import rundir
 from .config import TABLES
@@ -57,6 +59,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 def main(argv=None):
     """Parse argv (default sys.argv[1:]) and run the chosen command; returns its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    honour_sigint()
     parser = Parser(
         prog="pdmm-bridge", description="PDMM on networkx graphs, attention variants, and the experiments between them."
     )
@@ -100,7 +103,7 @@ def main(argv=None):
         print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:  # commands that keep partial work say how to resume it themselves
-        print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: interrupted (Ctrl-C); run the same command again", file=sys.stderr)
         raise SystemExit(130) from None
     except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError is a RuntimeError
         if not out_of_memory(err):
@@ -113,6 +116,15 @@ def main(argv=None):
         raise SystemExit(1) from None
     finally:
         rundir.release_all()  # the output directories the command held (locked) are let go
+
+
+def honour_sigint() -> None:
+    """Make Ctrl-C (SIGINT) raise KeyboardInterrupt in every command, as in train, which sets its own handler: a
+    process started with SIGINT ignored (a background job of a script: the shell ignores it there) would
+    otherwise ignore a `kill -INT` to the end (docs/guide/runs.md, "Ctrl-C"). Nothing changes outside the main
+    thread or where SIGINT has a handler of its own."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def set_hint(unknown: list[str]) -> str:

@@ -22,7 +22,7 @@ from .errors import UsageError
 from .grid import run_name
 from .runs import is_number, read_json, read_metrics, read_summary
 from .tasks import build_task
-from .train import best_weights, load_weights, train
+from .train import best_weights, finished, load_weights, train
 
 
 def trained_models(
@@ -61,7 +61,7 @@ def trained_models(
         run_dir = rundir.make_dir(out / "runs") / run_name(assignment, seed)
         if (run_dir / "config.toml").is_file() and load_config(rundir.inside(run_dir / "config.toml", out)) != config:
             raise UsageError(f"{run_dir} was trained with a different config; choose another --out")
-        if not (run_dir / "summary.json").is_file():
+        if not finished(run_dir):
             train(
                 config,
                 run_dir,

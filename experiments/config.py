@@ -113,6 +113,8 @@ NON_NEGATIVE = {
 MODEL_KINDS = ("transformer", "convex", "convex_blocks")
 DEVICE_TYPES = ("cpu", "cuda")  # the devices train.device may name
 MAX_SEED = 2**32 - 1  # train.seed seeds scikit-learn (digits' split), numpy and torch: the range all of them take
+MAX_INT = 2**31 - 1  # the largest magnitude of any other integer key (sizes, counts, steps): a 32-bit integer, so
+# no size overflows the 64-bit integers torch computes tensor sizes in (docs/guide/training.md, "Limits")
 
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -188,7 +190,10 @@ def apply_override(tables, override):
         value = text.strip()  # a bare word: a string
     except RecursionError:
         raise UsageError(f"--set {name.strip()}: the value is nested too deeply") from None
-    tables.setdefault(table, {})[key] = value
+    target = tables.setdefault(table, {})
+    if not isinstance(target, dict):
+        raise UsageError(f"--set {name.strip()}: [{table}] in the config is {target!r}, not a table of keys")
+    target[key] = value
 
 
 def from_tables(tables, source="config", overridden=()):
@@ -203,6 +208,9 @@ def from_tables(tables, source="config", overridden=()):
         )
     parts = {}
     for table, cls in TABLES.items():
+        if not isinstance(tables.get(table, {}), dict):
+            where = "--set" if any(key.startswith(f"{table}.") for key in overridden) else source
+            raise UsageError(f"{where}: [{table}] must be a table of keys, got {tables[table]!r}")
         values = dict(tables.get(table, {}))
         known = {f.name: f for f in dataclasses.fields(cls) if f.name != "options"}
         if cls is TaskConfig:
@@ -228,11 +236,14 @@ KINDS = {int: "an integer", float: "a finite number", bool: "true or false", str
 
 
 def checked(name, value, kind):
-    """value if it has the field's type (an int is accepted for a float), else UsageError."""
+    """value if it has the field's type (an int is accepted for a float), else UsageError; an integer must lie
+    within +-MAX_INT (train.seed: 0..MAX_SEED, which check_ranges checks)."""
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is int:
         ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if ok and name != "train.seed" and abs(value) > MAX_INT:
+            raise UsageError(f"{name} must be an integer from {-MAX_INT} to {MAX_INT}, got {value}")
     elif kind is float:
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     else:

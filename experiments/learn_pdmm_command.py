@@ -7,11 +7,13 @@ started there and trained full batch (bridge.learned.fit), both evaluated on hel
 the training family with new seeds, larger graphs, and other topologies. Writes results.json,
 results.md (the table: geometric-mean relative error after K rounds and the learned / constant
 ratio), errors.png (error against round) and, with --results, the same table as a section of
-that Markdown file.
+that Markdown file. Ctrl-C stops it at once, writes nothing (every K is kept in memory until the end) and exits
+with status 130.
 """
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from bridge.learned import learned_vs_constant
@@ -60,9 +62,16 @@ def run(args):
     out = rundir.claim(
         args.out, "learn-pdmm", args.force, reusable=True, writes=("results.json", "results.md", "errors.png")
     )
-    results, training, curves = learned_vs_constant(
-        args.layers, args.train_graphs, args.test_graphs, args.steps, args.seed
-    )
+    try:
+        results, training, curves = learned_vs_constant(
+            args.layers, args.train_graphs, args.test_graphs, args.steps, args.seed
+        )
+    except KeyboardInterrupt:  # every K is kept in memory until the last: nothing is written
+        print(
+            "pdmm-bridge learn-pdmm: interrupted (Ctrl-C); no results written: run the same command again",
+            file=sys.stderr,
+        )
+        return 130
     command = "pdmm-bridge learn-pdmm " + " ".join(
         f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
         for k, v in vars(args).items()

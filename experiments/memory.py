@@ -1,15 +1,23 @@
 """The memory a training config needs, estimated from its sizes before anything is built (docs/guide/training.md,
-"Memory").
+"Memory and limits").
 
-    parameters   n_layer * 12 d_model^2 (attention 4 d^2, MLP 8 d^2) + (VOCAB + tokens) * d_model, float32,
-                 four copies: weights, gradients and AdamW's two moments
-    activations  per layer and example, tokens * (68 d_model + 10 n_head tokens) bytes (the residual stream,
-                 q, k, v, the MLP's 4 d hidden units and their inputs kept for backward, and the n_head
-                 tokens x tokens attention scores and weights), times n_layer and the batch
+    parameters   float32, four copies (weights, gradients, AdamW's two moments):
+                 transformer   n_layer (d (2 w_k + 4 w_v) + 8 d^2) + (vocab + tokens) d, w_k = w_v = d_model
+                               unless model.send_width = w sets w_k = w // 2, w_v = w - w_k (attention's
+                               projections, W^o and W^s, and the MLP)
+                 convex        max(gates, 1) p tokens d (Z) + gates (tokens + d) (the gates) + (p + 2) d
+                 convex_blocks the same, plus n_layer - 1 blocks of max(gates, 1) tokens^2 d^2 + gates (tokens + d)
+    activations  per layer and example: transformer tokens (4 (12 d + 2 w_k + 3 w_v) + 10 n_head tokens) bytes (the
+                 residual stream, q, k, v, the MLP's 4 d hidden units and their inputs kept for backward, and the
+                 n_head tokens x tokens attention scores and weights); convex 8 max(gates, 1) tokens d bytes (the
+                 gated features and their copy kept for backward), times n_layer and the batch
+    task data    what the task allocates itself (Task.data_parts): modular's table of p^2 pairs, graph_consensus's
+                 held-out graphs, char_lm's corpus and sample
 
 The estimate errs high (it is meant to stop a `--set model.n_layer=1000000` before it allocates, not to
 budget a run). `check_memory` refuses a config above the memory this machine has available (or the GPU's
-free memory for a cuda device); `train.memory_check = false` skips the check for the brave.
+free memory for a cuda device), naming each part and the field that sets it; `train.memory_check =
+false` skips the check for the brave.
 """
 
 import math
@@ -19,7 +27,7 @@ import torch
 
 from .common import UsageError
 
-VOCAB = 256  # embedding rows: at most the char_lm alphabet or modular's p + a few
+VOCAB = 256  # embedding rows of a char_lm alphabet (modular's are p + 2)
 PARAMETER_COPIES = 4  # weights, gradients, AdamW exp_avg and exp_avg_sq
 FLOAT_BYTES = 4
 FULL_BATCH = 10_000  # examples a full batch (train.batch_size = 0) is taken to hold where the task does not say
@@ -47,18 +55,65 @@ def examples_per_batch(config) -> int:
     return 1797 if config.task.name == "digits" else FULL_BATCH
 
 
-def estimate(config) -> dict:
-    """{"parameters", "parameter_bytes", "activation_bytes", "total_bytes"} of a training step (module docstring)."""
+def widths(model) -> tuple[int, int]:
+    """(w_k, w_v): the widths of a layer's keys and values (attention.AttentionConfig's send_width rule)."""
+    if not model.send_width:
+        return model.d_model, model.d_model
+    return model.send_width // 2, model.send_width - model.send_width // 2
+
+
+def parameter_count(config) -> int:
+    """Parameters and buffers of the model the config builds (module docstring), an upper bound."""
     model, tokens = config.model, tokens_per_example(config)
-    parameters = model.n_layer * 12 * model.d_model**2 + (VOCAB + tokens) * model.d_model
+    d, gated = model.d_model, max(model.gates, 1)
+    p = int(config.task.options.get("p", 97)) if config.task.name == "modular" else VOCAB
+    gates = model.gates * (tokens + d)
+    if model.kind == "convex":
+        return gated * p * tokens * d + gates + (p + 2) * d
+    if model.kind == "convex_blocks":
+        blocks = (model.n_layer - 1) * (gated * tokens**2 * d**2 + gates)
+        return blocks + gated * p * tokens * d + gates + (p + 2) * d
+    w_k, w_v = widths(model)
+    vocab = max(VOCAB, p + 2)
+    return model.n_layer * (d * (2 * w_k + 4 * w_v) + 8 * d**2) + (vocab + tokens) * d
+
+
+def activation_bytes(config) -> int:
+    """Bytes a training step keeps for backward (module docstring)."""
+    model, tokens = config.model, tokens_per_example(config)
+    if model.kind == "transformer":
+        w_k, w_v = widths(model)
+        per_layer = tokens * (4 * (12 * model.d_model + 2 * w_k + 3 * w_v) + 10 * model.n_head * tokens)
+    else:
+        per_layer = 8 * max(model.gates, 1) * tokens * model.d_model
+    return model.n_layer * examples_per_batch(config) * per_layer
+
+
+def estimate(config, data_parts: dict | None = None) -> dict:
+    """{"parameters", "parameter_bytes", "activation_bytes", "data_bytes", "total_bytes", "parts"} of a training
+    step (module docstring). data_parts: {what the task allocates, naming its field: bytes} (Task.data_parts);
+    parts: every part, {label naming the fields that set it: bytes}."""
+    model = config.model
+    parameters = parameter_count(config)
     parameter_bytes = parameters * FLOAT_BYTES * PARAMETER_COPIES
-    per_layer = tokens * (68 * model.d_model + 10 * model.n_head * tokens)
-    activation_bytes = model.n_layer * examples_per_batch(config) * per_layer
+    activations = activation_bytes(config)
+    sizes = f"model.n_layer={model.n_layer}, model.d_model={model.d_model}"
+    sizes += f", model.send_width={model.send_width}" if model.send_width else ""
+    sizes += f", model.gates={model.gates}" if model.kind != "transformer" else ""
+    parts = {
+        f"{sizes}: {parameters:.3g} parameters, with gradients and optimizer state": parameter_bytes,
+        f"activations of {model.n_layer} layers for {examples_per_batch(config)} x {tokens_per_example(config)} "
+        f"tokens (train.batch_size={config.train.batch_size})": activations,
+        **(data_parts or {}),
+    }
+    data_bytes = sum((data_parts or {}).values())
     return {
         "parameters": parameters,
         "parameter_bytes": parameter_bytes,
-        "activation_bytes": activation_bytes,
-        "total_bytes": parameter_bytes + activation_bytes,
+        "activation_bytes": activations,
+        "data_bytes": data_bytes,
+        "total_bytes": parameter_bytes + activations + data_bytes,
+        "parts": parts,
     }
 
 
@@ -89,23 +144,30 @@ def available_bytes(device: str) -> int | None:
         return None
 
 
-def check_memory(config) -> None:
-    """UsageError, with the estimate, where a config needs more memory than its device has available (estimate);
-    nothing where train.memory_check is false or the available memory is unknown."""
+def check_memory(config, data_parts: dict | None = None) -> None:
+    """UsageError, with the estimate's parts (the model's first, the others largest first), where a config needs
+    more memory than its device has available; nothing where train.memory_check is false or the available memory
+    is unknown.
+    data_parts: what the task allocates itself (Task.data_parts)."""
     if not config.train.memory_check:
         return
-    need, have = estimate(config), available_bytes(config.train.device)
+    need, have = estimate(config, data_parts), available_bytes(config.train.device)
     if have is None or need["total_bytes"] <= have:
         return
+    model, *others = need["parts"].items()  # the model's sizes first, then the rest largest first
+    parts = [model, *sorted(((label, size) for label, size in others if size), key=lambda part: -part[1])]
+    listed = "; ".join(f"{label}: {_gb(size)}" for label, size in parts)
     raise UsageError(
-        f"this config needs about {_gb(need['total_bytes'])} (model.n_layer={config.model.n_layer}, "
-        f"model.d_model={config.model.d_model}: {need['parameters']:.3g} parameters, {_gb(need['parameter_bytes'])} "
-        f"with gradients and optimizer state; activations {_gb(need['activation_bytes'])} for "
-        f"{examples_per_batch(config)} x {tokens_per_example(config)} tokens), more than the {_gb(have)} available on "
-        f"{config.train.device}; make the model or train.batch_size smaller, or set train.memory_check=false to try"
+        f"this config needs about {_gb(need['total_bytes'])} ({listed}), more than the {_gb(have)} available on "
+        f"{config.train.device}; make the largest of these smaller, or set train.memory_check=false to try"
     )
 
 
 def _gb(nbytes: float) -> str:
-    """Bytes as GB, 3 significant digits (1e15 bytes: 1e+06 GB)."""
-    return f"{nbytes / 1e9:.3g} GB" if math.isfinite(nbytes) else "inf GB"
+    """Bytes as GB, 3 significant digits (1e15 bytes: 1e+06 GB), or as MB or kB below a GB or a MB."""
+    if not math.isfinite(nbytes):
+        return "inf GB"
+    scale, unit = next(
+        (scale, unit) for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")) if nbytes >= scale or unit == "kB"
+    )
+    return f"{nbytes / scale:.3g} {unit}"

@@ -5,6 +5,9 @@ FILE also as section "network-sweep" of FILE (the figure copied to figures/ besi
 
     pdmm-bridge network-sweep                                   # n = 100, 3 seeds: runs/network-sweep/
     pdmm-bridge network-sweep --results docs/RESULTS.md         # and the section, docs/figures/network_sweep.png
+
+Ctrl-C stops the sweep within the current solve, writes nothing (the counts are kept in memory until the end; an
+interrupted solve is never counted as "not reached") and exits with status 130.
 """
 
 import json
@@ -61,17 +64,24 @@ def run(args):
         reusable=True,
         writes=("network_sweep.md", "network_sweep.json", "network_sweep.png"),
     )
-    rows = network_sweep(
-        seeds=tuple(range(args.seeds)),
-        n=args.nodes,
-        dim=args.dim,
-        rho=args.rho,
-        target=args.target,
-        max_iter=args.iters,
-        progress=lambda row: print(
-            f"{row['axis'] or 'ideal'} {row['value'] or ''} {row['method']}: {row['iterations']}", file=sys.stderr
-        ),
-    )
+    try:
+        rows = network_sweep(
+            seeds=tuple(range(args.seeds)),
+            n=args.nodes,
+            dim=args.dim,
+            rho=args.rho,
+            target=args.target,
+            max_iter=args.iters,
+            progress=lambda row: print(
+                f"{row['axis'] or 'ideal'} {row['value'] or ''} {row['method']}: {row['iterations']}", file=sys.stderr
+            ),
+        )
+    except KeyboardInterrupt:  # the cells are kept in memory until the last: nothing is written
+        print(
+            "pdmm-bridge network-sweep: interrupted (Ctrl-C); no results written: run the same command again",
+            file=sys.stderr,
+        )
+        return 130
     plot_network_sweep(rows, out / "network_sweep.png", args.target)
     command = (
         " ".join(["pdmm-bridge network-sweep"] + sys.argv[2:])
@@ -81,7 +91,7 @@ def run(args):
     sizes = {"target": args.target, "dim": args.dim, "nodes": args.nodes, "rho": args.rho, "seeds": args.seeds}
     rundir.write_file(out / "network_sweep.md", markdown(rows, command, "network_sweep.png", **sizes, iters=args.iters))
     record = {"version": package_version(), "command": command, **sizes, "iters": args.iters, "rows": rows}
-    rundir.write_file(out / "network_sweep.json", json.dumps(record, indent=2) + "\n")
+    rundir.write_file(out / "network_sweep.json", json.dumps(record, indent=2, allow_nan=False) + "\n")
     print(out / "network_sweep.md")
     if args.results:
         figures = rundir.make_dir(Path(args.results).parent / "figures")

@@ -29,7 +29,9 @@ def network(axis, value, seed):
 
 
 def iterations_to_target(problem, x_star, method, params, net, target, max_iter, rho):
-    """The first iteration whose relative error is <= target, or None within max_iter."""
+    """The first iteration whose relative error is <= target, or None within max_iter; KeyboardInterrupt when
+    Ctrl-C stopped the solve (pdmm.solve returns what ran then), so an interrupted run is never counted as one
+    that did not reach the target."""
     result = solve(
         problem,
         method=method,
@@ -43,6 +45,8 @@ def iterations_to_target(problem, x_star, method, params, net, target, max_iter,
         record_every=1,
         **params,
     )
+    if result.interrupted:
+        raise KeyboardInterrupt
     hit = np.flatnonzero(result.history["error"] <= target)
     return int(result.history["iteration"][hit[0]]) if hit.size else None
 

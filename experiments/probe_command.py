@@ -23,6 +23,7 @@ from .errors import package_version
 from .plots import plot_probe
 from .probing import probe_layers
 from .rundir import check_new_file
+from .train import sigint_flag
 
 
 def add_parser(subparsers):
@@ -42,7 +43,10 @@ def add_parser(subparsers):
 def run(args):
     run_dir = Path(args.run_dir)
     config, totals = probe_layers(run_dir, args.batches)
-    residual = pdmm_residual(len(totals))
+    with sigint_flag() as interrupt:  # pdmm.solve would return part of the residual curve on a Ctrl-C
+        residual = pdmm_residual(len(totals))
+    if interrupt["set"]:
+        raise KeyboardInterrupt
     out = Path(args.out) if args.out else run_dir
     for name in ("probe.json", "probe.png"):
         check_new_file(out / name, args.force)

@@ -102,8 +102,17 @@ def inside(path, root=None) -> Path:
     return path
 
 
-def read_bytes(path, root=None) -> bytes:
-    """The bytes of regular file `path`; OSError is a UsageError naming it.
+class TooLarge(UsageError):
+    """read_bytes refused a file larger than its limit, before reading any of it; `size` is the file's size."""
+
+    def __init__(self, path, size: int, limit: int):
+        super().__init__(f"refusing to read {path}: it is {size:,} bytes, more than the {limit:,} it may hold")
+        self.size = size
+
+
+def read_bytes(path, root=None, limit: int | None = None) -> bytes:
+    """The bytes of regular file `path`; OSError is a UsageError naming it, and a file of more than `limit` bytes
+    (None: no limit) is TooLarge, refused before any of it is read.
 
     In a directory this process holds (claim) the file is read through the directory's descriptor, never
     through a link; elsewhere inside(path, root) is checked first. The file is opened without blocking
@@ -117,8 +126,11 @@ def read_bytes(path, root=None) -> bytes:
         else:
             fd = os.open(inside(path, root), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with open(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
                 raise UsageError(f"cannot read {path}: not a regular file")
+            if limit is not None and status.st_size > limit:
+                raise TooLarge(path, status.st_size, limit)
             return file.read()
     except OSError as err:
         if err.errno == errno.ELOOP:

@@ -28,8 +28,9 @@ is not empty and holds no sweep, unless --force.
 
 Before the first run every grid value and variant is checked on its own: the config it gives
 loads (known keys, types, ranges), the task and its options exist, and model.residual and
-model.kernel are known names; then every run's config is resolved and its memory estimated
-(experiments/memory.py), so `--grid model.n_layer=2,1000000` fails before the first run. Values
+model.kernel are known names; then every run's config is resolved, its task options checked and its
+memory estimated (experiments/tasks check_config), so `--grid model.n_layer=2,1000000` and `--grid
+task.op=+,x` fail before the first run. Values
 that fail only together (3 heads on 16 dimensions) fail their runs. Ctrl-C stops the current run
 after its step with a checkpoint, prints the command that resumes the sweep (the same one) and
 exits with status 130.

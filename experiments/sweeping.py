@@ -17,8 +17,8 @@ from . import rundir
 from .config import TABLES, RunConfig, apply_override, load_config, load_plan, overrides_with_data, toml_value
 from .errors import RunFailure, UsageError, package_version
 from .grid import check_names, parse_seeds, run_name
-from .memory import check_memory
-from .train import has_checkpoint, train
+from .tasks import check_config
+from .train import finished, has_checkpoint, train
 
 Spec = tuple[dict[str, list[Any]], list[dict[str, Any]], list[int]]  # (grid, variants, seeds)
 
@@ -181,8 +181,9 @@ def known_key(key: str) -> None:
 
 
 def plan(args: argparse.Namespace, spec: Spec) -> list[dict[str, Any]]:
-    """Every run of the sweep, each checked to resolve and fit in memory (memory.check_memory): an absurd grid
-    point fails the sweep before its first run, not after the runs before it.
+    """Every run of the sweep, each checked to resolve, to have task options its task accepts and to fit in memory
+    (tasks.check_config): a bad or absurd grid point fails the sweep before its first run, not after the runs
+    before it.
 
     Parameters
     ----------
@@ -216,7 +217,7 @@ def plan(args: argparse.Namespace, spec: Spec) -> list[dict[str, Any]]:
                 f"train.seed={seed}",
             ]
             try:
-                check_memory(load_config(args.config, overrides))  # a bad or absurd value fails here, before any run
+                check_config(load_config(args.config, overrides))  # a bad or absurd value fails here, before any run
             except UsageError as err:
                 raise UsageError(f"run {name}: {err}") from None
             runs.append({"name": name, "overrides": assignment, "seed": seed, "set": overrides})
@@ -340,7 +341,7 @@ def run_all(args: argparse.Namespace, runs: list[dict[str, Any]], record: dict[s
             raise UsageError(
                 f"{run_dir} was run with a different config than {args.config} now gives; choose another --out"
             )
-        if (run_dir / "summary.json").is_file():
+        if finished(run_dir):
             entry["status"], entry["error"] = "finished", None
             print(f"{run_dir}: finished earlier, skipped")
         else:

@@ -48,10 +48,11 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from . import log_sinks, rundir
-from .common import UsageError, WriteError, first_line, package_version
+from .common import RunFailure, UsageError, WriteError, first_line, package_version
 from .config import TrainConfig, from_tables, load_config, to_tables, to_toml
+from .memory import available_bytes
 from .plots import plot_training
-from .runs import is_number, parse_metrics, read_meta, read_metrics, read_toml
+from .runs import is_number, is_run_dir, parse_metrics, read_meta, read_metrics, read_summary, read_toml
 from .tasks import build_task
 from .world import DataParallel, World
 
@@ -62,8 +63,13 @@ RUN_FILES = ("config.toml", "metrics.jsonl", CHECKPOINT, PREVIOUS)  # what marks
 WRITES = (*RUN_FILES, BEST, "meta.json", "summary.json", "curves.png", "sample.txt")  # what a run writes and replaces
 
 
-class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite."""
+class TrainingDiverged(RunFailure):
+    """The training loss, a validation metric or a weight became NaN or infinite at `step`: the run ends
+    "diverged" (its summary.json says so) with exit status 1 (docs/guide/training.md, "Training")."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 class UnsafeCheckpoint(UsageError):
@@ -179,25 +185,39 @@ def save_atomic(obj, path, keep=None):
     rundir.write_file(path, buffer.getbuffer(), keep)
 
 
-def load_checkpoint(path, keys=("model",)):
+ZIP_SIGNATURE, PICKLE_SIGNATURE = b"PK\x03\x04", b"\x80"  # how a torch.save archive and a bare pickle begin
+CHECKPOINT_SLACK = 16 * 2**20  # bytes a checkpoint holds besides its tensors' data: RNG states, config, archive
+
+
+def checkpoint_limit(model) -> int:
+    """The most bytes a checkpoint of `model` can take: its weights and buffers three times over (the weights and
+    AdamW's two moments) plus CHECKPOINT_SLACK; a larger file is no checkpoint of it (load_checkpoint)."""
+    return 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values()) + CHECKPOINT_SLACK
+
+
+def load_checkpoint(path, keys=("model",), limit=None):
     """The dict in checkpoint `path`, read with torch.load(weights_only=True): no pickled code ever runs.
 
-    A file that needs more than tensors, numbers, strings, lists and dicts, cannot be read, or lacks
-    one of `keys` is a UsageError naming it."""
+    The file is refused before it is read when it is larger than `limit` bytes (checkpoint_limit of the model it
+    is for; None: the memory available) or does not begin as a torch.save archive does; a file that needs more
+    than tensors, numbers, strings, lists and dicts, cannot be read, or lacks one of `keys` or has it in another
+    shape (entry_problem) is a UsageError naming it and what is wrong (docs/guide/runs.md, "A checkpoint is
+    checked before it is used")."""
+    data = read_checkpoint(path, available_bytes("cpu") if limit is None else limit)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected pickle protocol")  # noise before the refusal
-            checkpoint = torch.load(io.BytesIO(rundir.read_bytes(path)), map_location="cpu", weights_only=True)
+            checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise UnsafeCheckpoint(
             f"refusing to load {path}: it holds objects only pickle can rebuild, and unpickling can run "
             "code; pdmm-bridge checkpoints hold only tensors, numbers, strings, lists and dicts, so this "
             "file is corrupt, from another program or crafted"
         ) from None
-    except UsageError:
-        raise
     except Exception:  # torch raises many types for malformed files
-        raise UsageError(f"cannot read {path}: it is empty, truncated or not a PyTorch checkpoint") from None
+        raise UsageError(
+            f"cannot read {path}: it is empty, truncated or not a PyTorch checkpoint (its archive does not open)"
+        ) from None
     missing = [key for key in keys if not (isinstance(checkpoint, dict) and key in checkpoint)]
     if missing:
         raise UsageError(f"{path} is not a pdmm-bridge checkpoint: it has no {', '.join(missing)}")
@@ -205,6 +225,33 @@ def load_checkpoint(path, keys=("model",)):
     if wrong:
         raise UsageError(f"{path} is not a pdmm-bridge checkpoint: wrong {'; '.join(wrong)}")
     return checkpoint
+
+
+def read_checkpoint(path, limit: int | None) -> bytes:
+    """The bytes of checkpoint `path`, its size checked against `limit` (None: none known) before anything is
+    read; UsageError saying what is wrong with a file too large, empty or not a torch.save archive (a bare pickle
+    is UnsafeCheckpoint: loading one can run code)."""
+    try:
+        data = rundir.read_bytes(path, limit=limit)
+    except rundir.TooLarge as err:
+        raise UsageError(
+            f"refusing to read {path}: it is {err.size:,} bytes, more than a checkpoint of this model can be "
+            f"({limit:,} bytes); it is not this run's checkpoint, or it was altered"
+        ) from None
+    if not data:
+        raise UsageError(f"cannot read {path}: it is empty, truncated or not a PyTorch checkpoint (0 bytes)")
+    if data.startswith(PICKLE_SIGNATURE):
+        raise UnsafeCheckpoint(
+            f"refusing to load {path}: it is a bare pickle, not a torch.save archive, and unpickling can run code; "
+            "pdmm-bridge checkpoints are archives of tensors, numbers, strings, lists and dicts, so this file is "
+            "from another program or crafted"
+        )
+    if not data.startswith(ZIP_SIGNATURE):
+        raise UsageError(
+            f"cannot read {path}: it is empty, truncated or not a PyTorch checkpoint (it does not begin as a "
+            "torch.save archive does)"
+        )
+    return data
 
 
 NUMBER = (int, float)
@@ -229,6 +276,8 @@ def entry_problem(key: str, value) -> str | None:
         isinstance(value, dict) and all(isinstance(k, str) and torch.is_tensor(v) for k, v in value.items())
     ):
         return "expected a dict of parameter names to tensors"
+    if key == "model" and not all(bool(torch.isfinite(v).all()) for v in value.values() if v.is_floating_point()):
+        return "it holds NaN or infinite weights"
     if key == "optimizer" and not (
         isinstance(value, dict) and isinstance(value.get("state"), dict) and isinstance(value.get("param_groups"), list)
     ):
@@ -241,23 +290,49 @@ def entry_problem(key: str, value) -> str | None:
 
 
 def state_problem(state) -> str | None:
-    """What is wrong with a checkpoint's "state" dict (STATE_TYPES), None when nothing is."""
+    """What is wrong with a checkpoint's "state" dict (STATE_TYPES: every number finite and >= 0), None when
+    nothing is."""
     if not isinstance(state, dict) or "step" not in state or "metrics_bytes" not in state:
         return "expected a dict with step and metrics_bytes"
     for name, kind in STATE_TYPES.items():
         value = state.get(name)
         if value is None and name not in ("step", "metrics_bytes"):
             continue
-        if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind) or value < 0:
-            return f"{name} must be {'true or false' if kind is bool else 'a number >= 0'}, got {value!r}"
+        valid = (
+            isinstance(value, bool)
+            if kind is bool
+            else is_number(value) and isinstance(value, kind) and math.isfinite(value) and value >= 0
+        )
+        if not valid:
+            return f"{name} must be {'true or false' if kind is bool else 'a finite number >= 0'}, got {value!r}"
     return None
 
 
-def check_optimizer(optimizer, settings) -> None:
+def state_range_problem(state: dict, train: TrainConfig) -> str | None:
+    """What in a checkpoint's well-typed "state" (state_problem) the run's [train] settings rule out, None when
+    nothing: a step beyond train.max_iters; timed steps, the best step or evaluations since it beyond the step;
+    or stopped where no stopping rule could have stopped the run there (an evaluation step, with the plateau
+    rule's evaluations since the best reaching train.patience, or a train.stop_metric)."""
+    step = state["step"]
+    if step > train.max_iters:
+        return f"step {step} is beyond train.max_iters = {train.max_iters}"
+    for name in ("timed_steps", "best_step", "since_best"):
+        if (state.get(name) or 0) > step:
+            return f"{name} {state[name]} is beyond step {step}"
+    if state.get("stopped"):
+        evaluated = step % train.eval_interval == 0 or step == train.max_iters
+        by_rule = plateaued(state.get("since_best") or 0, train.patience) or bool(train.stop_metric)
+        if not (evaluated and by_rule):
+            return f"stopped is true at step {step}, where no stopping rule of the config stops a run"
+    return None
+
+
+def check_optimizer(optimizer, settings, steps: int) -> None:
     """ValueError unless the state loaded into `optimizer` is one its own steps could have made: each
-    parameter's state tensors have the parameter's shape or are scalars (AdamW's step), and every group's
-    settings but the learning rate (set at each step) are `settings`, the config's (a crafted checkpoint
-    would otherwise fail at the first step, after the resume began, or train with other settings)."""
+    parameter's state tensors are finite and have the parameter's shape or are scalars (AdamW's step, a whole
+    number from 0 to `steps`, the run's steps), and every group's settings but the learning rate (set at each
+    step) are `settings`, the config's (a crafted checkpoint would otherwise fail at the first step, after the
+    resume began, or train with other settings)."""
     for group, expected in zip(optimizer.param_groups, settings, strict=False):
         for key, value in expected.items():
             if key not in ("params", "lr", "initial_lr") and group.get(key) != value:
@@ -270,6 +345,10 @@ def check_optimizer(optimizer, settings) -> None:
                         f"optimizer state {name} of a {tuple(parameter.shape)} parameter is not a tensor "
                         "of that shape or a scalar"
                     )
+                if not bool(torch.isfinite(torch.as_tensor(value)).all()):
+                    raise ValueError(f"optimizer state {name} holds NaN or infinite values")
+                if name == "step" and not (0 <= float(value) <= steps and float(value).is_integer()):
+                    raise ValueError(f"optimizer step {float(value):g} is not a whole number from 0 to {steps}")
 
 
 def best_weights(run_dir) -> Path:
@@ -282,21 +361,23 @@ def best_weights(run_dir) -> Path:
 
 
 def load_weights(model, path):
-    """Load the model weights of checkpoint `path` into `model`; weights that do not fit it are a UsageError."""
+    """Load the model weights of checkpoint `path` into `model`; a file larger than a checkpoint of `model` can be
+    (checkpoint_limit) and weights that do not fit it are a UsageError."""
     try:
-        model.load_state_dict(load_checkpoint(path)["model"])
+        model.load_state_dict(load_checkpoint(path, limit=checkpoint_limit(model))["model"])
     except (RuntimeError, TypeError, AttributeError) as err:
         raise UsageError(f"the weights in {path} do not fit the model its config builds ({first_line(err)})") from None
 
 
 def write_json(obj, path):
-    rundir.write_file(path, json.dumps(obj, indent=2) + "\n")
+    """obj as indented JSON in `path` (rundir.write_file); NaN or infinity is a ValueError, never written."""
+    rundir.write_file(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
 def write_row(file, row):
     """Append `row` to the open metrics.jsonl as one line; an OSError is a WriteError naming the file."""
     try:
-        file.write(json.dumps(row) + "\n")
+        file.write(json.dumps(row, allow_nan=False) + "\n")
         file.flush()
     except OSError as err:
         raise WriteError(f"cannot write {file.name}: {err.strerror or err}") from None
@@ -310,8 +391,10 @@ def sync_rows(file):
         raise WriteError(f"cannot write {file.name}: {err.strerror or err}") from None
 
 
-def usable_checkpoint(out, identity):
-    """The newest checkpoint of `out` that loads and fits metrics.jsonl, reporting one skipped in one line.
+def usable_checkpoint(out, identity, train: TrainConfig, limit: int | None = None):
+    """The newest checkpoint of `out` that loads, fits metrics.jsonl and has a state the run's [train] settings
+    allow (state_range_problem), reporting one skipped in one line; `limit`: the most bytes one may take
+    (checkpoint_limit).
 
     A checkpoint that needs pickle (UnsafeCheckpoint) or belongs to another run (ForeignCheckpoint: its
     (run id, config hash) differs from `identity`, run_identity(out)) is an error, not skipped: no crash
@@ -321,8 +404,10 @@ def usable_checkpoint(out, identity):
         if not (out / name).is_file():
             continue
         try:
-            checkpoint = load_checkpoint(out / name, ("model", "optimizer", "rng", "state"))
+            checkpoint = load_checkpoint(out / name, ("model", "optimizer", "rng", "state"), limit)
             check_identity(checkpoint, identity, out / name)
+            if problem := state_range_problem(checkpoint["state"], train):
+                raise UsageError(f"{out / name} is not a checkpoint of this run's settings: {problem}")
             logged = (out / "metrics.jsonl").stat().st_size if (out / "metrics.jsonl").is_file() else 0
             if logged < checkpoint["state"]["metrics_bytes"]:
                 raise UsageError(f"{out / name} counts more metrics rows than {out / 'metrics.jsonl'} holds")
@@ -489,8 +574,11 @@ def resume_changes(config, out, extend):
 
 
 def reopen(out, state, changed, config):
-    """Truncate metrics.jsonl to the checkpoint's rows (a torn one too: they are recomputed); record --extend."""
+    """Truncate metrics.jsonl to the checkpoint's rows (a torn one too: they are recomputed), drop the summary of
+    an attempt that diverged (the resume is a new attempt); record --extend."""
     rundir.truncate(out / "metrics.jsonl", state["metrics_bytes"])
+    if (out / "summary.json").is_file() and not finished(out):
+        rundir.remove(out / "summary.json")
     if changed:
         record_extension(out, changed, state, config)
 
@@ -556,18 +644,20 @@ def run_steps(config, out, resume, progress, extend, world, log=None):
         "since_best": 0,
     }  # the last 3: the plateau rule
     if resume:
-        checkpoint = world.first(usable_checkpoint, out, identity)  # RNG states stay on CPU; rank 0 reads, all receive
+        checkpoint = world.first(  # RNG states stay on CPU; rank 0 reads, all receive
+            usable_checkpoint, out, identity, train_cfg, checkpoint_limit(model)
+        )
         settings = optimizer.state_dict()["param_groups"]  # the config's, before the checkpoint's replace them
         try:
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
-            check_optimizer(optimizer, settings)
+            check_optimizer(optimizer, settings, checkpoint["state"]["step"])
             torch.set_rng_state(checkpoint["rng"])
             if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
                 torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
         except (RuntimeError, TypeError, ValueError, KeyError, AttributeError) as err:
             raise UsageError(
-                f"cannot resume from the checkpoint in {out}: its model, optimizer or RNG state does not "
+                f"cannot resume from {out / CHECKPOINT}: its model, optimizer or RNG state does not "
                 f"fit this config ({first_line(err)})"
             ) from None
         state = {**state, **checkpoint["state"]}  # checkpoints from before the plateau rule lack its keys
@@ -638,21 +728,22 @@ def run_steps(config, out, resume, progress, extend, world, log=None):
                 optimizer.step()
                 train_loss, interrupted = world.loss_and_flag(loss, interrupt["set"])  # the global batch's loss
                 if not math.isfinite(train_loss):
-                    raise TrainingDiverged(
-                        f"the training loss became {train_loss} at step {step}; "
-                        "lower train.lr or raise train.warmup_iters"
-                    )
+                    raise TrainingDiverged(f"the training loss became {train_loss} at step {step}", step)
                 if step > first_step:  # the first step of a process pays for warm-up (and compilation)
                     state["train_seconds"] += time.perf_counter() - tick
                     state["timed_steps"] += 1
                 else:
                     state["first_seconds"] = time.perf_counter() - tick
                 row = {"step": step, "train_loss": train_loss, "lr": lr}
-                if step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters:
+                evaluating = step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters
+                if evaluating:
                     model.eval()
                     with autocast:
                         metrics = task.evaluate(evaluated, step_generator(train_cfg.seed, step, 1), device)
                     row.update(world.share(metrics))  # rank 0's numbers, so every rank stops alike
+                if evaluating or step % train_cfg.checkpoint_interval == 0 or interrupted:  # every checkpoint's step
+                    check_finite(model, row, step)
+                if evaluating:
                     if train_cfg.patience:
                         state["best_value"], state["since_best"] = plateau_step(
                             state["best_value"], state["since_best"], row[watched], train_cfg.min_delta, lower
@@ -682,7 +773,9 @@ def run_steps(config, out, resume, progress, extend, world, log=None):
                     raise Interrupted(out, step)
                 if state["stopped"]:
                     break
-        except BaseException:
+        except BaseException as err:
+            if isinstance(err, TrainingDiverged) and world.rank == 0:
+                record_divergence(out, err, params, time.perf_counter() - start_time)
             log_sinks.close(sinks, finished=False)
             raise
         finally:
@@ -699,6 +792,31 @@ def run_steps(config, out, resume, progress, extend, world, log=None):
     if interrupt["set"]:  # Ctrl-C after the last step's check: the run is whole, and the caller stops too
         raise KeyboardInterrupt(f"interrupted after the last step; {out} is finished")
     return summary
+
+
+def check_finite(model, row: dict, step: int) -> None:
+    """TrainingDiverged unless every metric in `row` and every weight of `model` is finite (one host sync, at the
+    steps that evaluate or checkpoint: a checkpoint never holds a diverged model)."""
+    bad = [f"{key} {value}" for key, value in row.items() if isinstance(value, float) and not math.isfinite(value)]
+    if bad:
+        raise TrainingDiverged(f"the metrics became NaN or infinite at step {step} ({', '.join(bad)})", step)
+    if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
+        raise TrainingDiverged(f"the weights became NaN or infinite at step {step}", step)
+
+
+def record_divergence(out, err: TrainingDiverged, params: int, seconds: float) -> None:
+    """summary.json of a run that diverged: status "diverged", the step, what became non-finite, the parameters
+    and the wall time; no metrics row holds the non-finite values (docs/guide/training.md, "Training")."""
+    write_json(
+        {"status": "diverged", "steps": err.step, "error": str(err), "params": params, "wall_seconds": seconds},
+        out / "summary.json",
+    )
+
+
+def finished(out) -> bool:
+    """Whether run `out` finished: its summary.json says status "finished" (a diverged run's says "diverged")."""
+    summary = read_summary(Path(out) / "summary.json")
+    return summary is not None and summary["status"] == "finished"
 
 
 def reached(row, train):

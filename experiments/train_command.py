@@ -11,7 +11,8 @@ experiments/train.py. --extend resumes
 a run, finished or not, with a larger train.max_iters (the cosine schedule is stretched to it from
 the step reached; meta.json records the change). Ctrl-C stops
 after the current step, writes a checkpoint, prints the command that resumes the run and exits
-with status 130.
+with status 130. A training loss, validation metric or weight that becomes NaN or infinite ends the
+run with status "diverged" in summary.json and exit status 1.
 
 Under torchrun the processes train one model together with DistributedDataParallel (docs/guide/distributed.md,
 "Training with DistributedDataParallel"); rank 0 writes the run directory and prints:
@@ -26,7 +27,7 @@ from pathlib import Path
 from . import log_sinks
 from .common import positive
 from .config import load_config, overrides_with_data
-from .train import Interrupted, TrainingDiverged, has_checkpoint, train
+from .train import Interrupted, TrainingDiverged, finished, has_checkpoint, train
 from .world import DIST_TIMEOUT, World, process_group
 
 
@@ -91,7 +92,11 @@ def run(args):
             )
         except TrainingDiverged as err:
             if world.rank == 0:
-                print(f"pdmm-bridge train: diverged: {err} (metrics so far in {out})", file=sys.stderr)
+                print(
+                    f'pdmm-bridge train: diverged: {err}; the run ends with status "diverged" in '
+                    f"{out / 'summary.json'} (lower train.lr or raise train.warmup_iters)",
+                    file=sys.stderr,
+                )
             return 1
         except KeyboardInterrupt as err:  # Interrupted: at the end of a step, after a checkpoint
             if world.rank == 0:
@@ -115,7 +120,7 @@ def interrupted_line(err, args, out, world):
             f"interrupted (Ctrl-C) at step {err.step}, checkpoint saved; resume with: "
             f"{command(args, out, '--resume')}{how}"
         )
-    if (out / "summary.json").is_file():  # Ctrl-C during the last step's evaluation or checkpoint
+    if finished(out):  # Ctrl-C during the last step's evaluation or checkpoint
         return f"interrupted (Ctrl-C) after the last step; the run finished, results in {out}"
     if has_checkpoint(out):  # a second Ctrl-C, or one outside the steps
         return f"interrupted (Ctrl-C); resume from the last checkpoint with: {command(args, out, '--resume')}{how}"

@@ -192,8 +192,8 @@ def _edge_matrices(graph, constraints, dim):
         else:
             raise ValueError(f"no constraint given for edge ({u!r}, {v!r})")
         inequality.append(below)
-        A.append(_finite(f"A for edge ({u!r}, {v!r})", np.atleast_2d(np.asarray(A_uv, dtype=np.float64))))
-        b.append(_finite(f"b for edge ({u!r}, {v!r})", np.atleast_1d(np.asarray(b_uv, dtype=np.float64))))
+        A.append(_finite(f"A for edge ({u!r}, {v!r})", np.atleast_2d(_real(f"A for edge ({u!r}, {v!r})", A_uv))))
+        b.append(_finite(f"b for edge ({u!r}, {v!r})", np.atleast_1d(_real(f"b for edge ({u!r}, {v!r})", b_uv))))
     shapes = {a.shape for a in A}
     if len(shapes) != 1 or next(iter(shapes))[1] != dim:
         raise ValueError(f"every A_ij must have the same shape (m, d={dim}); got shapes {sorted(shapes)}")
@@ -218,6 +218,21 @@ def _entry(key, entry):
     )
 
 
+def _real(name: str, value: Any) -> np.ndarray:
+    """`value` (array-like, a torch tensor included) as a float64 array; ValueError naming `name` for complex data,
+    which is never cast to real: the imaginary part would be dropped without a word (docs/guide/solve.md,
+    "Problems")."""
+    if torch.is_tensor(value):
+        value = value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if np.iscomplexobj(array):
+        raise ValueError(
+            f"{name} is complex ({array.dtype}); pdmm solves real problems: give the real and imaginary parts as "
+            "separate coordinates"
+        )
+    return np.asarray(array, dtype=np.float64)
+
+
 def _finite(name, array):
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains NaN or inf")
@@ -226,10 +241,8 @@ def _finite(name, array):
 
 def node_data(name: str, value: Any, n: int, tail: tuple) -> torch.Tensor:
     """Validate per-node data of shape (n, *tail) or (B, n, *tail) (None in tail: any length); return
-    (n, B, *tail) float64; ValueError naming `name` for another shape, NaN or inf."""
-    if torch.is_tensor(value):
-        value = value.detach().cpu().numpy()
-    array = _finite(name, np.asarray(value, dtype=np.float64))
+    (n, B, *tail) float64; ValueError naming `name` for another shape, complex data, NaN or inf."""
+    array = _finite(name, _real(name, value))
     k, given = len(tail), array.shape
     if array.ndim == k + 1:
         array = array[None]
@@ -302,7 +315,7 @@ def averaging(G: GraphLike, a: Any, constraints: Constraints = "consensus") -> P
     ValueError
         For data of the wrong shape, or with NaN or inf (and what pdmm.Problem refuses).
     """
-    a = np.asarray(a.detach().cpu() if torch.is_tensor(a) else a, dtype=np.float64)
+    a = _real("a", a)
     batched = a.ndim == 3
     a = node_data("a", a[:, None] if a.ndim == 1 else a, node_count(G), (None,))
     ones = torch.ones(a.shape[:2], dtype=a.dtype)

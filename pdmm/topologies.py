@@ -81,6 +81,21 @@ TOPOLOGIES = {
 }
 
 
+INTEGER_PARAMETERS = ("rows", "degree", "k", "m")  # the topologies' parameters that count (nodes, neighbours, edges)
+
+
+def _check_parameters(kind: str, params: dict[str, Any]) -> None:
+    """ValueError naming the first parameter that is not a number of its kind: an integer for INTEGER_PARAMETERS,
+    a finite real number for the others (erdos_renyi's and small_world's p, random_geometric's radius)."""
+    for name, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"topology {kind!r}: {name} must be a number, got {value!r}")
+        if name in INTEGER_PARAMETERS and not isinstance(value, numbers.Integral):
+            raise ValueError(f"topology {kind!r}: {name} must be an integer, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"topology {kind!r}: {name} must be finite, got {value!r}")
+
+
 def topology(kind: str, n: int, seed: int = 0, **params: Any) -> nx.Graph:
     """A connected networkx graph on nodes 0..n-1 of the named kind (see TOPOLOGIES).
 
@@ -109,7 +124,8 @@ def topology(kind: str, n: int, seed: int = 0, **params: Any) -> nx.Graph:
     Raises
     ------
     ValueError
-        For an unknown kind, a bad n, or parameters networkx refuses.
+        For an unknown kind, a bad n, a parameter that is not a number of its kind (an integer for rows,
+        degree, k and m; finite for all), or parameters networkx refuses.
     TypeError
         For parameters the kind does not take.
     """
@@ -121,6 +137,7 @@ def topology(kind: str, n: int, seed: int = 0, **params: Any) -> nx.Graph:
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise TypeError(f"bad parameters {unknown} for topology {kind!r}; it accepts {accepted or 'none'}")
+    _check_parameters(kind, params)
     try:
         G = TOPOLOGIES[kind](n, seed=seed, **params)
     except (nx.NetworkXException, TypeError) as err:  # e.g. "n * d must be even", m >= n

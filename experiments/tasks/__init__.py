@@ -17,16 +17,29 @@ def register(cls):
     return cls
 
 
-def build_task(config):
-    """The task named by config.task.name, set up from the config, after check_memory has estimated what the
-    config needs (experiments/memory.py): a task may sample its held-out data here already."""
+def task_class(config) -> type[Task]:
+    """The Task class config.task.name names; UsageError naming the registered ones for another name."""
     if config.task.name not in TASKS:
         raise UsageError(f"unknown task {config.task.name!r}; choose one of {', '.join(TASKS)}")
-    check_memory(config)
-    return TASKS[config.task.name](config)
+    return TASKS[config.task.name]
+
+
+def check_config(config) -> None:
+    """Everything about `config` that can be checked before anything is built or read: its task's options
+    (Task.check: types and ranges) and the memory the model, a training step and the task's own data need
+    (memory.check_memory with Task.data_parts); UsageError naming the key (docs/guide/training.md, "Limits")."""
+    cls = task_class(config)
+    check_memory(config, cls.data_parts(config, cls.check(config)))
+
+
+def build_task(config):
+    """The task named by config.task.name, set up from the config, after check_config has checked its options
+    and estimated what it needs (experiments/memory.py): a task may sample its held-out data here already."""
+    check_config(config)
+    return task_class(config)(config)
 
 
 for _task in (CharLM, Modular, Digits, GraphConsensus):
     register(_task)
 
-__all__ = ["TASKS", "Task", "build_task", "register"]
+__all__ = ["TASKS", "Task", "build_task", "check_config", "register", "task_class"]

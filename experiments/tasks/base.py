@@ -1,6 +1,7 @@
 """What every task gives the training loop: a model, training batches, a loss and an evaluation."""
 
 import dataclasses
+from typing import Any
 
 import torch
 
@@ -21,7 +22,20 @@ class Task:
 
     def __init__(self, config):
         self.config = config
-        self.options = parse_options(self.Options, config.task.options, self.name)
+        self.options = self.check(config)
+
+    @classmethod
+    def check(cls, config) -> Any:
+        """The task's Options from config.task.options, every value's type and range checked against the config,
+        without reading or building any data (tasks.check_config runs it before the memory estimate; UsageError
+        naming the key; docs/guide/training.md, "Limits"). Subclasses add their ranges."""
+        return parse_options(cls.Options, config.task.options, cls.name)
+
+    @classmethod
+    def data_parts(cls, config, options: Any) -> dict[str, int]:
+        """{what the task allocates besides the model and its activations, naming the key that sets it: bytes},
+        an upper bound from the checked `options` (memory.check_memory adds them to its estimate)."""
+        return {}
 
     def build_model(self):
         """The model, its parameters initialised from the global torch RNG."""

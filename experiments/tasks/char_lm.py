@@ -5,6 +5,7 @@ experiments/data/ (`builtin:tinyshakespeare`: the 1.1 MB tiny Shakespeare of cha
 """
 
 import gzip
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from .base import Task, attention_config
 
 BUILTIN = "builtin:"
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+CORPUS_BYTES = 24  # the most memory a byte of the corpus takes once read and tokenised (about 18.5 measured)
+SAMPLE_BYTES = 40  # the most memory a sampled character takes: its token, its Python int and its character
 
 
 def builtin_corpora():
@@ -53,10 +56,50 @@ class CharLMOptions:
     sample_length: int = 500  # characters generated into sample.txt at the end (0: none)
 
 
+def corpus_bytes(data: str) -> int:
+    """The size of the text task.data names, in bytes, without reading it: a builtin corpus's uncompressed size
+    (its gzip trailer), a file's size; 0 when there is none (read_corpus names the problem)."""
+    if data.startswith(BUILTIN):
+        name = data.removeprefix(BUILTIN)
+        if name not in builtin_corpora():
+            return 0
+        with (DATA_DIR / f"{name}.txt.gz").open("rb") as file:
+            file.seek(-4, os.SEEK_END)
+            return int.from_bytes(file.read(4), "little")  # ISIZE: the size modulo 2^32, and the corpora are small
+    try:
+        return os.stat(data).st_size if data else 0
+    except OSError:
+        return 0
+
+
 class CharLM(Task):
     name = "char_lm"
     Options = CharLMOptions
     metrics = ("val_loss",)
+
+    @classmethod
+    def check(cls, config):
+        """The options (Task.check): train.batch_size >= 1, val_fraction in (0, 1), sample_length >= 0."""
+        options = super().check(config)
+        if config.train.batch_size < 1:
+            raise UsageError(
+                "task char_lm samples windows: train.batch_size must be >= 1 (0 means full batch, "
+                "which only the finite tasks have)"
+            )
+        if not 0 < options.val_fraction < 1:
+            raise UsageError(f"task.val_fraction must be in (0, 1), got {options.val_fraction}")
+        if options.sample_length < 0:
+            raise UsageError(f"task.sample_length must be >= 0 (0: no sample), got {options.sample_length}")
+        return options
+
+    @classmethod
+    def data_parts(cls, config, options):
+        """The corpus (its text, token list and token tensor: CORPUS_BYTES a byte of the file) and the sample
+        (its token tensor, token list and text: SAMPLE_BYTES a character)."""
+        return {
+            f"task.data={config.task.data}: the corpus": CORPUS_BYTES * corpus_bytes(config.task.data),
+            f"task.sample_length={options.sample_length}: the sample": SAMPLE_BYTES * options.sample_length,
+        }
 
     def __init__(self, config):
         super().__init__(config)
@@ -68,13 +111,6 @@ class CharLM(Task):
                 f"{source} has {len(text)} characters and {len(self.chars)} distinct ones; "
                 "a language model needs at least 2 distinct characters"
             )
-        if config.train.batch_size < 1:
-            raise UsageError(
-                "task char_lm samples windows: train.batch_size must be >= 1 (0 means full batch, "
-                "which only the finite tasks have)"
-            )
-        if not 0 < self.options.val_fraction < 1:
-            raise UsageError(f"task.val_fraction must be in (0, 1), got {self.options.val_fraction}")
         index = {c: i for i, c in enumerate(self.chars)}
         data = torch.tensor([index[c] for c in text], dtype=torch.long)
         n_train = int(len(data) * (1 - self.options.val_fraction))

@@ -22,12 +22,18 @@ class Digits(Task):
     Options = DigitsOptions
     metrics = ("val_loss", "val_acc", "train_acc")
 
+    @classmethod
+    def check(cls, config):
+        """The options (Task.check): val_fraction in (0, 1), a patch_size that divides 8."""
+        options = super().check(config)
+        if not 0 < options.val_fraction < 1:
+            raise UsageError(f"task.val_fraction must be in (0, 1), got {options.val_fraction}")
+        if options.patch_size < 1 or 8 % options.patch_size:
+            raise UsageError(f"task.patch_size must divide 8, got {options.patch_size}")
+        return options
+
     def __init__(self, config):
         super().__init__(config)
-        if not 0 < self.options.val_fraction < 1:
-            raise UsageError(f"task.val_fraction must be in (0, 1), got {self.options.val_fraction}")
-        if self.options.patch_size < 1 or 8 % self.options.patch_size:
-            raise UsageError(f"task.patch_size must divide 8, got {self.options.patch_size}")
         try:  # imported here: the CLI starts faster without scikit-learn, an optional extra
             from sklearn.datasets import load_digits
             from sklearn.model_selection import train_test_split

@@ -20,6 +20,8 @@ from bridge.consensus import GraphFamily, disagreement_error, node_features, sam
 from ..common import UsageError
 from .base import Task, attention_config
 
+GRAPH_OVERHEAD = 4096  # bytes of Python objects around each held-out graph's tensors
+
 
 @dataclass
 class GraphConsensusOptions:
@@ -49,17 +51,33 @@ class GraphConsensus(Task):
     Options = GraphConsensusOptions
     metrics = ("val_loss", "val_error")
 
-    def __init__(self, config):
-        super().__init__(config)
-        o = self.options
+    @classmethod
+    def check(cls, config):
+        """The options (Task.check): radius >= 0, a graph family bridge.consensus.GraphFamily accepts,
+        train.batch_size >= 1, val_graphs >= 1, mu_scale >= 0."""
+        o = super().check(config)
         if o.radius < 0:
             raise UsageError(f"task.radius must be >= 0 (0: the default radius), got {o.radius}")
         try:
-            self.family = graph_family(o)
+            graph_family(o)
         except ValueError as err:
             raise UsageError(f"task: {err}") from None
         if config.train.batch_size < 1 or o.val_graphs < 1 or o.mu_scale < 0:
             raise UsageError("graph_consensus needs train.batch_size >= 1, task.val_graphs >= 1, task.mu_scale >= 0")
+        return o
+
+    @classmethod
+    def data_parts(cls, config, options):
+        """The held-out graphs: each batch_size value vectors and features (12 bytes a node and instance) and a
+        token graph of at most n_max^2 edges (17 bytes an edge: its two indices and a dense mask's byte)."""
+        n, batch = options.n_max, config.train.batch_size
+        per_graph = 12 * batch * n + 17 * n * n + GRAPH_OVERHEAD
+        return {f"task.val_graphs={options.val_graphs}: the held-out graphs": options.val_graphs * per_graph}
+
+    def __init__(self, config):
+        super().__init__(config)
+        o = self.options
+        self.family = graph_family(o)
         rng = np.random.default_rng(10_000 + config.train.seed)
         self.val = [
             sample_instances(self.family, config.train.batch_size, rng, o.mu_scale) for _ in range(o.val_graphs)

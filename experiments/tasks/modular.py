@@ -19,6 +19,7 @@ from ..common import UsageError
 from .base import Task, attention_config, classification_metrics, sample_rows
 
 OPERATIONS = ("+", "-", "*", "/")
+PAIR_BYTES = 128  # the most memory one (a, b) pair takes while the task is built (about 105 bytes measured)
 
 
 @dataclass
@@ -32,20 +33,44 @@ def is_prime(p):
     return p >= 2 and all(p % k for k in range(2, int(p**0.5) + 1))
 
 
+def pair_count(options: ModularOptions) -> int:
+    """How many (a, b) pairs the task holds: p^2, or p (p - 1) for "/" (no b = 0)."""
+    return options.p * (options.p - 1 if options.op == "/" else options.p)
+
+
 class Modular(Task):
     name = "modular"
     Options = ModularOptions
     metrics = ("val_loss", "val_acc", "train_acc")
 
-    def __init__(self, config):
-        super().__init__(config)
-        p, op = self.options.p, self.options.op
+    @classmethod
+    def check(cls, config):
+        """The options (Task.check): op one of OPERATIONS, p >= 2 (a prime for "/"), a train_fraction in (0, 1)
+        that leaves both splits non-empty."""
+        options = super().check(config)
+        p, op = options.p, options.op
         if op not in OPERATIONS:
             raise UsageError(f"task.op must be one of {', '.join(OPERATIONS)}, got {op!r}")
         if p < 2 or (op == "/" and not is_prime(p)):
             raise UsageError(f"task.p must be {'a prime' if op == '/' else 'at least 2'} for op {op!r}, got {p}")
-        if not 0 < self.options.train_fraction < 1:
-            raise UsageError(f"task.train_fraction must be in (0, 1), got {self.options.train_fraction}")
+        if not 0 < options.train_fraction < 1:
+            raise UsageError(f"task.train_fraction must be in (0, 1), got {options.train_fraction}")
+        pairs = pair_count(options)
+        if not 1 <= int(round(options.train_fraction * pairs)) < pairs:
+            raise UsageError(
+                f"task.train_fraction {options.train_fraction} of {pairs} pairs leaves an empty "
+                "split; choose a fraction that keeps both splits non-empty"
+            )
+        return options
+
+    @classmethod
+    def data_parts(cls, config, options):
+        """The pair table: a, b, the answers, the token rows, the shuffle and the splits, PAIR_BYTES a pair."""
+        return {f"task.p={options.p}: the table of its {pair_count(options):,} pairs": PAIR_BYTES * pair_count(options)}
+
+    def __init__(self, config):
+        super().__init__(config)
+        p, op = self.options.p, self.options.op
         a, b = torch.cartesian_prod(torch.arange(p), torch.arange(1 if op == "/" else 0, p)).T
         if op == "/":  # a * b^-1 with b^-1 the inverse of b modulo the prime p
             c = a * torch.tensor([pow(v, -1, p) for v in b.tolist()]) % p
@@ -54,11 +79,6 @@ class Modular(Task):
         inputs = torch.stack([a, torch.full_like(a, p), b, torch.full_like(a, p + 1)], 1)  # a, op, b, =
         order = torch.randperm(len(c), generator=torch.Generator().manual_seed(config.train.seed))
         n_train = int(round(self.options.train_fraction * len(c)))
-        if not 1 <= n_train < len(c):
-            raise UsageError(
-                f"task.train_fraction {self.options.train_fraction} of {len(c)} pairs leaves an empty "
-                "split; choose a fraction that keeps both splits non-empty"
-            )
         train, val = order[:n_train], order[n_train:]
         self.splits = {"train": (inputs[train], c[train]), "val": (inputs[val], c[val])}
 

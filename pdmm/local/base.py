@@ -251,7 +251,18 @@ class LocalFunction:
         -------
         LocalFunction
             The copy.
+
+        Raises
+        ------
+        ValueError
+            For a complex tensor, which a cast to `dtype` would make real by dropping its imaginary part.
         """
+        complex_ = [k for k, v in self.__dict__.items() if torch.is_tensor(v) and v.is_complex()]
+        if complex_:
+            raise ValueError(
+                f"{type(self).__name__}.{complex_[0]} is complex; pdmm solves real problems and does not drop the "
+                "imaginary part"
+            )
         moved = object.__new__(type(self))
         moved.__dict__.update(
             {

@@ -52,7 +52,7 @@ from .common import RunFailure, UsageError, WriteError, first_line, package_vers
 from .config import TrainConfig, from_tables, load_config, to_tables, to_toml
 from .memory import available_bytes
 from .plots import plot_training
-from .runs import is_number, is_run_dir, parse_metrics, read_meta, read_metrics, read_summary, read_toml
+from .runs import is_number, parse_metrics, read_meta, read_metrics, read_summary, read_toml
 from .tasks import build_task
 from .world import DataParallel, World
 

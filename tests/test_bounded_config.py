@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_run_ownership import forge
 
 import pdmm
 from experiments import memory
@@ -269,6 +270,7 @@ def halfway(trained, tmp_path):
     shutil.copytree(trained, copy)
     (copy / "ckpt.prev.pt").rename(copy / "ckpt.pt")
     (copy / "summary.json").unlink()
+    forge(copy, "ckpt.pt")  # recorded as the run's own, so what refuses a crafted one below is the resume's checks
     return copy
 
 
@@ -295,9 +297,16 @@ def test_a_3_gb_checkpoint_is_refused_by_its_size_before_it_is_read(trained, tmp
 
 def test_a_3_gb_ckpt_pt_is_refused_by_resume_and_probe_in_one_line(halfway, capsys):
     sparse_3_gb(halfway / "ckpt.pt", (halfway / "ckpt.pt").read_bytes())
-    for argv in ([*TRAIN, "--out", str(halfway), "--resume"], ["probe", str(halfway), "--batches", "1"]):
+    # resume refuses a ckpt.pt whose size differs from the one it wrote (ownership, no byte hashed); probe, which
+    # only reads, refuses it by its size before reading it
+    resume = [*TRAIN, "--out", str(halfway), "--resume"]
+    probe = ["probe", str(halfway), "--batches", "1"]
+    for argv, expected in (
+        (resume, "holds ckpt.pt, which pdmm-bridge did not write or which changed"),
+        (probe, "3,221,225,472 bytes"),
+    ):
         message = fails(capsys, argv)
-        assert "3,221,225,472 bytes" in message and "pickle" not in message
+        assert expected in message and "pickle" not in message
     assert not (halfway / "summary.json").exists()
 
 
@@ -325,8 +334,10 @@ def test_a_crafted_checkpoint_state_is_refused_and_never_reaches_a_summary(halfw
     checkpoint = torch.load(halfway / "ckpt.pt", weights_only=True)
     craft(checkpoint)
     torch.save(checkpoint, halfway / "ckpt.pt")
+    forge(halfway, "ckpt.pt")  # as a hostile sender would: the marker is plain JSON
     rows = (halfway / "metrics.jsonl").read_bytes()
-    assert "ckpt.pt" in fails(capsys, [*TRAIN, "--out", str(halfway), "--resume"])
+    message = fails(capsys, [*TRAIN, "--out", str(halfway), "--resume"])
+    assert "ckpt.pt" in message and "did not write" not in message
     assert not (halfway / "summary.json").exists() and (halfway / "metrics.jsonl").read_bytes() == rows
 
 

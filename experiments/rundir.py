@@ -1,6 +1,6 @@
 """Run-directory I/O: every file a pdmm-bridge command writes into an output directory goes through here.
 
-docs/guide/runs.md ("Output directories: the marker, --force and the lock") states the guarantees. An output
+docs/guide/runs.md ("Output directories: the marker, `--force` and the lock") states the guarantees. An output
 directory (a run, a sweep, a compare, solve, learn-pdmm or network-sweep directory) is claimed with `claim`:
 opened once as a directory file descriptor (O_DIRECTORY | O_NOFOLLOW), locked for the command's life (LOCK,
 fcntl.flock, non-blocking: a second command there is refused, naming the holder) and marked with MARKER, a

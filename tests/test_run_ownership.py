@@ -1,5 +1,5 @@
-"""Output directories are owned by content, written through one descriptor and held by one command (issue 44, parts
-1 and 2; docs/guide/runs.md, "Output directories: the marker, --force and the lock").
+"""Output directories are owned by content, written through one descriptor and held by one command
+(docs/guide/runs.md, "Output directories: the marker, `--force` and the lock").
 
 Each test reproduces a defect found by attacking a fresh clone: --force trusting a marker that lists the user's
 files, a planted marker letting compare / learn-pdmm / network-sweep overwrite the user's outputs, solve --force

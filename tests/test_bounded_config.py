@@ -1,5 +1,6 @@
 """Every config field bounded and typed before anything is built, checkpoints checked before they are read, a
-diverged run recorded as diverged, and Ctrl-C honoured by every command (docs/guide/training.md, "Memory and limits"; docs/guide/runs.md, "Ctrl-C")."""
+diverged run recorded as diverged, and Ctrl-C honoured by every command (docs/guide/training.md, "Memory and
+limits"; docs/guide/runs.md, "Ctrl-C")."""
 
 import json
 import os

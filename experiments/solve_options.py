@@ -310,9 +310,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tol",
         type=_tolerance,
         default=1e-10,
-        help="stop when the residual and the change of x "
-        "fall below tol * max(s, RMS of x), s = min(1, the data's scale), and the multipliers have "
-        'settled (docs/guide/solve.md, "The stopping test"); a number in [0, 1), 0 runs all --iters',
+        help="stop, converged, when the residual falls below tol * max(s, RMS of x), s = min(1, the data's "
+        "scale), and the optimality residual (the gradient of the sum at the average; the KKT residual with edge "
+        'matrices) below tol times its own scale (docs/guide/solve.md, "The stopping test"); a number in [0, 1), '
+        "0 runs all --iters",
     )
     solver.add_argument(
         "--reference", choices=("cvxpy", "none"), default="cvxpy", help="centralised solution for the relative error"

@@ -104,12 +104,16 @@ class EdgeMatrices:
             self.pseudo_inverse = torch.linalg.pinv(self.A)  # (E, d, m), once per run
         return torch.einsum("edm,ebm->ebd", self.pseudo_inverse, y / (2 * rho) + self.b.unsqueeze(1) / 2)
 
-    def residual(self, x):
-        """A_ij x_i + A_ji x_j - b_ij (its positive part on inequalities), one row per undirected edge: (E/2, B, m)."""
+    def values(self, x):
+        """A_ij x_i + A_ji x_j - b_ij, one row per undirected edge: (E/2, B, m)."""
         A_ij, A_ji, b = self.forward_terms
-        r = (
+        return (
             torch.einsum("emd,ebd->ebm", A_ij, select(x, self.ends[0]))
             + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1]))
             - b
         )
+
+    def residual(self, x):
+        """A_ij x_i + A_ji x_j - b_ij (its positive part on inequalities), one row per undirected edge: (E/2, B, m)."""
+        r = self.values(x)
         return r if self.forward_inequality is None else torch.where(self.forward_inequality, r.clamp(min=0), r)

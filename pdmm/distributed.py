@@ -60,6 +60,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from .certificate import optimality_certificate
 from .constraints import Consensus
 from .edge_index import CompiledGraph, EdgeList
 from .local import Quadratic
@@ -366,8 +367,25 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
         x_star = shared_reference(problem, options, group)
         state = algorithm.init(initial_x(problem, options)[torch.from_numpy(own)])
         per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
+        certificate = (  # consensus at the average of every rank's nodes: sums over the ranks (pdmm.certificate)
+            optimality_certificate(
+                local,
+                edges,
+                options.curvature,
+                options.scale,
+                count=problem.n,
+                summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
+            )
+            if options.tol > 0
+            else None
+        )
         book = _PartBookkeeping(
-            options, local=_Summed(local, problem.n, group), edges=edges, per_round=per_iteration, x_star=x_star
+            options,
+            local=_Summed(local, problem.n, group),
+            edges=edges,
+            per_round=per_iteration,
+            x_star=x_star,
+            certificate=certificate,
         )
         book.part(own, problem.compiled.num_edges // 2, group)
 

@@ -21,7 +21,6 @@ from .problem import node_data
 
 DIVERGENCE_GROWTH = 1e6
 FROZEN_EPS = 4  # a state whose every tensor changes by <= FROZEN_EPS * eps * its RMS in a step is frozen (stalled)
-DUAL_SLACK = 100  # the multipliers' test is implied by x's for rho <= DUAL_SLACK (Bookkeeping.state_test)
 STATUSES = ("converged", "max_iter", "stalled", "diverged", "interrupted", "callback")
 HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
 COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
@@ -381,21 +380,21 @@ class Bookkeeping:
         x_star=None,
         private=None,
         silent=0,
-        stiffness=None,
-        ideal=None,
+        certificate=None,
     ):
         """options: the run's RunOptions (history names, rho, record_every, capacity, scale); local, edges: the
         run's local functions and edge operator; per_round: (messages, bits) per sending round on the ideal network;
         channel: the simulated network's channel or None; x_star: the reference point or None; private: the
-        network privacy's reference point or None; silent: the method's first rounds that send nothing."""
+        network privacy's reference point or None; silent: the method's first rounds that send nothing;
+        certificate: the run's optimality certificate (pdmm.certificate), None where the problem has none (the run
+        is then never converged by the stopping test)."""
         names, rho, scale = options.history, options.rho, options.scale
         scale = None if scale is None else scale.to(options.device, options.dtype)
         self.names, self.local, self.edges, self.channel, self.rho = names, local, edges, channel, rho
         # scale (B,): the problem's scale (problem_scale); the test's floor min(1, scale), 1 where it is 0 or unknown
         self.floor = None if scale is None else torch.where(scale > 0, torch.clamp(scale, max=1.0), 1.0)
         self.baseline = scale  # the least residual the divergence test measures growth from
-        self.stiffness = stiffness  # (1 / step, L), each (B,), of a method with a step size (_stiffness), or None
-        self.ideal = ideal  # over a network: the method's step on the ideal network, which the test measures
+        self.certificate = certificate
         self.x_star, self.private, self.per_round, self.every = x_star, private, per_round, options.record_every
         self.silent = silent  # the method's first rounds that send nothing (ideal-network counts)
         like = edges.graph.sign
@@ -468,22 +467,12 @@ class Bookkeeping:
         """(RMS of t, RMS of t - t_old) per instance, (B,) each, for a state tensor (N, B, m) other than x."""
         return rms(t), rms(t - t_old)
 
-    def state_test(self, new, old, tol, scale, change):
-        """(passes, frozen), bool tensors per instance (B,) or 0-dim where nothing varies by instance, from the
-        method's state besides x (z, u, x_half, ...; docs/guide/solve.md, "The stopping test"). passes: the
-        fixed-point residual of the multipliers, rho * (RMS change of x), what one step moves them by, is <= tol *
-        max(DUAL_SLACK * scale, their RMS), so a large rho (x pinned while the multipliers still travel) cannot pass
-        with x stuck near x^0; with rho <= DUAL_SLACK this follows from the test on x, and methods without rho pass.
-        Over a network (self.ideal: new is two ideal steps from old) every state tensor's own change must also be <=
-        tol * max(DUAL_SLACK * scale, its RMS): a message lost for good leaves its z where it was, a fixed point of
-        the lossy step whose x is not the solution, which an ideal step moves in z (two steps, as pdmm with theta = 1
-        flips the part of z that x never sees, such as network privacy's perturbation, at every step). frozen: every
-        state tensor changed by at most FROZEN_EPS * eps * its RMS in the step (rounding only): the step no longer
-        moves the state."""
+    def frozen(self, new, old, scale):
+        """Whether every state tensor of the method besides x (z, u, x_half, ...) changed by at most FROZEN_EPS * eps
+        * its RMS in the step from `old` to `new` (rounding only): bool per instance (B,), or 0-dim where nothing varies
+        by instance (the stall test, docs/guide/solve.md, "The stopping test")."""
         eps = FROZEN_EPS * torch.finfo(scale.dtype).eps
         frozen = torch.ones((), dtype=torch.bool, device=scale.device)
-        settled = torch.ones((), dtype=torch.bool, device=scale.device)
-        largest = torch.zeros_like(scale)
         for key, t in new.items():
             before = old.get(key)
             if (
@@ -494,13 +483,7 @@ class Bookkeeping:
                 continue
             size, moved = self.state_sizes(t, before)
             frozen = frozen & (moved <= eps * size)
-            largest = torch.maximum(largest, size)
-            if self.ideal is not None:
-                settled = settled & (moved <= tol * torch.maximum(DUAL_SLACK * scale, size))
-        if self.rho is None:
-            return settled, frozen
-        passes = self.rho * change <= tol * torch.maximum(DUAL_SLACK * scale, largest)
-        return passes & settled, frozen
+        return frozen
 
     def scale(self, size):
         """The stopping test's scale per instance, max(floor, RMS of x); floor = min(1, the problem's scale), or 1."""
@@ -510,31 +493,23 @@ class Bookkeeping:
         """The tests of check() per instance, before they are combined over the instances: (passes, reached, frozen,
         finite, grown, residual), each (B,) (finite and frozen may be 0-dim where nothing varies by instance).
 
-        passes: the residual and the change of x are <= tol * max(floor, RMS of x), floor = min(1, the problem's
-        scale), the method's multipliers pass state_test and a method with a step size its step test; over a network
-        (self.ideal, taken once every instance's residual passes) the changes are two ideal steps' from `new`.
-        reached: the error is <= target (None without a target). frozen: x and the whole state changed by rounding
-        only. finite: x and the residual are finite. grown: the residual grew DIVERGENCE_GROWTH-fold from `first`,
-        iteration 1's (docs/guide/solve.md, "The stopping test"). Instances are independent, so a batch of
+        passes: with tol > 0, the residual is <= tol * max(floor, RMS of x), floor = min(1, the problem's scale), and
+        the optimality certificate holds at `new` (pdmm.certificate: measured at the iterate, not estimated from how
+        much it moved); never with tol <= 0 (tol=0 runs every iteration, -inf applies no test), nor without a
+        certificate. reached: the error is <= target (None without a target). frozen: x and the whole state changed
+        by rounding only. finite: x and the residual are finite. grown: the residual grew DIVERGENCE_GROWTH-fold from
+        `first`, iteration 1's (docs/guide/solve.md, "The stopping test"). Instances are independent, so a batch of
         independent runs (pdmm.tuning) combines these over each run's own instances."""
         x = new["x"]
         residual = self.residual(x, seen)
         size, change, finite = self.sizes(x, old["x"])
-        # over a network a random step may change nothing (all asleep): two ideal steps from here must not (two:
-        # pdmm's theta = 1 flips z's privacy part). Taken only where the residual test already passes (one more
-        # read from the device), so a run pays for them near its end, not at every test
-        if self.ideal is not None and read((residual <= tol * self.scale(size)).all())[0]:
-            old, new = new, self.ideal(self.ideal(new))
-            size, change, ideal_finite = self.sizes(new["x"], old["x"])
-            finite = finite & ideal_finite
         scale = self.scale(size)
-        passes, frozen = self.state_test(new, old, tol, scale, change)
-        if self.stiffness is not None:  # a tiny step moves x little however far it is: 1/step * change is the
-            inverse_step, curvature = self.stiffness  # fixed-point residual in gradient units, against L's
-            passes = passes & (inverse_step * change <= tol * DUAL_SLACK * curvature * scale)
-        passes = (residual <= tol * scale) & (change <= tol * scale) & passes
+        if tol > 0 and self.certificate is not None:
+            passes = (residual <= tol * scale) & self.certificate.holds(new, tol, scale)
+        else:
+            passes = torch.zeros_like(scale, dtype=torch.bool)
         reached = None if target is None else self.error(x, seen) <= target
-        frozen = frozen & (change <= FROZEN_EPS * torch.finfo(x.dtype).eps * size)
+        frozen = self.frozen(new, old, scale) & (change <= FROZEN_EPS * torch.finfo(x.dtype).eps * size)
         finite = finite & torch.isfinite(residual)
         floor = torch.clamp(first, min=math.sqrt(torch.finfo(x.dtype).eps) * scale)
         if self.baseline is not None:  # a first residual of 0 (nothing moved yet) is no baseline for growth

@@ -77,6 +77,15 @@ class PDMM:
         new = self.local_step(state, self.edges.aggregate(z, self.rho))
         return {**new, "z": self.update_edges(z, self.edges.messages(z, new["x"], self.rho))}
 
+    def multipliers(self, state):
+        """The messages y_{i|j} = z_{i|j} + 2c (A_ij x_i - b_ij / 2) of state's z and x per directed edge (E, B, m),
+        whose projection P(y) onto {lambda_{i|j} = lambda_{j|i}, >= 0 on an inequality} (both ends averaged, clipped
+        at 0 on inequality rows) is the multiplier of edge {i, j}'s constraint: the exchange reflects about it,
+        z <- 2 P(y) - y (docs/pdmm_inequality.md), so that it settles with x, for theta = 1 too, where z need not.
+        For edge matrices (the consensus state is signed, pdmm.constraints.Consensus); the stopping test's
+        certificate takes its KKT residual with it (pdmm.certificate)."""
+        return self.edges.messages(state["z"], state["x"], self.rho)
+
     def local_step(self, state, u):
         """The node updates from u (the aggregated edge terms): {"x": x^{k+1}}."""
         return {"x": self.awake(self.fuse(u), state["x"])}

@@ -1,6 +1,5 @@
 """pdmm.solve: run a method on a Problem, record its convergence, stop at tolerance or divergence."""
 
-import copy
 import ctypes
 import inspect
 import math
@@ -15,7 +14,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .decentralised import Decentralised, NetworkMixing
+from .certificate import optimality_certificate
+from .decentralised import Decentralised
 from .edge_index import locality_order
 from .loop import (
     HISTORY,
@@ -103,23 +103,22 @@ def solve(
     its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
     **The stopping test** (docs/guide/solve.md, "The stopping test"; docs/theory/pdmm.md section 11). A run
-    stops, converged, when the residual RMS and the RMS change of x both fall to tol * S, S = max(s, RMS of
-    x), s = min(1, the problem's scale) (problem_scale) and, for the methods with rho, rho times the RMS change
-    of x (the multipliers' fixed-point residual) falls to tol * max(DUAL_SLACK * S, RMS of the multiplier
-    state), which a huge rho pinning x near x^0 cannot pass (implied by the first test for rho <= DUAL_SLACK);
-    for the methods with a step size (eta, alpha), 1 / step times the change of x falls to
-    DUAL_SLACK * tol * L * S; over a network the test measures two ideal steps from the state reached, every
-    state tensor included (taken only once the residual passes, so they cost nothing before the end of a
-    run). On slowly converging runs the error left is then up to about 10 tol. A run whose whole state stops
-    changing short of that (a floating-point fixed point) ends "stalled"; result.status says "converged",
+    stops, converged, only where two residuals measured at the iterate pass, in every instance: the residual RMS
+    is at most tol * S, S = max(s, RMS of x), s = min(1, the problem's scale) (problem_scale); and a first-order
+    optimality certificate holds (pdmm.certificate): for consensus the gradient of the sum at the average
+    xbar (the prox-gradient map for lasso), for edge matrices the KKT residual at the method's multipliers (with
+    complementary slackness on inequality rows), at most tol times the size of the terms that cancel there. It
+    bounds the error, ||xbar - x*|| <= tol G / mu for a mu-strongly convex sum, whatever the run went through; a
+    problem the certificate cannot measure (a smooth part without a gradient, for instance) is never converged.
+    tol=0 applies no test: the run takes all max_iter iterations silently. A run whose whole state stops
+    changing short of the test (a floating-point fixed point) ends "stalled"; result.status says "converged",
     "max_iter", "stalled", "diverged" or "interrupted". With tol > 0, a run that ends at max_iter or stalled
-    warns (ConvergenceWarning, naming a rho far from the curvature, rho_advice); tol=0 runs all max_iter
-    iterations silently. The test runs every `check_every` iterations and at max_iter, so a run stops at a
-    multiple of check_every: up to check_every - 1 iterations after the first iteration that meets the test;
-    the state returned is that of the iteration it stopped at. Between tests nothing is read back from the
-    device. dgd, extra, nids and gradient-tracking over a network that loses messages one way or quantises
-    settle off the solution where this test would pass: they are never stopped by it (docs/decentralised.md
-    section 9). Divergence (non-finite iterates or recorded objective, or a residual grown
+    warns (ConvergenceWarning, naming a rho far from the curvature, rho_advice). The test runs every
+    `check_every` iterations and at max_iter, so a run stops at a multiple of check_every: up to check_every - 1
+    iterations after the first iteration that meets the test; the state returned is that of the iteration it
+    stopped at. Between tests nothing is read back from the device. dgd, extra, nids and gradient-tracking over
+    a network that loses messages one way or quantises settle off the solution: they are never stopped by it
+    (docs/decentralised.md section 9). Divergence (non-finite iterates or recorded objective, or a residual grown
     DIVERGENCE_GROWTH-fold from iteration 1's) is tested with the stopping test and raises DivergenceError;
     the residual is computed at iteration 1, at recorded and at tested iterations only.
 
@@ -501,9 +500,13 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
     if getattr(algorithm, "biased", False):  # a limit off the solution: the residual test cannot certify it
         options = replace(options, tol=-math.inf)
     check_steps_resolved(algorithm, problem, dtype, options.curvature)
-    stiffness = _stiffness(algorithm, options.curvature)
-    # over a network a step may change nothing by chance (every node asleep): the test measures ideal steps
-    ideal = None if channel is None or options.tol < 0 else _ideal(algorithm).step
+    certificate = (  # tol <= 0 applies no stopping test: nothing to certify
+        optimality_certificate(
+            local, edges, options.curvature, options.scale, multipliers=getattr(algorithm, "multipliers", None)
+        )
+        if options.tol > 0
+        else None
+    )
     if options.node_form:
         algorithm = NodeForm(algorithm)
     x_star = _renumbered(reference_point(problem, options), order)
@@ -519,8 +522,7 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
         x_star=x_star,
         private=private,
         silent=METHODS[method].silent_rounds,
-        stiffness=stiffness,
-        ideal=ideal,
+        certificate=certificate,
     )
     step = torch.compile(algorithm.step) if options.compile else algorithm.step
     return Prepared(options, step, state, book, x_star, order, channel)
@@ -672,9 +674,8 @@ def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor |
 def _stiffness(algorithm, curvature):
     """(1 / step, L), each (B,) on the run's device, for a method whose x moves by a step size: qa-pdmm
     (1 / step = max_i eta_i) and dgd, extra, nids and gradient-tracking (1 / alpha); L = max_i L_i of the smooth
-    part (curvature: local_curvature, (n, B), or None). With a tiny step x moves little however far it is from
-    the solution, so the test asks 1 / step times the change of x to be small against L (pdmm.loop.Bookkeeping.check;
-    implied by the change test for eta = L or alpha = "auto"). None for the other methods."""
+    part (curvature: local_curvature, (n, B), or None), what check_steps_resolved compares against the dtype's eps.
+    None for the other methods."""
     if isinstance(algorithm, QAPDMM):
         inverse = algorithm.eta.amax(0)
     elif isinstance(algorithm, Decentralised):
@@ -721,18 +722,6 @@ def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None)
             f"{L / inverse:.3g} is below eps, so every gradient step rounds away against x; use "
             "alpha='auto'"
         )
-
-
-def _ideal(algorithm):
-    """A copy of `algorithm` (built with a channel) that steps as on the ideal network: the step whose fixed point
-    is the solution, which the stopping test measures over a network (a random step may move nothing)."""
-    twin = copy.copy(algorithm)
-    twin.channel = None
-    product = getattr(algorithm, "product", None)
-    if isinstance(product, NetworkMixing):
-        twin.product = copy.copy(product)
-        twin.product.channel = None
-    return twin
 
 
 def _check_seed(seed):

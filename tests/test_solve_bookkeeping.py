@@ -22,20 +22,25 @@ def averaging(batch=None, seed=0):
 
 
 def loop_stop(problem, tol, every, max_iter=1000, rho=1.0):
-    """(iteration, x) where solve(check_every=every) should stop, from PDMM.step and numpy: the first
-    multiple of `every` (or max_iter) at which the residual RMS over the edges and the RMS change of
-    x are both <= tol * max(1, RMS of x)."""
+    """(iteration, x) where solve(check_every=every) should stop on an averaging problem, from PDMM.step and numpy:
+    the first multiple of `every` (or max_iter) at which the residual RMS over the edges is <= tol * max(1, RMS of
+    x) and the certificate holds at the average xbar (docs/guide/solve.md, "The stopping test"): with
+    grad f_i(x) = x - a_i, ||n xbar - sum_i a_i|| <= tol * sum_i (||xbar|| + ||a_i||)."""
     graph, local, edges = problem.compile("cpu", torch.float64)
     algorithm = pdmm.METHODS["pdmm"](graph, local, edges, rho)
     state = algorithm.init(torch.zeros(problem.n, 1, problem.dim, dtype=torch.float64))
+    a = local.q[:, 0].numpy()
     index = {v: k for k, v in enumerate(G.nodes)}
     i, j = np.array([(index[u], index[v]) for u, v in G.edges]).T
     rms = lambda v: np.sqrt((v**2).sum(-1).mean())  # noqa: E731
     for k in range(1, max_iter + 1):
-        old, state = state["x"][:, 0].numpy(), algorithm.step(state)
+        state = algorithm.step(state)
         x = state["x"][:, 0].numpy()
-        bound = tol * max(1.0, rms(x))
-        if (k % every == 0 or k == max_iter) and rms(x[i] - x[j]) <= bound and rms(x - old) <= bound:
+        xbar = x.mean(0)
+        certified = np.linalg.norm(len(x) * xbar - a.sum(0)) <= tol * (
+            len(x) * np.linalg.norm(xbar) + np.linalg.norm(a, axis=1).sum()
+        )
+        if (k % every == 0 or k == max_iter) and rms(x[i] - x[j]) <= tol * max(1.0, rms(x)) and certified:
             return k, x
     return max_iter, x
 

@@ -20,6 +20,7 @@ class LocalFunction:
     """
 
     smooth = True
+    uniform_prox = False  # whether composite()'s r_i is the same function at every node (see composite)
     shape: tuple[int, ...]  # (n, B, d), set by every subclass
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +114,9 @@ class LocalFunction:
             s, a smooth local function (gradient, smoothness).
         prox_r : Callable or None
             prox_r(v, step) = argmin_x step r_i(x) + 1/2 ||x - v||^2 node by node, step a number or a tensor
-            broadcasting against v; None where r = 0.
+            broadcasting against v; None where r = 0. Where `uniform_prox` is True, r_i is the same r at every
+            node, so that prox_r(v, n step) is the prox of sum_i r_i at a point v shared by the n nodes (the
+            consensus optimality certificate, pdmm.certificate; docs/guide/solve.md, "The stopping test").
 
         Raises
         ------

@@ -36,6 +36,7 @@ class Lasso(Quadratic):
     """
 
     smooth = False
+    uniform_prox = True  # r_i = t ||x||_1 at every node
 
     def __init__(
         self, P: torch.Tensor, q: torch.Tensor, t: float, H: torch.Tensor | None = None, y: torch.Tensor | None = None

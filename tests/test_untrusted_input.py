@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_run_ownership import forge
 
 import pdmm
 from experiments.cli import main
@@ -89,6 +90,7 @@ def planted(tmp_path_factory):
         checkpoint = torch.load(path, weights_only=True)
         checkpoint["extra"] = Payload(marker)
         torch.save(checkpoint, path)
+        forge(path.parent, path.name)  # recorded in the marker, as a sender can: the loader itself must refuse it
         assert unpickles_code(lambda path=path: torch.load(path, weights_only=False), marker)  # the plant is live
     (out / "seeds" / "seed=0.json").unlink()  # compare must load the trained model again
     (out / "runs" / "sweep.json").write_text(
@@ -146,6 +148,7 @@ def test_weights_that_do_not_fit_the_model_are_one_line_errors(tmp_path, capsys)
     name = next(iter(checkpoint["model"]))
     checkpoint["model"][name] = torch.zeros(3, 3, 3)
     torch.save(checkpoint, tmp_path / "run" / CHECKPOINT)
+    forge(tmp_path / "run", CHECKPOINT)  # recorded in the marker, so the resume's own check is what refuses it
     with pytest.raises(SystemExit) as stop:
         main(["probe", str(tmp_path / "run")])
     err = capsys.readouterr().err

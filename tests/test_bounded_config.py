@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_run_ownership import forge
+from tiny_runs import MODULAR, TINY, TRAIN, forge
 
 import pdmm
 from experiments import memory
@@ -26,19 +26,6 @@ from experiments.config import load_config
 from experiments.tasks import TASKS, build_task
 from experiments.train import load_weights
 
-CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
-MODULAR = str(CONFIGS / "modular97.toml")
-TINY = [  # a modular run of a second: checkpoints at steps 2 and 4
-    "task.p=5",
-    "model.d_model=8",
-    "model.n_head=2",
-    "train.max_iters=4",
-    "train.eval_interval=2",
-    "train.checkpoint_interval=2",
-    "train.eval_iters=1",
-    "train.patience=5",
-]
-TRAIN = ["train", MODULAR, *[f"--set={s}" for s in TINY], "--no-progress"]
 CHAR = [  # a char_lm run of a second on the shipped corpus
     "train",
     "shakespeare_char_cpu",

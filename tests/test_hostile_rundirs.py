@@ -8,13 +8,12 @@ import resource
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_run_ownership import forge  # a crafted file recorded in the marker, as a hostile sender does
+from tiny_runs import CONFIGS, TINY, TRAIN, forge
 
 import experiments.rundir as rundir
 from experiments.cli import main, out_of_memory
@@ -24,18 +23,6 @@ from experiments.grid import run_name
 from experiments.results_doc import replace_section
 from experiments.rundir import MARKER
 
-CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
-TINY = [
-    "task.p=5",
-    "model.d_model=8",
-    "model.n_head=2",
-    "train.max_iters=4",
-    "train.eval_interval=2",
-    "train.checkpoint_interval=2",
-    "train.eval_iters=1",
-    "train.patience=5",
-]
-TRAIN = ["train", str(CONFIGS / "modular97.toml"), *[f"--set={s}" for s in TINY], "--no-progress"]
 EXTEND = ["--extend", "--set=train.max_iters=6"]
 SWEEP = ["sweep", str(CONFIGS / "modular97.toml"), *[f"--set={s}" for s in TINY], "--seeds", "0", "--no-progress"]
 

@@ -65,16 +65,6 @@ def untouched(directory: Path, files: dict) -> bool:
     return all((directory / rel).read_bytes() == data for rel, data in files.items())
 
 
-def forge(directory: Path, *names: str) -> None:
-    """Record the present bytes of `names` in `directory`'s marker, as a hostile sender does (the marker is plain
-    JSON): ownership then holds, and what a command checks beyond it must refuse the crafted files."""
-    marker = json.loads((directory / MARKER).read_text())
-    for name in names:
-        data = (directory / name).read_bytes()
-        marker["files"][name] = [{"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
-    (directory / MARKER).write_text(json.dumps(marker))
-
-
 def format_1(command: str, *paths: str) -> str:
     """A marker as pdmm-bridge 0.5 wrote it: the command, then the paths it claims to have written."""
     return "\n".join([command, *paths]) + "\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_run_ownership import forge
+from tiny_runs import forge
 
 import pdmm
 from experiments.cli import main

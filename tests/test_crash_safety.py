@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_run_ownership import forge
+from tiny_runs import forge
 
 import experiments.rundir as rundir
 import experiments.train as train_module

@@ -56,6 +56,10 @@ class Consensus:
         """The x_i a message carries if its state were 0: y = -2c x_i (signed state)."""
         return y / (-2 * rho)
 
+    def feasibility(self, x):
+        """The residual, whose rows (+-I, -+I) have size 1 (EdgeMatrices.feasibility)."""
+        return self.residual(x)
+
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij = +-(x_i - x_j), one row per undirected edge {i, j}: (E/2, B, d)."""
         return select(x, self.ends[0]) - select(x, self.ends[1])
@@ -72,6 +76,10 @@ class EdgeMatrices:
         self.ends = graph.src[forward], graph.dst[forward]
         self.forward_terms = A[forward], A[graph.rev[forward]], b[forward].unsqueeze(1)
         self.forward_inequality = None if inequality is None else self.inequality[forward]
+        # per row of each undirected edge, (E/2, 1, m): the larger norm of its two coefficient rows (1 for a zero row),
+        # the size in which the stopping test measures that row's residual (docs/guide/solve.md, "The stopping test")
+        size = torch.maximum(*(torch.linalg.vector_norm(t, dim=-1) for t in self.forward_terms[:2]))
+        self.row_size = torch.where(size > 0, size, 1).unsqueeze(1)
         self.pseudo_inverse = None  # A_ij^+, for what a message carries (pdmm.network privacy measures)
 
     def state_shape(self, batch, dim):
@@ -112,6 +120,11 @@ class EdgeMatrices:
             + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1]))
             - b
         )
+
+    def feasibility(self, x):
+        """The residual of every row relative to its coefficients' size (row_size): unchanged by scaling a row's
+        A_ij, A_ji and b_ij together, (E/2, B, m)."""
+        return self.residual(x) / self.row_size
 
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij (its positive part on inequalities), one row per undirected edge: (E/2, B, m)."""

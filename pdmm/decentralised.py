@@ -300,8 +300,10 @@ def check_network(name: str, network: Network) -> None:
 def network_biases(network: Network) -> bool:
     """Whether `network` moves the methods' limit off the solution (docs/decentralised.md section 9): a message
     lost one way (drop > 0 for some edge, or bursts of loss) or quantised. Their iterates then settle at a
-    consensual point that the residual test cannot tell from the solution, so pdmm.solve never reports them
-    converged by it (only `target`, an error against the reference, stops such a run early)."""
+    consensual point that the residual test alone cannot tell from the solution; pdmm.solve's optimality
+    certificate can (measured on the true iterates), so such a run is converged only where its iterate is certified
+    within tol, and otherwise ends at max_iter with a message naming the network (docs/guide/solve.md, "The
+    stopping test")."""
     drop = network.drop
     probabilities = drop.values() if isinstance(drop, dict) else drop if isinstance(drop, tuple) else (drop,)
     return network.bits is not None or network.burst is not None or any(p > 0 for p in probabilities)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .constraints import Consensus
 from .network import Network, privacy_gaps
 from .problem import node_data
 
@@ -493,7 +494,8 @@ class Bookkeeping:
         """The tests of check() per instance, before they are combined over the instances: (passes, reached, frozen,
         finite, grown, residual), each (B,) (finite and frozen may be 0-dim where nothing varies by instance).
 
-        passes: with tol > 0, the residual is <= tol * max(floor, RMS of x), floor = min(1, the problem's scale), and
+        passes: with tol > 0, the residual (each row relative to its coefficients' size, EdgeMatrices.feasibility) is
+        <= tol * max(floor, RMS of x), floor = min(1, the problem's scale), and
         the optimality certificate holds at `new` (pdmm.certificate: measured at the iterate, not estimated from how
         much it moved); never with tol <= 0 (tol=0 runs every iteration, -inf applies no test), nor without a
         certificate. reached: the error is <= target (None without a target). frozen: x and the whole state changed
@@ -505,7 +507,8 @@ class Bookkeeping:
         size, change, finite = self.sizes(x, old["x"])
         scale = self.scale(size)
         if tol > 0 and self.certificate is not None:
-            passes = (residual <= tol * scale) & self.certificate.holds(new, tol, scale)
+            feasible = residual if isinstance(self.edges, Consensus) else rms(self.edges.feasibility(x))
+            passes = (feasible <= tol * scale) & self.certificate.holds(new, tol, scale)
         else:
             passes = torch.zeros_like(scale, dtype=torch.bool)
         reached = None if target is None else self.error(x, seen) <= target

@@ -7,7 +7,7 @@ import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from .loop import (
     iterate,
     make_result,
     reference_point,
+    status_message,
     to_numpy,
 )
 from .methods import METHODS, QAPDMM, NodeForm, check_mixing_options
@@ -38,6 +39,10 @@ from .problem import Problem
 
 RHO_FAR = 1e4  # rho * degree / L beyond [1 / RHO_FAR, RHO_FAR]: named when a run does not converge (rho_advice)
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+BIASED = (  # why a run over a network that biases its method (pdmm.decentralised.network_biases) ends short of tol
+    "over this network (messages lost one way, bursts of loss or quantisation) the method settles off the solution, "
+    "where the stopping test cannot pass (docs/decentralised.md section 9)"
+)
 CHECK_EVERY = 10  # iterations between stopping tests: each test reads a few numbers back from the device
 CHECK_EVERY_NODES = 50  # the same in the node form, where the test's edge residual costs 0.5-3 steps
 LARGE_GRAPH_EDGES = 2**16  # directed edges from which solve renumbers nodes (reorder=None) and sums the edge state
@@ -414,7 +419,10 @@ def _run_local(problem, options):
             )
         except KeyboardInterrupt:
             status = "interrupted"
-    return _warned(finish(status), options.tol, problem, options.rho)
+    short = run.biased and status in ("max_iter", "stalled")
+    why = f"{status_message(status, so_far.now[1], options.tol, options.target)}; {BIASED}" if short else ""
+    result = finish(status, why)
+    return _warned(result, options.tol, problem, options.rho, BIASED if run.biased else None)
 
 
 def _watcher(callback, order, batched):
@@ -436,9 +444,10 @@ def _watcher(callback, order, batched):
 
 @dataclass
 class Prepared:
-    """A local run ready to iterate (prepare): its options (tol=-inf for a method a network biases), the step,
-    the state x^0 and the method's, the bookkeeping, the reference point (in the run's node order), the run's node
-    order (None: the graph's own) and the simulated network's channel."""
+    """A local run ready to iterate (prepare): its options, the step, the state x^0 and the method's, the
+    bookkeeping, the reference point (in the run's node order), the run's node order (None: the graph's own), the
+    simulated network's channel and whether that network biases the method's limit (pdmm.decentralised.
+    network_biases)."""
 
     options: RunOptions
     step: Any
@@ -447,6 +456,7 @@ class Prepared:
     x_star: torch.Tensor | None
     order: torch.Tensor | None
     channel: Channel | None
+    biased: bool = False
 
 
 def prepare(problem: Problem, options: RunOptions) -> Prepared:
@@ -497,8 +507,6 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
         channel=channel,
         **_renumbered_params(options.method_params, order, problem),
     )
-    if getattr(algorithm, "biased", False):  # a limit off the solution: the residual test cannot certify it
-        options = replace(options, tol=-math.inf)
     check_steps_resolved(algorithm, problem, dtype, options.curvature)
     certificate = (  # tol <= 0 applies no stopping test: nothing to certify
         optimality_certificate(
@@ -525,7 +533,7 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
         certificate=certificate,
     )
     step = torch.compile(algorithm.step) if options.compile else algorithm.step
-    return Prepared(options, step, state, book, x_star, order, channel)
+    return Prepared(options, step, state, book, x_star, order, channel, getattr(algorithm, "biased", False))
 
 
 def _tune_for(nbytes, device):
@@ -804,12 +812,12 @@ def _renumbered(x, order):
     return x if x is None or order is None else x.index_select(0, order)
 
 
-def _warned(result, tol, problem=None, rho=None):
-    """result, after a ConvergenceWarning where a run with a stopping test (0 < tol < inf: not tol=0, nor a biased
-    method's) ended at max_iter or stalled (docs/guide/solve.md, "The stopping test"); a rho far from the problem's
-    curvature is named (rho_advice)."""
+def _warned(result, tol, problem=None, rho=None, biased=None):
+    """result, after a ConvergenceWarning where a run with a stopping test (0 < tol < inf: not tol=0) ended at
+    max_iter or stalled (docs/guide/solve.md, "The stopping test"); a rho far from the problem's curvature is named
+    (rho_advice), or `biased`: why the network keeps the method off the solution."""
     if result.status in ("max_iter", "stalled") and 0 < tol < math.inf:
-        far = None if problem is None else rho_advice(rho, problem)
+        far = biased or (None if problem is None else rho_advice(rho, problem))
         why, advice = (
             ("its state stopped changing", far or "tol may be below what the dtype resolves")
             if result.stalled

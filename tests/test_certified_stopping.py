@@ -368,3 +368,159 @@ def test_the_documented_bound_holds_for_a_consensus_quadratic():
     assert result.converged and np.linalg.norm(x - x_star) <= bound
     scale = np.linalg.norm(np.einsum("nij,j->ni", P, xbar), axis=1).sum() + np.linalg.norm(q, axis=1).sum()
     assert np.linalg.norm(gradient) <= 1e-6 * scale  # the certificate, recomputed
+
+
+# the certificate of edge matrices, recomputed from the docs' equations with cvxpy's solution and multipliers
+
+
+def kkt_problem(kind, seed, inequalities, n=7):
+    """(graph, rows (i, j, A_ij, A_ji, b_ij, below), local data) of an edge-constrained problem on n nodes, two rows
+    per edge, feasible at a random point; every edge but each third an inequality with slack in [0, 1] there."""
+    graph = pdmm.topology("random_geometric", n=n, seed=seed)
+    rng = np.random.default_rng(seed)
+    point = {v: rng.normal(size=3) for v in graph}
+    rows = []
+    for k, (i, j) in enumerate(graph.edges):
+        a_i, a_j = rng.normal(size=(2, 3)), rng.normal(size=(2, 3))
+        below = inequalities and k % 3 != 0
+        rows.append((i, j, a_i, a_j, a_i @ point[i] + a_j @ point[j] + (rng.uniform(0, 1, 2) if below else 0), below))
+    if kind == "quadratic":
+        M = rng.normal(size=(n, 3, 3))
+        return graph, rows, {"P": M @ M.transpose(0, 2, 1) + 0.5 * np.eye(3), "q": 3 * rng.normal(size=(n, 3))}
+    if kind == "lasso":
+        return graph, rows, {"H": rng.normal(size=(n, 5, 3)), "y": 3 * rng.normal(size=(n, 5)), "lam": 2.0}
+    return graph, rows, {"X": rng.normal(size=(n, 6, 3)), "y": np.sign(rng.normal(size=(n, 6))), "reg": 0.1}
+
+
+def kkt_pdmm_problem(kind, graph, rows, data):
+    edges = {(i, j): (a_i, a_j, b, "<=") if below else (a_i, a_j, b) for i, j, a_i, a_j, b, below in rows}
+    if kind == "quadratic":
+        return pdmm.quadratic(graph, data["P"], data["q"], constraints=edges)
+    if kind == "lasso":
+        return pdmm.lasso(graph, data["H"], data["y"], lam=data["lam"], constraints=edges)
+    return pdmm.logistic(graph, data["X"], data["y"], reg=data["reg"], constraints=edges)
+
+
+def cvxpy_kkt_point(kind, graph, rows, data):
+    """(x*, the multiplier of every row) by cvxpy (CLARABEL), from an objective and constraints written here."""
+    import cvxpy as cp
+
+    n, index = len(graph), {v: k for k, v in enumerate(graph.nodes)}
+    X = cp.Variable((n, 3))
+    if kind == "quadratic":
+        terms = [0.5 * cp.quad_form(X[k], data["P"][k]) - data["q"][k] @ X[k] for k in range(n)]
+    elif kind == "lasso":  # pdmm.lasso: r_i = (lam / n) ||x_i||_1
+        terms = [0.5 * cp.sum_squares(data["H"][k] @ X[k] - data["y"][k]) for k in range(n)]
+        terms.append(data["lam"] / n * cp.sum(cp.abs(X)))
+    else:
+        terms = [
+            cp.sum(cp.logistic(-cp.multiply(data["y"][k], data["X"][k] @ X[k])))
+            + data["reg"] / 2 * cp.sum_squares(X[k])
+            for k in range(n)
+        ]
+    held = []
+    for i, j, a_i, a_j, b, below in rows:
+        value = a_i @ X[index[i]] + a_j @ X[index[j]]
+        held.append(value <= b if below else value == b)
+    cp.Problem(cp.Minimize(sum(terms)), held).solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12)
+    return X.value, [np.asarray(c.dual_value, dtype=float).reshape(-1) for c in held]
+
+
+def kkt_numpy(kind, graph, rows, data, x, estimates):
+    """(R, G, K) of docs/guide/solve.md's table for edge matrices, node by node and row by row; estimates: per row,
+    the multiplier estimates of its two ends, projected as the docs say (averaged, clipped at 0 on an inequality)."""
+    n, index = len(graph), {v: k for k, v in enumerate(graph.nodes)}
+
+    def gradient(k, point):  # of the smooth part s_k
+        if kind == "quadratic":
+            return data["P"][k] @ point - data["q"][k]
+        if kind == "lasso":
+            return data["H"][k].T @ (data["H"][k] @ point - data["y"][k])
+        margin = data["y"][k] * (data["X"][k] @ point)
+        return -data["X"][k].T @ (data["y"][k] / (1 + np.exp(margin))) + data["reg"] * point
+
+    g = np.array([gradient(k, x[k]) for k in range(n)])
+    g0 = np.array([gradient(k, np.zeros(3)) for k in range(n)])
+    pull, K = np.zeros((n, 3)), 0.0
+    for (i, j, a_i, a_j, b, below), (at_i, at_j) in zip(rows, estimates, strict=True):
+        lam = (at_i + at_j) / 2
+        lam = np.maximum(lam, 0) if below else lam
+        pull[index[i]] += a_i.T @ lam
+        pull[index[j]] += a_j.T @ lam
+        if below:
+            K += lam @ np.maximum(b - a_i @ x[index[i]] - a_j @ x[index[j]], 0)
+    stationarity = g + pull
+    if kind == "lasso":  # the prox-gradient map with L = max_i L_i, prox of (lam / n) ||.||_1: soft thresholding
+        L = max(np.linalg.eigvalsh(H.T @ H)[-1] for H in data["H"])
+        v = x - stationarity / L
+        stationarity = L * (x - np.sign(v) * np.maximum(np.abs(v) - data["lam"] / n / L, 0))
+    size = np.linalg.norm(g - g0) + np.linalg.norm(g0) + np.linalg.norm(pull)
+    return np.array([np.linalg.norm(stationarity), size, K])
+
+
+def kkt_certificate(problem, rows, x, estimates):
+    """(R, G, K) of pdmm.certificate at x, the method's multiplier estimates per directed edge given by `estimates`."""
+    from pdmm.certificate import optimality_certificate
+    from pdmm.solve import local_curvature, problem_scale
+
+    graph, local, edges = problem.compile("cpu", torch.float64)
+    nodes = list(problem.compiled.nodes)
+    by_end = {}
+    for (i, j, *_), (at_i, at_j) in zip(rows, estimates, strict=True):
+        by_end[(i, j)], by_end[(j, i)] = at_i, at_j
+    estimate = torch.tensor(np.array([by_end[nodes[s], nodes[t]] for s, t in zip(graph.src, graph.dst, strict=True)]))
+    certificate = optimality_certificate(
+        local,
+        edges,
+        local_curvature(problem),
+        problem_scale(problem, torch.float64),
+        multipliers=lambda state: state["estimate"],
+    )
+    state = {"x": torch.tensor(x).unsqueeze(1), "estimate": estimate.unsqueeze(1)}
+    R, G, K = certificate.constrained(state, certificate.smooth.gradient(torch.zeros_like(state["x"])))
+    return np.array([float(R[0]), float(G[0]), 0.0 if K is None else float(K[0])])
+
+
+@pytest.mark.parametrize("inequalities", [False, True])
+@pytest.mark.parametrize("kind", ["quadratic", "lasso", "logistic"])
+def test_the_edge_certificate_is_the_kkt_residual_from_the_docs_equations(kind, inequalities):
+    """At cvxpy's solution and multipliers the KKT residual is rounding (R and K within 1e-9 of G: the certificate's
+    sign of A^T lambda is cvxpy's); at points and multiplier estimates moved off them (ends that disagree, negative
+    estimates on inequalities), pdmm.certificate's R, G and K equal those of a numpy loop written from the table in
+    docs/guide/solve.md, so a wrong sign or a missing term fails."""
+    graph, rows, data = kkt_problem(kind, seed=1, inequalities=inequalities)
+    problem = kkt_pdmm_problem(kind, graph, rows, data)
+    x, multipliers = cvxpy_kkt_point(kind, graph, rows, data)
+    at_solution = [(lam, lam) for lam in multipliers]
+    reference = kkt_numpy(kind, graph, rows, data, x, at_solution)
+    measured = kkt_certificate(problem, rows, x, at_solution)
+    assert reference[0] <= 1e-9 * reference[1] and reference[2] <= 1e-9 * reference[1]
+    np.testing.assert_allclose(measured[[0, 2]] / measured[1], reference[[0, 2]] / reference[1], rtol=0, atol=1e-12)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        moved = x + 0.3 * rng.normal(size=x.shape)
+        estimates = [(lam + rng.normal(size=2), lam + rng.normal(size=2)) for lam in multipliers]
+        reference = kkt_numpy(kind, graph, rows, data, moved, estimates)
+        assert reference[0] > 1e-2 * reference[1] and (reference[2] > 0) == inequalities
+        np.testing.assert_allclose(kkt_certificate(problem, rows, moved, estimates), reference, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-8), (torch.float32, None)])
+@pytest.mark.parametrize("method", ["pdmm", "qa-pdmm"])
+def test_scaling_the_data_or_the_constraint_rows_keeps_the_verdict(method, dtype, tol):
+    """f scaled by 1e-6 or 1e6 (rho with it), x* (q and b) by 1e-6 or 1e6, or every constraint row (A_ij, A_ji, b_ij
+    together, rho by the inverse square) by 1e-6 or 1e6: the same problem, the same iterates up to rounding, so the
+    same verdict at the same iteration, within C tol of cvxpy. Before, the constraint residual was measured in A's
+    units: rows scaled by 1e6 never converged (max_iter, error 1e-15), by 1e-6 converged early (float32: 8 tol off)."""
+    graph, rows, data = kkt_problem("quadratic", seed=1, inequalities=True, n=8)
+    x_star = cvxpy_kkt_point("quadratic", graph, rows, data)[0]
+    tol_used = DEFAULT_TOL[dtype] if tol is None else tol
+    ended = set()
+    for f, s, a in [(1, 1, 1), (1e-6, 1, 1), (1e6, 1, 1), (1, 1e-6, 1), (1, 1e6, 1), (1, 1, 1e-6), (1, 1, 1e6)]:
+        scaled = [(i, j, a * a_i, a * a_j, a * s * b, below) for i, j, a_i, a_j, b, below in rows]
+        problem = kkt_pdmm_problem("quadratic", graph, scaled, {"P": f * data["P"], "q": f * s * data["q"]})
+        result = pdmm.solve(problem, method=method, rho=f / a**2, tol=tol, dtype=dtype, max_iter=2000)
+        assert result.converged, (f, s, a, result.message)
+        assert relative_error(result.x, s * x_star) <= C * tol_used
+        ended.add(result.iterations)
+    assert len(ended) == 1, ended

@@ -45,6 +45,22 @@ class MultiHeadAttention(nn.Module):
     ------
     ValueError
         When layer_index is not an integer >= 1, or is None with kernel "diff".
+
+    Examples
+    --------
+    >>> import torch
+    >>> import attention
+    >>> _ = torch.manual_seed(0)
+    >>> layer = attention.MultiHeadAttention(attention.AttentionConfig(d_model=16, n_head=2))
+    >>> x = torch.randn(2, 5, 16)  # (B, T, d_model)
+    >>> causal = attention.TokenGraph.causal(5)
+    >>> update = layer(x, causal)
+    >>> update.shape
+    torch.Size([2, 5, 16])
+    >>> later = x.clone()
+    >>> later[:, 4] += 1.0  # change the last token: under the causal graph no earlier token sees it
+    >>> torch.allclose(layer(later, causal)[:, :4], update[:, :4])
+    True
     """
 
     lambda_init: float  # kernel "diff" only, like the four lambda vectors and head_norm

@@ -38,6 +38,21 @@ class TokenGraph:
         "dense" (a (T, T) boolean mask) or "sparse" (the edge list, attention.sparse).
     block : int or None
         Sparse layout: edges per block, None automatic, 0 unblocked (attention.sparse).
+
+    Examples
+    --------
+    >>> import attention
+    >>> graph = attention.TokenGraph.window(5, 1, causal=True)  # token i attends to i - 1 and i
+    >>> graph
+    TokenGraph(n=5, kind='graph', edges=9, layout='dense')
+    >>> graph.mask().int()  # row i: the tokens i attends to
+    tensor([[1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0],
+            [0, 1, 1, 0, 0],
+            [0, 0, 1, 1, 0],
+            [0, 0, 0, 1, 1]], dtype=torch.int32)
+    >>> graph.sparse()  # the same edges as an edge list: memory grows with the edges, not T^2
+    TokenGraph(n=5, kind='graph', edges=9, layout='sparse')
     """
 
     def __init__(

@@ -133,14 +133,15 @@ def solve_all(
                     history=history,
                     record_every=1,
                     backend="distributed" if args.nproc > 1 else "local",
+                    on_divergence="return",
                     **params[label],
                 )
-        except pdmm.DivergenceError as err:
-            results[label], failures[label] = err.result, str(err)
         except ValueError as err:  # what check_methods did not foresee: still one line, bad input
             raise UsageError(f"{label}: {err}") from None
         except KeyboardInterrupt:  # before its first iteration
             return results, failures, label
+        if results[label].status == "diverged":  # its message says where and how
+            failures[label] = results[label].message
         if results[label].interrupted:
             return results, failures, label
     return results, failures, None

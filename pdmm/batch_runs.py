@@ -152,6 +152,7 @@ def batch_outcomes(
             partition=None,
             reorder=None,
             form=None,
+            on_divergence="return",  # the loop below records a diverged value as an outcome, as tune's lone runs do
             method_params={**params, **({} if parameter == "rho" else first)},
         )
         grid = per_instance([values[g] for g in live], B, like)

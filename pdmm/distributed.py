@@ -506,6 +506,11 @@ class _PartBookkeeping(Bookkeeping):
         graph = self.edges.graph
         self.ends = graph.src[graph.forward], graph.forward
 
+    def objective(self, x):
+        """As Bookkeeping.objective, from the whole x (every rank's nodes, gathered, in the graph's node order): this
+        rank's nodes' sum, summed over the ranks."""
+        return super().objective(x.index_select(0, self.own))
+
     def residual(self, x, seen):
         if "residual" not in seen:
             graph = self.edges.graph

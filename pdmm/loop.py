@@ -9,9 +9,9 @@ knows which engine runs it: the distributed engine subclasses Bookkeeping to sum
 
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ import torch
 from .constraints import Consensus
 from .network import Network, privacy_gaps
 from .problem import node_data
+
+if TYPE_CHECKING:
+    import pandas
 
 DIVERGENCE_GROWTH = 1e6
 FROZEN_EPS = 4  # a state whose every tensor changes by <= FROZEN_EPS * eps * its RMS in a step is frozen (stalled)
@@ -29,9 +32,13 @@ CAPACITY = 4096  # history rows allocated ahead at most (the columns double when
 
 
 @dataclass
-class Result:
+class Result(Mapping[str, Any]):
     """What pdmm.solve returns: the last iterate and the recorded convergence (docs/guide/solve.md, "The stopping
-    test").
+    test" and "The Result").
+
+    It reads as scipy.optimize.OptimizeResult readers expect: `fun`, `nit`, `success`, `status` and `message` by
+    those names, and a read-only mapping over its attributes, `result["x"]`, `"fun" in result`, `result.keys()`
+    (the fields below, then "nit" and "success"). Unlike scipy's integer code, `status` is a word of STATUSES.
 
     Attributes
     ----------
@@ -69,6 +76,10 @@ class Result:
     message : str
         How the run ended, in words (which test passed, at which iteration); "": a generic sentence for the
         status, for Results built by hand.
+    fun : float, numpy.ndarray or None
+        The objective sum_i f_i(x_i) at x, as history["objective"] records it (no penalty or constraint term), or
+        one per instance (B,) for batched problems; None where the local functions do not implement value(), and
+        for Results built by hand. Not finite where the run diverged to a non-finite x.
 
     Raises
     ------
@@ -89,6 +100,7 @@ class Result:
     network: Network | None = None
     status: str | None = None  # None: from converged ("converged" or "max_iter"), for Results built by hand
     message: str = ""
+    fun: float | np.ndarray | None = None
 
     def __post_init__(self):
         if self.status is None:
@@ -111,10 +123,58 @@ class Result:
         """Whether the run stopped because its state no longer changed, short of the tolerance."""
         return self.status == "stalled"
 
+    @property
+    def nit(self) -> int:
+        """The iterations run, as scipy.optimize's OptimizeResult.nit: `iterations` by its scipy name."""
+        return self.iterations
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in RESULT_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(RESULT_KEYS)
+
+    def __len__(self) -> int:
+        return len(RESULT_KEYS)
+
+    def history_frame(self) -> "pandas.DataFrame":
+        """The history as a pandas DataFrame, one row per recorded row (docs/guide/solve.md, "The Result").
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns "iteration" and "time", then each recorded entry of `history` ("residual", "objective", ...)
+            in its order. A batched Result (x of shape (B, n, d)) has one row per recorded row and instance, in
+            that order, and an "instance" column (0 .. B - 1) after "iteration".
+
+        Raises
+        ------
+        ImportError
+            Where pandas (the optional `frames` extra) is not installed, in one line naming the extra.
+        """
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError('Result.history_frame needs pandas: pip install "pdmm-bridge[frames]"') from None
+        history = {name: np.asarray(values) for name, values in self.history.items()}
+        if np.ndim(self.x) < 3:
+            return pandas.DataFrame(history)
+        instances, frame = np.shape(self.x)[0], {}
+        for name, values in history.items():  # (rows,): repeated for each instance; (rows, B): row after row
+            frame[name] = np.repeat(values, instances) if values.ndim == 1 else values.reshape(-1)
+            if name == "iteration":
+                frame["instance"] = np.tile(np.arange(instances), len(values))
+        return pandas.DataFrame(frame)
+
     def __repr__(self):
         last = {k: float(np.max(v[-1])) for k, v in self.history.items() if k not in ("iteration", "time") and len(v)}
         summary = "".join(f", {k}={v:.3g}" for k, v in last.items())
         return f"Result({self.method}, iterations={self.iterations}, status={self.status}{summary})"
+
+
+RESULT_KEYS = (*(f.name for f in fields(Result)), "nit", "success")  # Result's mapping: its fields, scipy's names
 
 
 def status_message(status: str, iterations: int, tol: float | None = None, target: float | None = None) -> str:
@@ -258,6 +318,9 @@ class RunOptions:
         L_i per node and instance (pdmm.solve.local_curvature), where the local functions have it.
     callback : callable or None
         pdmm.solve's callback, called with a pdmm.Snapshot at every recorded row (local engine only).
+    on_divergence : str
+        "raise": pdmm.solve raises DivergenceError when the run diverges; "return": it returns the Result so far,
+        status "diverged" (the engines raise either way; pdmm.solve decides).
     """
 
     method: str
@@ -284,6 +347,7 @@ class RunOptions:
     scale: torch.Tensor | None = field(default=None, repr=False)
     curvature: torch.Tensor | None = field(default=None, repr=False)
     callback: Any = None
+    on_divergence: str = "raise"
 
     @property
     def capacity(self) -> int:
@@ -432,6 +496,14 @@ class Bookkeeping:
         if "error" not in seen:
             seen["error"] = norm(x - self.x_star) / self.x_star_norm
         return seen["error"]
+
+    def objective(self, x):
+        """sum_i f_i(x_i) per instance at the iterate x (n, B, d), in the run's node order: (B,); None where the local
+        functions do not implement value()."""
+        try:
+            return self.local.value(x)
+        except NotImplementedError:
+            return None
 
     def record(self, r, k, x, seen):
         """Write row r (iteration k) into the columns, reusing what the iteration has computed (seen); the row
@@ -625,7 +697,10 @@ def to_numpy(x, batched):
 def make_result(state, done, book, rows, status, start, problem, options, x_star, order=None, message=""):
     """The Result of a run that ran `done` iterations to `state` and recorded `rows` rows in `book`, started at
     time.perf_counter() `start`, with node rows back in the graph's own order where the run renumbered them
-    (order); message: how it ended, "" for status_message's sentence with the run's tol and target."""
+    (order); message: how it ended, "" for status_message's sentence with the run's tol and target. The objective
+    at x (Result.fun) is computed after the clock stops: it is no part of `seconds`."""
+    seconds = time.perf_counter() - start
+    fun = book.objective(state["x"])
     x = state["x"] if order is None else torch.empty_like(state["x"]).index_copy_(0, order, state["x"])
     if x_star is not None and order is not None:
         x_star = torch.empty_like(x_star).index_copy_(0, order, x_star)
@@ -639,8 +714,15 @@ def make_result(state, done, book, rows, status, start, problem, options, x_star
         method=options.method,
         params=options.params,
         nodes=list(problem.compiled.nodes),
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
         reference=None if x_star is None else to_numpy(x_star, problem.batched),
         network=options.network,
         message=message or status_message(status, done, options.tol, options.target),
+        fun=None if fun is None else per_instance(fun, problem.batched),
     )
+
+
+def per_instance(values, batched):
+    """A value per instance, (B,) tensor -> (B,) array, or a float for an unbatched problem."""
+    values = values.detach().cpu().numpy()
+    return values if batched else float(values[0])

@@ -132,6 +132,22 @@ class Network:
     ------
     ValueError
         For any setting out of its range (each message names the setting and the value).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pdmm
+    >>> G = pdmm.topology("ring", n=8)  # 16 directed edges
+    >>> lossy = pdmm.Network(drop=0.1, seed=0)  # every transmission lost with probability 0.1
+    >>> result = pdmm.solve(pdmm.averaging(G, np.arange(8.0)), network=lossy)
+    >>> result.status, bool(np.allclose(result.x, 3.5))
+    ('converged', True)
+    >>> bool(result.history["messages"][-1] < 16 * result.iterations)  # what was lost was not delivered
+    True
+    >>> pdmm.Network(drop=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: drop must be a probability in [0, 1], got 1.5
     """
 
     drop: float | tuple | dict = 0.0

@@ -314,6 +314,18 @@ def averaging(G: GraphLike, a: Any, constraints: Constraints = "consensus") -> P
     ------
     ValueError
         For data of the wrong shape, or with NaN or inf (and what pdmm.Problem refuses).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pdmm
+    >>> problem = pdmm.averaging(pdmm.topology("ring", n=4), [1.0, 2.0, 3.0, 6.0])
+    >>> problem.n, problem.dim, problem.batched
+    (4, 1, False)
+    >>> pdmm.solve(problem).x.ravel().round(6)  # every node holds the mean
+    array([3., 3., 3., 3.])
+    >>> pdmm.averaging(pdmm.topology("ring", n=4), np.zeros((5, 4, 2))).batch  # B = 5 instances at once
+    5
     """
     a = _real("a", a)
     batched = a.ndim == 3
@@ -382,6 +394,21 @@ def lasso(G: GraphLike, H: Any, y: Any, lam: float, constraints: Constraints = "
     ------
     ValueError
         For data of the wrong shape, with NaN or inf, or a bad lam (and what pdmm.Problem refuses).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pdmm
+    >>> rng = np.random.default_rng(0)
+    >>> H, y = rng.normal(size=(6, 5, 3)), rng.normal(size=(6, 5))  # 5 rows of 3 features at each of 6 nodes
+    >>> problem = pdmm.lasso(pdmm.topology("ring", n=6), H, y, lam=1.0)
+    >>> result = pdmm.solve(problem)
+    >>> result.status
+    'converged'
+    >>> result.x[0].round(4)  # the l1 weight sets the second coefficient to 0
+    array([ 0.0109,  0.    , -0.0767])
+    >>> bool(np.allclose(result.x, result.x[0]))  # every node agrees
+    True
     """
     lam = _weight("lam", lam)
     batched = _has_batch_axis(H, 3, y, 2)

@@ -21,6 +21,7 @@ from .loop import (
     HISTORY,
     Bookkeeping,
     ConvergenceWarning,
+    DivergenceError,
     Progress,
     Result,
     RunOptions,
@@ -95,49 +96,15 @@ def solve(
     reorder: Any = None,
     form: str | None = None,
     callback: Callable[[Snapshot], Any] | None = None,
+    on_divergence: str = "raise",
     **method_params: Any,
 ) -> Result:
-    """Solve `problem` with "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) or "admm", a consensus
-    problem with "dgd" (mixing, alpha, step), "extra" (PG-EXTRA for lasso), "nids" or "gradient-tracking"
-    (mixing, alpha; docs/decentralised.md), or an averaging problem (pdmm.averaging) with "gossip" or
-    "chebyshev" (mixing, interval; docs/averaging.md).
+    """Run `method` on `problem` until the stopping test passes, max_iter, a stall or a divergence, and return the
+    last iterate with its recorded convergence (docs/guide/solve.md).
 
-    The methods on a mixing matrix have no rho and refuse it, as they refuse backend="distributed" (one
-    process); gossip and chebyshev also refuse network (docs/decentralised.md section 9) and x0, as they start
-    from x^0 = a (docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a network, but not
-    its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
-
-    **The stopping test** (docs/guide/solve.md, "The stopping test"; docs/theory/pdmm.md section 11). A run
-    stops, converged, only where two residuals measured at the iterate pass, in every instance: the residual RMS
-    is at most tol * S, S = max(s, RMS of x), s = min(1, the problem's scale) (problem_scale); and a first-order
-    optimality certificate holds (pdmm.certificate): for consensus the gradient of the sum at the average
-    xbar (the prox-gradient map for lasso), for edge matrices the KKT residual at the method's multipliers (with
-    complementary slackness on inequality rows), at most tol times the size of the terms that cancel there. It
-    bounds the error, ||xbar - x*|| <= tol G / mu for a mu-strongly convex sum, whatever the run went through; a
-    problem the certificate cannot measure (a smooth part without a gradient, for instance) is never converged.
-    tol=0 applies no test: the run takes all max_iter iterations silently. A run whose whole state stops
-    changing short of the test (a floating-point fixed point) ends "stalled"; result.status says "converged",
-    "max_iter", "stalled", "diverged" or "interrupted". With tol > 0, a run that ends at max_iter or stalled
-    warns (ConvergenceWarning, naming a rho far from the curvature, rho_advice). The test runs every
-    `check_every` iterations and at max_iter, so a run stops at a multiple of check_every: up to check_every - 1
-    iterations after the first iteration that meets the test; the state returned is that of the iteration it
-    stopped at. Between tests nothing is read back from the device. dgd, extra, nids and gradient-tracking over
-    a network that loses messages one way or quantises settle off the solution: they are never stopped by it
-    (docs/decentralised.md section 9). Divergence (non-finite iterates or recorded objective, or a residual grown
-    DIVERGENCE_GROWTH-fold from iteration 1's) is tested with the stopping test and raises DivergenceError;
-    the residual is computed at iteration 1, at recorded and at tested iterations only.
-
-    **Watching a run** (docs/guide/solve.md, "Watching a run"). callback(snapshot) is called at every recorded
-    row (record_every) with a read-only pdmm.Snapshot: the iteration, x (a copy, in G.nodes order), the residual
-    and the seconds since the iterations started. Returning True stops the run there, with status "callback"
-    (unless the stopping test passed at that row: then "converged"). The callback costs a copy of x from the
-    device per recorded row; without one nothing is read. history["time"] holds the same clock at every row.
-
-    Ctrl-C (KeyboardInterrupt) during the iterations returns the result of the iterations completed so far,
-    with result.interrupted = True, instead of raising. On the CPU, a run whose edge state takes >= 32 MB
-    calls tune_allocator() once (unless the environment sets `MALLOC_MMAP_MAX_` or `MALLOC_TRIM_THRESHOLD_`
-    itself). The iteration loop, its bookkeeping and the Result live in pdmm/loop.py, shared by both
-    backends.
+    The methods: "pdmm" (theta=1, or 1/2 for averaged), "qa-pdmm" (eta) and "admm" on any problem; "dgd",
+    "extra" (PG-EXTRA for lasso), "nids" and "gradient-tracking" on a mixing matrix, for consensus problems
+    (docs/decentralised.md); "gossip" and "chebyshev" for averaging problems (pdmm.averaging, docs/averaging.md).
 
     Parameters
     ----------
@@ -146,105 +113,141 @@ def solve(
     method : str
         A key of pdmm.METHODS.
     rho : float or None
-        The penalty parameter of pdmm, qa-pdmm and admm, a finite number > 0; None means 1.0 for them, and is
-        the only value the methods on a mixing matrix take.
-    max_iter : int
-        Iterations at most, >= 1.
-    tol : float or None
-        The stopping test's tolerance, in [0, 1); None: 1e-10 in float64, 1e-5 in float32.
-    reference : str, array_like or None
-        None, "cvxpy" (solve centrally with pdmm.reference) or an array x* to report the relative error
-        ||x - x*||_F / ||x*||_F per recorded iteration.
-    device : torch.device or str
-        Where the run takes place ("cpu", "cuda", ...).
-    dtype : torch.dtype
-        torch.float64 or torch.float32.
-    seed : int
-        The seed of x0="random", -2^63 .. 2^64 - 1.
-    x0 : str, array_like or None
-        None (zeros), "random" (standard normal from `seed`) or an array shaped like x; multipliers always
-        start at 0.
-    progress : bool
-        Whether to show a tqdm bar.
-    compile : bool
-        Whether to run the step through torch.compile: 10-30 s to compile, then faster iterations on large
-        graphs (see BENCHMARKS.md).
-    network : pdmm.Network or None
-        A simulated network (lost messages, sleeping nodes, changing edges, quantisation, privacy;
-        pdmm.network) or None for the ideal network. history["messages"] and ["bits"] count what was
-        delivered and sent (one message per directed edge and iteration on the ideal network, two for
-        gradient-tracking and none in NIDS's first, local, iteration; 64 bits per float64 number). A network
-        over which no run reaches the solution (Network.stuck) is refused.
-    target : float or None
-        Also stop (converged) once every instance's reference error is <= target (needs reference).
-    history : iterable of str, str or None
-        The names to record, from "residual" (RMS of A_ij x_i + A_ji x_j - b_ij over the edges), "objective"
-        (sum_i f_i(x_i)), "error" (needs a reference), "messages" and "bits" (cumulative counts, free on the
-        ideal network) and, with network privacy, "privacy_x" and "privacy_messages" (the relative distances
-        of x_i and of what the messages carry from argmin f_i, pdmm.network.privacy_gaps); None records all
-        that apply but the objective, () only the iteration numbers. What a recorded row costs, on large
-        graphs: the residual a fifth to a third of an edge-form PDMM step or 0.5-3 node-form steps (a gather
-        of x over the edges; free where the stopping test runs, which computes it anyway), the objective
-        5-20 %, the error and the privacy measures a pass over the nodes or edges each, the counts nothing.
-    record_every : int or None
-        Record every k-th iteration (k, 2k, ...) and the iteration a run stops at by convergence, divergence
-        or max_iter; history["iteration"] says which. None records where the stopping test runs, every
-        check_every-th iteration and the last: the default history is thinned (iterations 10, 20, ..., or 50,
-        100, ... in the node form, and the last; every iteration with `target`) and costs next to nothing.
-        record_every=1 records every iteration. A row holds exactly what a record_every=1 run records there,
-        and x does not depend on what is recorded.
-    check_every : int or None
-        Iterations between stopping tests; None: 10, 50 in the node form (where the residual the test
-        computes over the edges costs 0.5-3 node steps), 1 with `target`.
-    backend : str
-        "local" (this process) or "distributed" (partitioned over a torch.distributed process group, every
-        rank calling solve alike; pdmm.distributed).
-    partition : array_like or None
-        Distributed only: None (METIS, else contiguous blocks) or the rank of each node.
-    reorder : bool, array_like or None
-        Local backend: how the run numbers the nodes internally, for memory locality. None: graphs with at
-        least LARGE_GRAPH_EDGES directed edges are renumbered by reverse Cuthill-McKee when that brings
-        neighbours closer (pdmm.edge_index.locality_order), smaller ones are run as given; True: the same at
-        any size; False: as given; or a permutation `order` of the node indices (run node k = node
-        order[k]). Results are in the graph's own order either way; a renumbered run adds the same numbers in
-        another order, so it agrees with an unrenumbered one to rounding error, not bit for bit (where the
-        stopping test is borderline it may stop a check interval earlier or later), and a network draws its
-        random events for the renumbered edges and nodes (another realisation of the same process,
-        reproducible from its seed).
-    form : str or None
-        Local backend: "edges" runs the method on its edge state (one z per directed edge,
-        docs/theory/pdmm.md section 4); "nodes" sums that state out into two numbers per node
-        (pdmm.methods.NodeForm, docs/theory/pdmm.md section 10: the same iterates, one sparse adjacency
-        product per step), which needs pdmm or qa-pdmm, consensus constraints and no network; None takes
-        "nodes" where it applies on graphs with at least LARGE_GRAPH_EDGES directed edges and "edges"
-        otherwise. Like renumbering, the node form agrees with the edge form to rounding error, not bit for
-        bit.
-    callback : callable or None
-        Local backend: called as callback(pdmm.Snapshot) at every recorded row; a true return (True) stops the
-        run (status "callback"). None: no callback.
+        The penalty parameter of pdmm, qa-pdmm and admm, a finite number > 0; None: 1.0 for them, and the only
+        value the methods on a mixing matrix take.
     **method_params
         The method's own parameters: theta (pdmm), eta (qa-pdmm), mixing, alpha, step (dgd, extra, nids,
         gradient-tracking), interval (chebyshev).
+    max_iter : int
+        Iterations at most, >= 1.
+    tol : float or None
+        The stopping test's tolerance, in [0, 1); None: 1e-10 in float64, 1e-5 in float32; 0 applies no test and
+        runs all max_iter iterations (Notes).
+    target : float or None
+        Also stop, converged, once every instance's reference error is <= target (needs `reference`).
+    reference : str, array_like or None
+        None, "cvxpy" (pdmm.reference solves the problem centrally) or an array x*, against which history["error"]
+        measures ||x - x*||_F / ||x*||_F.
+    x0 : str, array_like or None
+        None (zeros), "random" (standard normal from `seed`) or an array shaped like x; multipliers start at 0.
+    seed : int
+        The seed of x0="random", -2^63 .. 2^64 - 1.
+    network : pdmm.Network or None
+        A simulated network (lost messages, sleeping nodes, changing edges, quantisation, privacy), or None for the
+        ideal one. One over which no run reaches the solution (Network.stuck) is refused.
+    history : iterable of str, str or None
+        The entries to record: "residual" (RMS of A_ij x_i + A_ji x_j - b_ij over the edges), "objective"
+        (sum_i f_i(x_i)), "error" (needs `reference`), "messages" and "bits" (cumulative counts delivered and
+        sent, docs/decentralised.md section 7) and, with network privacy, "privacy_x" and "privacy_messages"
+        (pdmm.network.privacy_gaps). None: all that apply but the objective; (): the iteration numbers only.
+    record_every : int or None
+        Record every k-th iteration and the one the run stops at (history["iteration"] says which); None: where
+        the stopping test runs, every check_every-th iteration. What is recorded never changes x.
+    check_every : int or None
+        Iterations between stopping tests; None: 10, 50 in the node form, 1 with `target`.
+    callback : callable or None
+        Local backend: called as callback(pdmm.Snapshot) at every recorded row; a true return stops the run, with
+        status "callback" (docs/guide/solve.md, "Watching a run").
+    on_divergence : str
+        What a run that diverges does: "raise" DivergenceError (its `.result` holds the run so far) or "return"
+        that Result, with status "diverged".
 
     Returns
     -------
     Result
-        The last iterate, its status and the recorded history.
+        The last iterate x, how the run ended (status, message), the recorded history, the objective at x (fun);
+        it also reads as scipy.optimize.OptimizeResult readers expect (docs/guide/solve.md, "The Result").
+
+    Other Parameters
+    ----------------
+    device : torch.device or str
+        Where the run takes place ("cpu", "cuda", ...).
+    dtype : torch.dtype
+        torch.float64 or torch.float32.
+    progress : bool
+        Whether to show a tqdm bar.
+    compile : bool
+        Whether to run the step through torch.compile: 10-30 s to compile, then faster iterations on large graphs
+        (BENCHMARKS.md).
+    backend : str
+        "local" (this process) or "distributed" (partitioned over a torch.distributed process group, every rank
+        calling solve alike; pdmm.distributed).
+    partition : array_like or None
+        Distributed backend: the rank of each node; None: METIS, else contiguous blocks.
+    reorder : bool, array_like or None
+        Local backend: how the run numbers the nodes, for memory locality (docs/guide/solve.md, "Node order").
+        None: reverse Cuthill-McKee from LARGE_GRAPH_EDGES directed edges, where it brings neighbours closer;
+        True: at any size; False: as given; or a permutation of the node indices. Results are in the graph's own
+        order either way.
+    form : str or None
+        Local backend: "edges" (the method's edge state) or "nodes" (summed out, two numbers per node: pdmm and
+        qa-pdmm on consensus constraints without a network; docs/guide/solve.md, "Node form"); None: "nodes" where
+        it applies from LARGE_GRAPH_EDGES directed edges, else "edges".
 
     Raises
     ------
     ValueError
-        For any argument out of its range (each message names the argument and the value): an unknown
-        method, backend or form, options the method or backend does not take, a rho, theta, eta or alpha
-        beyond what dtype resolves (check_rho_resolved, check_steps_resolved), data beyond what its norms
-        resolve (problem_scale), a stuck network, or history names that do not apply.
+        For any argument out of its range, each message naming the argument and the value: an unknown method,
+        backend, form or on_divergence, options the method or backend does not take, a rho, theta, eta or alpha
+        beyond what dtype resolves (check_rho_resolved, check_steps_resolved), data beyond what its norms resolve
+        (problem_scale), a stuck network, or history names that do not apply.
     TypeError
-        For a network that is not a pdmm.Network, or a parameter the method does not take.
+        For a network that is not a pdmm.Network, a callback that is not callable, or a parameter the method does
+        not take.
     RuntimeError
-        For backend="distributed" without an initialised process group (pdmm.distributed.init_process_group);
-        pdmm.distributed.CollectiveError, a RuntimeError, when another rank ends or does not answer.
+        For backend="distributed" without an initialised process group; pdmm.distributed.CollectiveError, a
+        RuntimeError, when another rank ends or does not answer.
     DivergenceError
-        When the run diverges; its `.result` holds the run so far.
+        When the run diverges and on_divergence is "raise"; its `.result` holds the run so far.
+
+    Warns
+    -----
+    ConvergenceWarning
+        With tol > 0, for a run that ends at max_iter or stalled, naming a rho far from the problem's curvature
+        (rho_advice).
+
+    Notes
+    -----
+    The stopping test (docs/guide/solve.md, "The stopping test"; docs/theory/pdmm.md section 11) passes where, in
+    every instance, the residual is small against the size of x and an optimality certificate measured at the
+    iterate holds (pdmm.certificate); it runs every check_every iterations and at max_iter, the run's only reads
+    from the device. A run whose whole state stops changing short of it ends "stalled". dgd, extra, nids and
+    gradient-tracking over a network that loses messages one way or quantises are never stopped by it
+    (docs/decentralised.md section 9).
+
+    Divergence, tested with it: non-finite iterates or recorded objective, or a residual grown
+    DIVERGENCE_GROWTH-fold from iteration 1's. Ctrl-C during the iterations returns the Result so far, status
+    "interrupted".
+
+    The methods on a mixing matrix refuse rho and backend="distributed"; gossip and chebyshev also refuse network
+    and x0 (they start from x^0 = a, docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a
+    network, but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
+
+    On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (docs/guide/solve.md, "Large
+    graphs"). The loop, its bookkeeping and the Result live in pdmm/loop.py, shared by both backends
+    (docs/guide/solve.md, "Where the code lives").
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pdmm
+    >>> G = pdmm.topology("ring", n=8)
+    >>> problem = pdmm.averaging(G, np.arange(8.0))  # f_i(x) = 1/2 (x - i)^2, solved by x_i = 3.5
+    >>> result = pdmm.solve(problem, tol=1e-8, history=("residual", "objective"))
+    >>> result.status, result.success
+    ('converged', True)
+    >>> result.message  # doctest: +ELLIPSIS
+    'converged: the stopping test (tol=1e-08) passed at iteration ...'
+    >>> bool(np.allclose(result.x, 3.5)), round(result.fun, 6)  # fun: sum_i f_i(x_i) at x
+    (True, 21.0)
+    >>> result["nit"] == result.iterations, sorted(result.history)  # scipy's name; the recorded rows
+    (True, ['iteration', 'objective', 'residual', 'time'])
+
+    A run that diverges returns its Result with on_divergence="return" instead of raising:
+
+    >>> wrong = pdmm.solve(problem, method="chebyshev", interval=(-0.2, 0.95), on_divergence="return")
+    >>> wrong.status, wrong.success
+    ('diverged', False)
     """
     options = _checked_options(
         problem,
@@ -269,14 +272,20 @@ def solve(
         reorder=reorder,
         form=form,
         callback=callback,
+        on_divergence=on_divergence,
         method_params=method_params,
     )
-    if options.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
-        from . import distributed
+    try:
+        if options.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
+            from . import distributed
 
-        _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
-        return _warned(distributed.run(problem, options), options.tol, problem, options.rho)
-    return _run_local(problem, options)
+            _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
+            return _warned(distributed.run(problem, options), options.tol, problem, options.rho)
+        return _run_local(problem, options)
+    except DivergenceError as err:
+        if options.on_divergence == "raise":
+            raise
+        return err.result
 
 
 def _checked_options(
@@ -304,9 +313,12 @@ def _checked_options(
     form,
     method_params,
     callback=None,
+    on_divergence="raise",
 ):
     """solve's arguments checked before any work and resolved into one RunOptions (rho,
     tol, check_every, record_every and the history names filled in; the problem's curvature and scale computed)."""
+    if on_divergence not in ("raise", "return"):
+        raise ValueError(f"on_divergence must be 'raise' or 'return', got {on_divergence!r}")
     if backend not in ("local", "distributed"):
         raise ValueError(f"backend must be 'local' or 'distributed', got {backend!r}")
     if partition is not None and backend != "distributed":
@@ -385,6 +397,7 @@ def _checked_options(
         scale=scale,
         curvature=curvature,
         callback=callback,
+        on_divergence=on_divergence,
     )
 
 

@@ -24,7 +24,6 @@ import torch
 from tqdm.auto import tqdm
 
 from .batch_runs import batch_outcomes, pieces
-from .loop import DivergenceError
 from .methods import METHODS
 from .network import Network
 from .problem import Problem
@@ -180,6 +179,18 @@ def tune(
         value diverges.
     KeyboardInterrupt
         When Ctrl-C stops a run.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pdmm
+    >>> problem = pdmm.averaging(pdmm.topology("ring", n=8), np.arange(8.0))
+    >>> tuning = pdmm.tune(problem, "pdmm", values=[0.1, 1.0, 10.0], max_iter=300)
+    >>> tuning.parameter, tuning.value
+    ('rho', 1.0)
+    >>> [(trial.value, trial.reached) for trial in tuning.trials]  # rho=10 has not reached 1e-6 when rho=1 has
+    [(0.1, True), (1.0, True), (10.0, False)]
+    >>> result = pdmm.solve(problem, rho=tuning.value)
     """
     parameter = tuned_parameter(method)
     if parameter in params or ("alpha" if parameter == "rho" else "rho") in params:
@@ -228,19 +239,19 @@ def _batches(grid, problem, network, dtype):
 def _trial(problem, method, parameter, value, budget, options):
     """One run at `value` for at most `budget` iterations, stopped by the target only (tol = 0): (iterations, reached,
     error, diverged); options: the keywords of pdmm.solve shared by every run."""
-    try:
-        result = solve(
-            problem,
-            method=method,
-            tol=0,
-            max_iter=budget,
-            history=("error",),
-            record_every=budget,
-            **{parameter: value},
-            **options,
-        )
-    except DivergenceError as err:
-        return err.result.iterations, False, math.inf, True
+    result = solve(
+        problem,
+        method=method,
+        tol=0,
+        max_iter=budget,
+        history=("error",),
+        record_every=budget,
+        on_divergence="return",
+        **{parameter: value},
+        **options,
+    )
+    if result.status == "diverged":
+        return result.iterations, False, math.inf, True
     if result.interrupted:  # Ctrl-C: no choice can be made from part of the grid
         raise KeyboardInterrupt
     error = float(np.max(result.history["error"][-1]))

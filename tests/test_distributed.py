@@ -88,9 +88,11 @@ def _cases(world):
 
 
 def _compare(reference, result):
-    """Largest differences in x and in every history entry, and whether the bookkeeping agrees."""
+    """Largest differences in x, in the objective there (relative to max(1, its size)) and in every history entry,
+    and whether the bookkeeping agrees."""
     return dict(
         x=float(np.abs(reference.x - result.x).max()),
+        fun=float(np.max(np.abs(reference.fun - result.fun) / np.maximum(1.0, np.abs(reference.fun)))),
         history=max(
             float(np.abs(reference.history[k] - result.history[k]).max())
             for k in reference.history
@@ -209,7 +211,7 @@ def compared(request, tmp_path_factory):
 )
 def test_distributed_matches_single_process(compared, name):
     found = compared[name]
-    assert found["x"] <= TOL and found["history"] <= TOL and found["same"], found
+    assert found["x"] <= TOL and found["fun"] <= TOL and found["history"] <= TOL and found["same"], found
 
 
 @pytest.mark.parametrize("name", ["averaging_converges", "small_data_converges"])

@@ -4,8 +4,9 @@ Public means: every function and class a package lists in `__all__`, and every p
 classmethod a public class defines itself (not what it inherits from torch.nn.Module or object). Each must have
   - a type annotation on every parameter (self and cls aside) and on its return (`__init__` and property
     setters aside), and
-  - a numpydoc docstring whose "Parameters" section names exactly the signature's parameters and, where the
-    return annotation is not None, a "Returns" (or "Yields") section.
+  - a numpydoc docstring whose "Parameters" section (with its "Other Parameters", numpydoc's place for the less
+    used ones) names exactly the signature's parameters and, where the return annotation is not None, a
+    "Returns" (or "Yields") section.
 A class documents its constructor's parameters in the class docstring ("Parameters", or "Attributes" for a
 dataclass whose fields are its parameters). mypy checks that the annotations agree with the code (.ci/run).
 """
@@ -58,7 +59,7 @@ def _docstring_problems(function, where, skip_first, parameters_section=None):
     if not inspect.getdoc(function):
         return [f"{where}: no docstring"]
     doc = FunctionDoc(function) if parameters_section is None else None
-    section = parameters_section if parameters_section is not None else doc["Parameters"]
+    section = parameters_section if parameters_section is not None else doc["Parameters"] + doc["Other Parameters"]
     wanted = {parameter.name for parameter in _signature_names(function, skip_first)}
     problems = []
     documented = _documented_names(section)

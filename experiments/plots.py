@@ -146,31 +146,98 @@ def plot_groups(groups, metric, path):
 # network_command); what they draw comes from bridge and experiments, imported where it is drawn.
 
 MIN_BAND_SEEDS = 3  # fewer seeds: no bands (two seeds give a t interval 12.7 standard errors wide)
+READABLE = {  # font sizes of the compare figures, in points: legible where the README shows them about 880 px wide
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "figure.titlesize": 12,
+}
+PANEL_WIDTH = 3.5  # inches per held-out set (or per learning-curve panel)
+BAND_ALPHA = 0.15
+BAND_Z, MARK_Z, LINE_Z = 1, 2, 3  # bands under the quoted-round marks, both under the lines
+SPARSE_POINTS = 50  # curves of at most this many points are drawn with a marker at each point
 
 
-def plot_compare(table, methods, path):
-    """Top row: error against round (1..R), one panel per set; bottom row: against numbers sent per edge (every
-    round a row has a value). Mean over seeds (geometric) with the 95 % seed interval as a band (from
-    MIN_BAND_SEEDS seeds on); the axes are set by the mean lines alone (cut below at a third of the smallest
+def palette(count: int) -> list[Any]:
+    """`count` colours, distinct up to 28 (tab10, else tab20 then Dark2), cycled beyond."""
+    if count <= 10:
+        return [f"C{i}" for i in range(count)]
+    colours = list(matplotlib.colormaps["tab20"].colors) + list(matplotlib.colormaps["Dark2"].colors)
+    return [colours[i % len(colours)] for i in range(count)]
+
+
+def shared_legend(fig: Figure, **options: Any) -> Any:
+    """One legend below all panels of `fig`, outside every axes (constrained layout makes room for it): each
+    label once, in the order first drawn; labels starting with "_" are left out. Its columns fit the figure's
+    width. Returns the Legend."""
+    handles = {}
+    for ax in fig.axes:
+        for artist in ax.get_lines():
+            label = artist.get_label()
+            if not label.startswith("_"):
+                handles.setdefault(label, artist)
+    longest = max(map(len, handles), default=1)
+    columns = max(1, min(len(handles), int(fig.get_figwidth() // (0.075 * longest + 0.8))))
+    return fig.legend(
+        list(handles.values()), list(handles), loc="outside lower center", ncols=columns, frameon=False, **options
+    )
+
+
+def mark_rounds(ax: Any, rounds: list[int], depth: int) -> None:
+    """A vertical line at each of `rounds` (the rounds the findings quote: K = `depth` and R), under the data
+    lines, each with gid "quoted round r" and one legend label naming them all (no text over the data)."""
+    named = " and ".join(f"{r} (depth K)" if r == depth else f"{r}" for r in rounds)
+    for i, r in enumerate(rounds):
+        ax.axvline(
+            r,
+            color="0.3",
+            ls="-.",
+            lw=1.1,
+            zorder=MARK_Z,
+            gid=f"quoted round {r}",
+            label=f"rounds the findings quote: {named}" if i == 0 else "_quoted",
+        )
+
+
+def plot_compare(table: Any, methods: dict[str, list[str]], path: str | Path) -> Figure:
+    """Save and return the compare figure: top row, error against round (1..R, log2 axis so that the first
+    rounds do not crowd), one panel per set; bottom row, against numbers sent per edge (every round a row has a
+    value). Mean over seeds (geometric) with the 95 % seed interval as a band (from MIN_BAND_SEEDS seeds on),
+    every band under every line; the axes are set by the mean lines alone (cut below at a third of the smallest
     non-bound mean, above at 3: a diverging row runs off the top), so a wide band is clipped instead of
-    squashing the lines."""
+    squashing the lines. The rounds the findings quote (K and R) are marked by vertical lines (mark_rounds) and
+    one legend lies below the panels (shared_legend), never over the data (docs/guide/bridge.md,
+    "Transformers against the classical methods, round by round")."""
+    with matplotlib.rc_context(READABLE):
+        fig = compare_figure(table, methods)
+        save_figure(fig, path, dpi=120)  # about twice the width the README shows
+    return fig
 
+
+def compare_figure(table: Any, methods: dict[str, list[str]]) -> Figure:
+    """The Figure of plot_compare."""
     from bridge.comparison import BOUNDS, FLOOR, is_model
 
     sets = table.sets
-    fig = Figure(figsize=(4.6 * len(sets), 8.2), layout="constrained")
-    axes = fig.subplots(2, len(sets), squeeze=False)
     shown = list(dict.fromkeys(m for name in sets for m in methods[name]))
-    colours = {
-        m: f"C{i % 10}" if len(shown) <= 10 else matplotlib.colormaps["tab20"](i % 20) for i, m in enumerate(shown)
-    }
+    colours = dict(zip(shown, palette(len(shown)), strict=True))
+    fig = Figure(figsize=(PANEL_WIDTH * len(sets) + 0.6, 7.2 + 0.2 * math.ceil(len(shown) / 2)), layout="constrained")
+    axes = fig.subplots(2, len(sets), squeeze=False)
+    quoted = sorted({table.depth, table.rounds})
     for column, name in enumerate(sets):
         low, high = math.inf, 0.0
         for method in methods[name]:
             rounds = np.array(table.available(method))
             cells = np.array([table.cell(method, name, r) for r in rounds])
             style = dict(
-                color=colours[method], ls="-" if is_model(method) else ":" if method in BOUNDS else "--", label=method
+                color=colours[method],
+                ls="-" if is_model(method) else ":" if method in BOUNDS else "--",
+                lw=1.6,
+                label=method,
+                zorder=LINE_Z,
             )
             top = rounds <= table.rounds
             means = cells[top, 0][np.isfinite(cells[top, 0]) & (cells[top, 0] > 0)]
@@ -183,49 +250,89 @@ def plot_compare(table, methods, path):
                 if x is None:
                     continue
                 ax = axes[row, column]
-                ax.plot(x[keep], cells[keep, 0], marker="." if row else None, ms=3, **style)
+                ax.plot(x[keep], cells[keep, 0], marker="." if row else None, ms=4, **style)
                 if len(table.seeds) >= MIN_BAND_SEEDS:
                     ax.fill_between(
-                        x[keep], cells[keep, 1], cells[keep, 2], color=colours[method], alpha=0.12, linewidth=0
+                        x[keep],
+                        cells[keep, 1],
+                        cells[keep, 2],
+                        color=colours[method],
+                        alpha=BAND_ALPHA,
+                        linewidth=0,
+                        zorder=BAND_Z,
                     )
         top = min(high, 1.5) * 2 if high > 0 else 3.0  # a row above error 1 (diverging) runs off the top
         limits = (max(low / 3, FLOOR) if math.isfinite(low) else FLOOR, top)
         axes[0, column].set(title=name, xlabel="communication round", yscale="log", ylim=limits)
+        axes[0, column].set_xscale("log", base=2)
+        axes[0, column].set_xlim(1, table.rounds * 1.05)
+        axes[0, column].xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+        mark_rounds(axes[0, column], quoted, table.depth)
         axes[1, column].set(xlabel="numbers sent per edge (cumulative)", xscale="log", yscale="log", ylim=limits)
-        axes[0, column].legend(fontsize=6.5, loc="lower left")
         for ax in axes[:, column]:
             ax.grid(True, alpha=0.4)
     for ax in axes[:, 0]:
         ax.set(ylabel="error ||x - x*|| / ||a - x*||")
+    shared_legend(fig)
+    fig.suptitle(compare_title(table, methods))
+    return fig
+
+
+def compare_title(table: Any, methods: dict[str, list[str]]) -> str:
+    """The compare figure's title: seeds, what the bands are and, when a drawn line ends at round K < R, why."""
     bands = (
-        "band: 95 % interval across seeds (clipped to the axes)"
+        "bands: 95 % interval across seeds (clipped to the axes)"
         if len(table.seeds) >= MIN_BAND_SEEDS
         else f"no bands below {MIN_BAND_SEEDS} seeds"
     )
-    fig.suptitle(f"mean of {len(table.seeds)} seeds; {bands}", fontsize=9)
-    save_figure(fig, path, dpi=110)
+    drawn = {m for rows in methods.values() for m in rows}
+    ends = table.depth < table.rounds and any(
+        max(r for r in table.available(m) if r <= table.rounds) == table.depth for m in drawn if table.available(m)
+    )
+    title = f"lines: mean of {len(table.seeds)} seeds; {bands}"
+    if ends:
+        title += f"\na line ending at round {table.depth}: a model of {table.depth} layers has no later round"
+    return title
 
 
-def plot_learning_curves(curves, path):
-    """Validation loss against training step, one panel per trained row, one line per seed."""
+def plot_learning_curves(curves: list[dict[str, Any]], path: str | Path) -> Figure:
+    """Save and return the learning curves: validation loss (log axis) against training step, one panel per
+    trained row, one line per seed (the same colour in every panel), with a marker at every evaluation when a
+    run has at most SPARSE_POINTS of them; the title says how many evaluations each run has, and one legend
+    lies below the panels (docs/guide/bridge.md, "Transformers against the classical methods, round by
+    round")."""
+    with matplotlib.rc_context(READABLE):
+        fig = learning_figure(curves)
+        save_figure(fig, path, dpi=120)  # about twice the width the README shows
+    return fig
 
+
+def learning_figure(curves: list[dict[str, Any]]) -> Figure:
+    """The Figure of plot_learning_curves."""
     methods = list(dict.fromkeys(row["method"] for row in curves))
-    columns = min(4, len(methods))
-    fig = Figure(figsize=(3.6 * columns, 2.9 * math.ceil(len(methods) / columns)), layout="constrained")
+    seeds = list(dict.fromkeys(row["seed"] for row in curves))
+    runs: dict[tuple[Any, Any], list[tuple[int, float]]] = {}
+    for row in curves:
+        runs.setdefault((row["method"], row["seed"]), []).append((int(row["step"]), float(row["val_loss"])))
+    counts = sorted(len(points) for points in runs.values())
+    marker = "o" if counts[-1] <= SPARSE_POINTS else None
+    columns = min(3, len(methods))
+    fig = Figure(figsize=(PANEL_WIDTH * columns, 2.9 * math.ceil(len(methods) / columns) + 1), layout="constrained")
     axes = np.atleast_1d(fig.subplots(math.ceil(len(methods) / columns), columns, squeeze=False)).ravel()
+    colours = dict(zip(seeds, palette(len(seeds)), strict=True))
     for ax, method in zip(axes, methods, strict=False):
-        for i, seed in enumerate(dict.fromkeys(row["seed"] for row in curves if row["method"] == method)):
-            points = [
-                (int(r["step"]), float(r["val_loss"])) for r in curves if r["method"] == method and r["seed"] == seed
-            ]
-            ax.plot(*zip(*points, strict=False), color=f"C{i}", lw=1, label=f"seed {seed}")
-        ax.set(title=method, xlabel="step", ylabel="validation loss", yscale="log")
-        ax.title.set_fontsize(8)
+        for seed in seeds:
+            if (method, seed) in runs:
+                steps, losses = zip(*sorted(runs[method, seed]), strict=True)
+                ax.plot(steps, losses, color=colours[seed], lw=1.2, marker=marker, ms=3, label=f"seed {seed}")
+        ax.set(title=method, xlabel="training step", ylabel="validation loss", yscale="log")
         ax.grid(True, alpha=0.4)
-    axes[0].legend(fontsize=6)
     for ax in axes[len(methods) :]:
         ax.set_visible(False)
-    save_figure(fig, path, dpi=100)
+    shared_legend(fig)
+    evaluations = f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]} to {counts[-1]}"
+    fig.suptitle(f"validation loss at each evaluation: {evaluations} evaluations per run")
+    return fig
 
 
 def plot_log_steps(groups, metrics, path):

@@ -17,6 +17,13 @@ any training), and each writes under the directory the user named:
 - wandb: a run of project EXPERIMENT, its files under RUN/wandb; its id is the run directory's run id, so a
   resumed run continues the same W&B run. Online or offline as wandb is set up (WANDB_MODE=offline writes
   locally, for `wandb sync` later).
+
+TensorBoard and wandb write by path. Each is handed a path through the run directory's descriptor,
+/proc/PID/fd/FD (SinkFolder), so their files land in the directory the run opened even when --out is renamed
+and a link put in its place mid-run; where /proc does not show descriptors (macOS) they get the checked path
+RUN/tensorboard or RUN, which a rename can redirect. Their folder is opened through the descriptor (a link there
+is refused), and what they wrote is recorded in the marker as the sink closes (rundir.adopt), so `train --force`
+removes it and a file planted there before is still refused (docs/guide/runs.md, "Output directories").
 - mlflow: a run of experiment EXPERIMENT, tagged with the run id, in the tracking store MLFLOW_TRACKING_URI names,
   or else a file store ROOT/mlruns (ROOT: the run's directory, or the sweep's); a resumed run continues the
   MLflow run with its tag.
@@ -163,6 +170,28 @@ def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+class SinkFolder:
+    """Folder `name` of the run directory `out` this command holds, opened through the run's descriptor (made if
+    absent; a link there, or anywhere under it, is refused), with what it held when the sink began, so that `adopt`
+    records only what the library wrote since."""
+
+    def __init__(self, out: Path, name: str):
+        run = rundir.held(out)
+        if run is None:
+            raise UsageError(f"{out} is not an output directory this command holds")
+        self.run, self.directory = run, run.subdir(name)
+        link = rundir.first_link(self.directory)
+        if link is not None:  # the library would follow it out of the run directory
+            raise UsageError(f"{link} is a link; {name} writes only inside {out}: remove it")
+        self.before = rundir.unowned(self.directory)
+        self.path = self.directory.proc_path() or str(out / name)  # where /proc is absent: the checked path
+        self.run_path = run.proc_path() or str(out)
+
+    def adopt(self) -> None:
+        """Record in the run's marker what the library wrote into the folder (rundir.adopt)."""
+        rundir.adopt(self.directory, self.before)
+
+
 class TensorBoardSink(Sink):
     """Scalars per row, the config and summary as text, the figures as images, in RUN/tensorboard."""
 
@@ -171,9 +200,8 @@ class TensorBoardSink(Sink):
     def __init__(self, out: Path, config_text: str, first_step: int):
         from torch.utils.tensorboard import SummaryWriter
 
-        folder = out / "tensorboard"
-        rundir.refuse_link(folder)
-        self.writer = SummaryWriter(log_dir=str(folder), purge_step=first_step if first_step > 1 else None)
+        self.folder = SinkFolder(out, "tensorboard")
+        self.writer = SummaryWriter(log_dir=self.folder.path, purge_step=first_step if first_step > 1 else None)
         if first_step <= 1:
             self.writer.add_text("config", "    " + config_text.replace("\n", "\n    "), 0)
 
@@ -190,7 +218,10 @@ class TensorBoardSink(Sink):
             self.writer.add_image(figure.stem, matplotlib.image.imread(figure)[..., :3], step, dataformats="HWC")
 
     def close(self, finished):
-        self.writer.close()
+        try:
+            self.writer.close()
+        finally:
+            self.folder.adopt()
 
 
 class WandbSink(Sink):
@@ -201,14 +232,14 @@ class WandbSink(Sink):
     def __init__(self, out: Path, target: LogTarget, tables: dict, run_id: str):
         import wandb
 
-        rundir.refuse_link(out / "wandb")
+        self.folder = SinkFolder(out, "wandb")
         self.wandb = wandb
         self.run = wandb.init(
             project=target.experiment,
             name=out.name,
             id=run_id,
             resume="allow",
-            dir=str(out),
+            dir=self.folder.run_path,  # wandb writes into DIR/wandb, the folder
             config=_flat(tables),
         )
 
@@ -220,7 +251,10 @@ class WandbSink(Sink):
         self.run.log({figure.stem: self.wandb.Image(str(figure)) for figure in figures})
 
     def close(self, finished):
-        self.run.finish(exit_code=0 if finished else 1)
+        try:
+            self.run.finish(exit_code=0 if finished else 1)
+        finally:
+            self.folder.adopt()
 
 
 class MLflowSink(Sink):

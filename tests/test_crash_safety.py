@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_runs import forge
+from tiny_runs import forge, stub_plots
 
-import experiments.rundir as rundir
+import experiments.rundir_descriptors as descriptors
 import experiments.train as train_module
 from experiments.cli import main
 from experiments.config import load_config
@@ -66,12 +66,7 @@ class Faults:
         return real(*args, **kwargs)
 
 
-@pytest.fixture(autouse=True)
-def quick_plots(monkeypatch):
-    """curves.png as a stub file: drawing it is most of a tiny run's time and no part of what is checked."""
-    monkeypatch.setattr(
-        train_module, "plot_training", lambda rows, path, title, best_step=None: rundir.write_file(path, "curves")
-    )
+quick_plots = pytest.fixture(autouse=True)(stub_plots)
 
 
 def tiny(*extra):
@@ -378,7 +373,7 @@ def test_a_full_disk_is_one_error_line_and_the_last_good_checkpoint_stays(tmp_pa
         return real_open(path, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(rundir, "open", disk_full_after_two_checkpoints, raising=False)
+        patch.setattr(descriptors, "open", disk_full_after_two_checkpoints, raising=False)
         with pytest.raises(SystemExit) as exit:
             main([*ARGV, "--out", str(out)])
     err = capsys.readouterr().err.strip()

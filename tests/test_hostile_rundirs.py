@@ -13,9 +13,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_runs import CONFIGS, TINY, TRAIN, forge
+from tiny_runs import CONFIGS, TINY, TRAIN, fails, forge
 
-import experiments.rundir as rundir
+import experiments.rundir_descriptors as descriptors
 from experiments.cli import main, out_of_memory
 from experiments.common import UsageError
 from experiments.compare_seeds import check_seed_file, saved_seed
@@ -25,15 +25,6 @@ from experiments.rundir import MARKER
 
 EXTEND = ["--extend", "--set=train.max_iters=6"]
 SWEEP = ["sweep", str(CONFIGS / "modular97.toml"), *[f"--set={s}" for s in TINY], "--seeds", "0", "--no-progress"]
-
-
-def fails(capsys, argv, code=2):
-    """Run the CLI on argv, expecting exit `code` and one error line; returns the line."""
-    with pytest.raises(SystemExit) as exit:
-        main(argv)
-    err = capsys.readouterr().err.strip()
-    assert exit.value.code == code and "\n" not in err and "Traceback" not in err, err
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -370,7 +361,7 @@ def test_a_full_disk_while_writing_a_plot_is_one_line_exit_1(run, tmp_path, caps
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(rundir, "open", full, raising=False)
+    monkeypatch.setattr(descriptors, "open", full, raising=False)
     err = fails(capsys, ["plot", str(run), "--out", str(tmp_path / "p.png")], code=1)
     assert "No space left on device" in err and "p.png" in err and not list(tmp_path.glob("p.png*"))
 

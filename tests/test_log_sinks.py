@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from extras import needs_extra
 
+import experiments.train as train_module
 from experiments import log_sinks
 from experiments.cli import main
 from experiments.runs import read_metrics
@@ -43,8 +44,11 @@ TINY = [
 
 
 def train_run(out, *extra, steps=6):
-    argv = ["train", "shakespeare_char_cpu", *TINY, "--set", f"train.max_iters={steps}", "--out", str(out)]
-    assert main([*argv, "--no-progress", *extra]) == 0
+    assert main([*train_argv(out, steps), "--no-progress", *extra]) == 0
+
+
+def train_argv(out, steps=6):
+    return ["train", "shakespeare_char_cpu", *TINY, "--set", f"train.max_iters={steps}", "--out", str(out)]
 
 
 def expected(out):
@@ -217,3 +221,133 @@ def test_compare_logs_each_transformer_training_run(tmp_path):
         events = EventAccumulator(str(metrics.parent / "tensorboard"), size_guidance={"scalars": 0}).Reload()
         logged = {event.step: event.value for event in events.Scalars("train_loss")}
         assert logged == pytest.approx(expected(metrics.parent)["train_loss"], rel=1e-6)
+
+
+def moved_mid_run(monkeypatch, tmp_path, sink):
+    """Train into RUN with --log `sink`, and after step 3 (the sink open) rename RUN to MOVED and put a link to
+    ELSEWHERE at its name; ELSEWHERE holds the sink's folders, so that a write by path there would succeed.
+    Returns (MOVED, ELSEWHERE)."""
+    out, moved, elsewhere = tmp_path / "run", tmp_path / "moved", tmp_path / "elsewhere"
+    for folder in ("tensorboard", "wandb"):
+        (elsewhere / folder).mkdir(parents=True)
+    write_row = train_module.write_row
+
+    def swap_after_step_3(file, row):
+        write_row(file, row)
+        if row["step"] == 3:
+            out.rename(moved)
+            out.symlink_to(elsewhere, target_is_directory=True)
+
+    monkeypatch.setattr(train_module, "write_row", swap_after_step_3)
+    train_run(out, "--log", sink)
+    monkeypatch.setattr(train_module, "write_row", write_row)
+    return moved, elsewhere
+
+
+def files_under(directory):
+    return sorted(str(path.relative_to(directory)) for path in directory.rglob("*") if not path.is_dir())
+
+
+def test_tensorboard_writes_into_the_run_directory_even_when_it_is_renamed_and_linked_mid_run(tmp_path, monkeypatch):
+    needs_extra("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    moved, elsewhere = moved_mid_run(monkeypatch, tmp_path, "tensorboard")
+    assert files_under(elsewhere) == []
+    events = EventAccumulator(str(moved / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+    for metric, values in expected(moved).items():
+        assert {event.step: event.value for event in events.Scalars(metric)} == pytest.approx(values, rel=1e-6)
+    assert main([*train_argv(moved), "--no-progress", "--force"]) == 0  # its event files are owned: removed
+    assert not (moved / "tensorboard").exists()
+
+
+def test_wandb_writes_into_the_run_directory_even_when_it_is_renamed_and_linked_mid_run(tmp_path, monkeypatch):
+    needs_extra("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    moved, elsewhere = moved_mid_run(monkeypatch, tmp_path, "wandb")
+    assert files_under(elsewhere) == []
+    (log_file,) = (moved / "wandb").glob("offline-run-*/run-*.wandb")
+    logged = {
+        int(json.loads(item.value_json))
+        for record in wandb_records(log_file)
+        if record.WhichOneof("record_type") == "history"
+        for item in record.history.item
+        if (item.key or "/".join(item.nested_key)) == "_step"
+    }
+    assert logged >= {row["step"] for row in read_metrics(moved / "metrics.jsonl")}
+    assert main([*train_argv(moved), "--no-progress", "--force"]) == 0  # wandb's files are owned, its links gone
+    assert not (moved / "wandb").exists()
+
+
+@pytest.mark.parametrize("sink, planted", [("tensorboard", "events"), ("wandb", ".wandb")])
+def test_a_link_planted_in_a_sinks_folder_is_refused_and_nothing_lands_at_its_target(tmp_path, capsys, sink, planted):
+    needs_extra(sink)
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    train_run(out, steps=3)
+    elsewhere.mkdir()
+    (out / sink).mkdir()
+    (out / sink / planted).symlink_to(elsewhere)
+    with pytest.raises(SystemExit) as exit:
+        main([*train_argv(out), "--no-progress", "--extend", "--log", sink])
+    err = capsys.readouterr().err.strip()
+    assert exit.value.code == 2 and f"{sink}/{planted} is a link" in err and "\n" not in err
+    assert files_under(elsewhere) == []
+
+
+def test_what_tensorboard_wrote_is_owned_and_a_file_planted_in_its_folder_is_not(tmp_path, capsys):
+    needs_extra("tensorboard")
+    out = tmp_path / "run"
+    train_run(out, "--log", "tensorboard", steps=3)
+    (out / "tensorboard" / "notes.txt").write_text("mine")
+    train_run(out, "--log", "tensorboard", "--extend")  # to step 6: the sink opens beside the planted file
+    with pytest.raises(SystemExit) as exit:
+        main([*train_argv(out), "--no-progress", "--force"])
+    err = capsys.readouterr().err.strip()
+    assert exit.value.code == 2 and "tensorboard/notes.txt" in err and "events" not in err and "\n" not in err
+    assert (out / "tensorboard" / "notes.txt").read_text() == "mine"
+    (out / "tensorboard" / "notes.txt").unlink()
+    assert main([*train_argv(out), "--no-progress", "--force"]) == 0 and not (out / "tensorboard").exists()
+
+
+KILL_AT_STEP_4 = """
+import os, signal, sys
+from experiments import train
+real = train.write_row
+def killing(file, row):
+    if row["step"] == 4:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(file, row)
+train.write_row = killing
+from experiments.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_run_killed_with_tensorboard_open_resumes_and_force_refuses_its_unrecorded_events(tmp_path):
+    """A SIGKILL while the sink is open: its event file was never recorded, so it is not the project's; the run
+    resumes, and --force refuses in one line naming that file, deleting nothing (docs/guide/runs.md)."""
+    needs_extra("tensorboard")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    argv = [*train_argv(out), "--set", "train.checkpoint_interval=2", "--no-progress"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AT_STEP_4, *argv, "--log", "tensorboard"], env=env)
+    assert killed.returncode == -9
+    (events,) = (out / "tensorboard").iterdir()
+    before = events.read_bytes()
+    force = [sys.executable, "-m", "experiments", *argv, "--force"]
+    resume = [sys.executable, "-m", "experiments", *argv, "--resume", "--log", "tensorboard"]
+    named = []
+    for command in (force, resume, force):
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        if command is resume:
+            assert done.returncode == 0, done.stderr
+            continue
+        err = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in err and "Traceback" not in err, err
+        named.append(err)
+        assert events.read_bytes() == before
+    assert "holds tensorboard/;" in named[0]  # nothing there is the project's before the resume
+    assert f"holds tensorboard/{events.name};" in named[1]  # after it, only the killed session's file is not
+    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == list(range(1, 7))
+    assert len(list((out / "tensorboard").iterdir())) == 2  # the resumed session's events, recorded, beside it

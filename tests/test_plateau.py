@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
+from tiny_runs import stub_plots
 
-import experiments.rundir as rundir
-import experiments.train as train_module
 from experiments.cli import main
 from experiments.config import load_config
 from experiments.plots import plot_training
@@ -40,12 +39,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TIMING = ("wall_seconds", "seconds_per_step", "tokens_per_second")  # what differs between identical runs
 
 
-@pytest.fixture(autouse=True)
-def quick_plots(monkeypatch):
-    """curves.png as a stub file (drawing it is most of a tiny run's time); test_curves_mark_the_best_step draws one."""
-    monkeypatch.setattr(
-        train_module, "plot_training", lambda rows, path, title, best_step=None: rundir.write_file(path, "x")
-    )
+quick_plots = pytest.fixture(autouse=True)(stub_plots)  # test_curves_mark_the_best_step draws one
 
 
 def tiny(*extra):

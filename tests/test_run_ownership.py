@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_runs import MODULAR, TINY, TRAIN, fails, stub_plots
 
 import experiments.rundir as rundir
 import experiments.train as train_module
@@ -29,29 +30,12 @@ from experiments.runs import read_metrics
 from experiments.train import load_checkpoint, train
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = str(ROOT / "experiments" / "configs" / "modular97.toml")
-TINY = [
-    "task.p=5",
-    "model.d_model=8",
-    "model.n_head=2",
-    "train.max_iters=4",
-    "train.eval_interval=2",
-    "train.checkpoint_interval=2",
-    "train.eval_iters=1",
-]
-TRAIN = ["train", CONFIG, *[f"--set={s}" for s in TINY], "--no-progress"]
 PYTHON = [sys.executable, "-m", "experiments"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 USER_FILES = {"thesis.tex": b"years of work", "data/x.csv": b"1,2\n", ".git/HEAD": b"ref: refs/heads/main\n"}
 
 
-def fails(capsys, argv, code=2):
-    """Run the CLI on argv, expecting exit `code` and one error line; returns the line."""
-    with pytest.raises(SystemExit) as exit:
-        main(argv)
-    err = capsys.readouterr().err.strip()
-    assert exit.value.code == code and "\n" not in err and "Traceback" not in err, err
-    return err
+quick_plots = pytest.fixture(autouse=True)(stub_plots)
 
 
 def plant(directory: Path, files: dict) -> None:
@@ -150,7 +134,7 @@ def test_a_sweep_member_with_a_planted_marker_keeps_the_users_files(tmp_path, ca
     member = out / "seed=0"
     plant(member, USER_FILES)
     (member / MARKER).write_text(format_1("train", "thesis.tex", "data/", "data/x.csv", ".git/", ".git/HEAD"))
-    argv = ["sweep", CONFIG, *[f"--set={s}" for s in TINY], "--seeds", "0", "--no-progress", "--out", str(out)]
+    argv = ["sweep", MODULAR, *[f"--set={s}" for s in TINY], "--seeds", "0", "--no-progress", "--out", str(out)]
     assert main([*argv, "--force"]) == 1  # the member fails, and says why
     assert "thesis.tex" in capsys.readouterr().err
     assert untouched(member, USER_FILES) and json.loads((out / "sweep.json").read_text())["runs"][0]["status"] == (
@@ -170,7 +154,7 @@ def test_renaming_the_run_directory_mid_run_and_linking_its_name_elsewhere_redir
             out.symlink_to(elsewhere, target_is_directory=True)
 
     monkeypatch.setattr(train_module, "write_row", swap_after_step_3)
-    config = load_config(CONFIG, [*TINY, "train.max_iters=8", "train.checkpoint_interval=3"])
+    config = load_config(MODULAR, [*TINY, "train.max_iters=8", "train.checkpoint_interval=3"])
     summary = train(config, out, progress=False)
     assert os.listdir(elsewhere) == [] and out.is_symlink()
     assert summary["steps"] == 8 and load_checkpoint(moved / "ckpt.pt", ("state",))["state"]["step"] == 8
@@ -239,7 +223,7 @@ def test_a_second_train_on_a_run_directory_in_use_fails_naming_the_holder(tmp_pa
 
 def test_a_second_sweep_on_a_sweep_directory_in_use_fails_naming_the_holder(tmp_path, capsys, never_trains):
     out = tmp_path / "sweep"
-    argv = ["sweep", CONFIG, *[f"--set={s}" for s in TINY], *LONG, "--seeds", "0,1", "--no-progress"]
+    argv = ["sweep", MODULAR, *[f"--set={s}" for s in TINY], *LONG, "--seeds", "0,1", "--no-progress"]
     first = subprocess.Popen(
         [*PYTHON, *argv, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
     )

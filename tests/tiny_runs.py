@@ -1,10 +1,17 @@
-"""What the run-directory tests share: a modular training run of about a second (checkpoints at steps 2 and 4)
-and `forge`, which records a crafted file in a run's marker as a hostile sender can (the marker is plain JSON)."""
+"""What the run-directory tests share: a modular training run of about a second (checkpoints at steps 2 and 4);
+`fails`, which runs the command line expecting one error line; `forge`, which records a crafted file in a run's
+marker as a hostile sender can (the marker is plain JSON); and `stub_plots`, which makes a run's curves.png a
+stub file."""
 
 import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
+import experiments.rundir as rundir
+import experiments.train as train_module
+from experiments.cli import main
 from experiments.rundir import MARKER
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
@@ -22,6 +29,15 @@ TINY = [
 TRAIN = ["train", MODULAR, *[f"--set={s}" for s in TINY], "--no-progress"]
 
 
+def fails(capsys, argv, code=2):
+    """Run the CLI on argv, expecting exit `code` and one error line; returns the line."""
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit.value.code == code and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
 def forge(directory: Path, *names: str) -> None:
     """Record the present bytes of `names` in `directory`'s marker, as a hostile sender does: ownership then
     holds, and what a command checks beyond it must refuse the crafted files."""
@@ -30,3 +46,11 @@ def forge(directory: Path, *names: str) -> None:
         data = (directory / name).read_bytes()
         marker["files"][name] = [{"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
     (directory / MARKER).write_text(json.dumps(marker))
+
+
+def stub_plots(monkeypatch) -> None:
+    """curves.png as a stub file written through rundir: drawing it is most of a tiny run's time and no part of
+    what the run-directory tests check (use as `quick_plots = pytest.fixture(autouse=True)(stub_plots)`)."""
+    monkeypatch.setattr(
+        train_module, "plot_training", lambda rows, path, title, best_step=None: rundir.write_file(path, "curves")
+    )

@@ -1,8 +1,10 @@
 """The pdmm-bridge command line: one module per subcommand, each with add_parser(subparsers) and run(args).
 
 To add a command, write experiments/<name>_command.py and list it in COMMANDS with the one-line summary its
-add_parser gives. Only the chosen command's module is imported (it brings torch and the libraries), so
-`pdmm-bridge --help` and `--version` start at once; the other commands are listed by their summaries.
+add_parser gives. Only the chosen command's module is imported, so `pdmm-bridge --help` and `--version` start at
+once; the other commands are listed by their summaries. A command module imports only what its parser needs
+at its top and the libraries (torch, matplotlib) in run(), so `COMMAND --help` and an argument error answer at
+once too where the parser needs no library (train, sweep, compare, configs; solve's lists pdmm's methods).
 `pdmm-bridge` alone prints that list and exits 2. An unrecognized option that names a config key (`train --device
 cuda`) is answered with the --set that sets it (set_hint).
 """
@@ -84,11 +86,11 @@ def main(argv=None):
         parser.error("no command given: choose one of the commands above")
     if unknown:
         culprit = parser if args.command is None else subparsers.choices[args.command]
-        hint = set_hint(unknown) if hasattr(args, "overrides") else ""  # the commands that take --set
+        hint = set_hint(argv[1:], unknown) if hasattr(args, "overrides") else ""  # the commands that take --set
         culprit.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     args.argv = argv  # for commands that relaunch themselves
-    if "pdmm" in sys.modules:  # every command that computes has imported pdmm; configs has not and needs no allocator
-        sys.modules["pdmm"].tune_allocator()
+    if args.command != "configs":  # every other command computes (configs lists files and needs no allocator)
+        importlib.import_module("pdmm").tune_allocator()
     try:
         return args.run(args)
     except BrokenPipeError:  # the reader of stdout went away (pdmm-bridge configs | head): stop quietly, as cat does
@@ -127,21 +129,24 @@ def honour_sigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def set_hint(unknown: list[str]) -> str:
+def set_hint(words: list[str], unknown: list[str]) -> str:
     """The end of an unrecognized-arguments error, "; config keys are set with --set train.device=cuda", for the
-    options among `unknown` (argparse's unrecognized arguments: `--device cuda` or `--device=cuda`) that name a key
-    of a config's [task], [model] or [train] table (experiments/config.py; `--n-layer` names model.n_layer); ""
-    when none does. The value is the one after "=" or the next argument, VALUE when there is none."""
+    options among `unknown` (argparse's unrecognized arguments) that name a key of a config's [task], [model] or
+    [train] table (experiments/config.py; `--n-layer` names model.n_layer); "" when none does. The value is read
+    from `words`, the command's arguments as typed: the text after "=", else the next word, VALUE when that is an
+    option or there is none. It is the word typed even where argparse took it for the command's positional
+    argument (`train --device cuda`: cuda became the config), docs/guide/runs.md, "The command line"."""
     keys = [  # task.options is no key: it holds the task's own keys
         (table, f.name) for table, cls in TABLES.items() for f in dataclasses.fields(cls) if f.name != "options"
     ]
+    unknown_options = {argument.partition("=")[0] for argument in unknown if argument.startswith("--")}
     suggestions = []
-    for i, argument in enumerate(unknown):
-        if not argument.startswith("--"):
+    for i, word in enumerate(words):
+        if word.partition("=")[0] not in unknown_options:
             continue
-        name, equals, value = argument[2:].partition("=")
+        name, equals, value = word[2:].partition("=")
         if not equals:
-            following = unknown[i + 1] if i + 1 < len(unknown) else "-"
+            following = words[i + 1] if i + 1 < len(words) else "-"
             value = "VALUE" if following.startswith("-") else following
         key = name.replace("-", "_")
         suggestions += [f"--set {table}.{key}={value}" for table, field in keys if field == key]

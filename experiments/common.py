@@ -1,7 +1,7 @@
-"""Pieces every pdmm-bridge command shares: the usage error, argument types, graphs, the version."""
+"""Pieces every pdmm-bridge command shares: the usage error, the device argument, graphs, the version (the
+argument types that need no torch are experiments/options.py's)."""
 
 import argparse
-import math
 from pathlib import Path
 
 import torch
@@ -11,38 +11,6 @@ import pdmm
 from .errors import RunFailure, UsageError, WriteError, first_line, package_version  # noqa: F401  (shared here)
 
 tune_allocator = pdmm.tune_allocator  # moved to pdmm (pdmm.solve applies it on large runs); kept importable here
-
-
-def positive(kind):
-    """An argparse type: `kind(text)` that must be finite and > 0."""
-
-    def parse(text):
-        value = kind(text)
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"must be > 0 and finite, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"
-    return parse
-
-
-def number(text):
-    """An int if `text` is one, else a float ("3" -> 3, "0.2" -> 0.2)."""
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
-
-
-def key_value(text):
-    """An argparse type for KEY=VALUE with a numeric VALUE: returns (KEY, number)."""
-    key, sep, value = text.partition("=")
-    if not (sep and key):
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key, number(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"the value of {key} must be a number, got {value!r}") from None
 
 
 def device(text):

@@ -27,18 +27,7 @@ import argparse
 import sys
 
 from . import log_sinks, rundir
-from .compare_report import OUTPUTS, summary, write_outputs, write_sections
-from .compare_seeds import saved_seed, seed_result
-from .comparing import (
-    COUNTS,
-    checked_base,
-    load_source,
-    row_variants,
-    seed_key,
-    setting_of,
-    tabulate,
-    untrained_models,
-)
+from .compare_options import COUNTS
 
 
 def add_parser(subparsers):
@@ -103,7 +92,7 @@ def add_parser(subparsers):
         action="store_true",
         help="write into a non-empty --out that compare did not make; replace a --results section made from more seeds",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     log_sinks.add_argument(parser, "each transformer training run's rows")
     return parser
 
@@ -111,6 +100,10 @@ def add_parser(subparsers):
 def run(args):
     if args.source:
         return regenerate(args)
+    from .compare_report import OUTPUTS  # torch and matplotlib: imported only to run (--help answers at once)
+    from .compare_seeds import compare_bar, saved_seed, seed_result
+    from .comparing import checked_base, row_variants, seed_key, setting_of, tabulate, untrained_models
+
     seeds, base, task = checked_base(args)
     rows = row_variants(args)
     models = untrained_models(args, rows)
@@ -124,7 +117,8 @@ def run(args):
     for seed in seeds:  # every saved seed file is checked before anything trains
         saved_seed(out / "seeds" / f"seed={seed}.json", key)
     try:
-        done = {seed: seed_result(args, out, setting, seed, rows, key) for seed in seeds}
+        with compare_bar(args, out, seeds, rows, key) as bar:  # over every seed's trainings and evaluation stages
+            done = {seed: seed_result(args, out, setting, seed, rows, key, bar) for seed in seeds}
     except KeyboardInterrupt:
         print(
             f"pdmm-bridge compare: interrupted; finished seeds are kept in {out / 'seeds'} and trained runs in "
@@ -137,6 +131,9 @@ def run(args):
 
 def regenerate(args):
     """compare --from DIR: the outputs from DIR's per-seed CSV and meta data, nothing trained or run."""
+    from .compare_report import OUTPUTS
+    from .comparing import load_source
+
     table, meta, curves = load_source(args.source)
     out = rundir.claim(args.out, "compare", args.force, reusable=True, writes=OUTPUTS)
     return publish(args, out, table, meta, curves)
@@ -144,6 +141,8 @@ def regenerate(args):
 
 def publish(args, out, table, meta, curves):
     """Write every output, the summary to stdout and, with --results and --readme, the sections of those files."""
+    from .compare_report import summary, write_outputs, write_sections
+
     text = write_outputs(out, table, meta, curves)
     write_sections(out, table, text, args.results, args.readme, args.force)
     print("\n".join(summary(table)))

@@ -1,6 +1,7 @@
 """The per-seed results of `pdmm-bridge compare`: the seed's transformers trained (or resumed) under OUT/runs/, its
 rows evaluated (bridge.comparison.evaluate_seed) and kept in OUT/seeds/seed=S.json, so that a killed compare
-resumes there (docs/guide/bridge.md).
+resumes there (docs/guide/bridge.md), under one bar over every seed's trainings and evaluation stages
+(docs/guide/runs.md, "Progress").
 """
 
 import argparse
@@ -11,8 +12,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from bridge.comparison import SeedResult, Setting, evaluate_seed
+from bridge.comparison import TUNED, SeedResult, Setting, evaluate_seed
 
 from . import rundir
 from .compare_report import CURVE_COLUMNS, check_fitted
@@ -20,15 +22,68 @@ from .comparing import Row, run_config
 from .config import load_config
 from .errors import UsageError
 from .grid import run_name
+from .progress import job_bar, stages
 from .runs import is_number, read_json, read_metrics, read_summary
 from .tasks import build_task
 from .train import best_weights, finished, load_weights, train
 
 
+def evaluation_stages(rows: list[Row]) -> list[str]:
+    """The stages bridge.comparison.evaluate_seed reports to its progress callback, in order, for a seed with
+    these transformer rows: the oracles, the tuning of each classical method, the fastest-mixing weights, the
+    polynomial filters, learned PDMM, the PDMM-transformers and each transformer row.
+
+    Parameters
+    ----------
+    rows : list of (label, assignment, overrides)
+        The transformer rows.
+
+    Returns
+    -------
+    list of str
+    """
+    fixed = ["oracles", *(f"tuning {name}" for name in TUNED), "fastest-mixing weights", "polynomial filters"]
+    return [*fixed, "learned pdmm", "pdmm-transformer", *(label for label, _, _ in rows)]
+
+
+def compare_bar(args: argparse.Namespace, out: Path, seeds: list[int], rows: list[Row], key: Any) -> tqdm:
+    """The bar over the whole comparison (progress.job_bar): for every seed, a step per transformer row trained
+    and per evaluation stage (evaluation_stages). A seed saved under `key` and a finished training run count as
+    done from the start, so a resumed compare's time left counts only what is left.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The compare command's arguments (no_progress).
+    out : Path
+        The output directory.
+    seeds : list of int
+        The seeds, in order.
+    rows : list of (label, assignment, overrides)
+        The transformer rows.
+    key : dict
+        What a saved seed must have been computed under (comparing.seed_key).
+
+    Returns
+    -------
+    tqdm
+        Silent under --no-progress.
+    """
+    per_seed = len(rows) + len(evaluation_stages(rows))
+    done = sum(
+        per_seed
+        if saved_seed(out / "seeds" / f"seed={seed}.json", key) is not None
+        else sum(finished(out / "runs" / run_name(assignment, seed)) for _, assignment, _ in rows)
+        for seed in seeds
+    )
+    return job_bar(len(seeds) * per_seed, done, "stage", not args.no_progress, f"seed {seeds[0]}")
+
+
 def trained_models(
-    args: argparse.Namespace, out: Path, seed: int, rows: list[Row]
+    args: argparse.Namespace, out: Path, seed: int, rows: list[Row], bar: tqdm
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """The seed's trained transformers, training (or resuming) the runs it needs into OUT/runs/.
+    """The seed's trained transformers, training (or resuming) the runs it needs into OUT/runs/, the `bar`
+    advanced by each run trained now (a finished one counted from the start, compare_bar).
 
     Parameters
     ----------
@@ -40,6 +95,8 @@ def trained_models(
         The training seed.
     rows : list of (label, assignment, overrides)
         The transformer rows.
+    bar : tqdm
+        The comparison's bar (compare_bar).
 
     Returns
     -------
@@ -61,6 +118,7 @@ def trained_models(
         run_dir = rundir.make_dir(out / "runs") / run_name(assignment, seed)
         if (run_dir / "config.toml").is_file() and load_config(rundir.inside(run_dir / "config.toml", out)) != config:
             raise UsageError(f"{run_dir} was trained with a different config; choose another --out")
+        bar.set_description(f"seed {seed}: training {label}")
         if not finished(run_dir):
             train(
                 config,
@@ -70,6 +128,7 @@ def trained_models(
                 progress=not args.no_progress,
                 log=getattr(args, "log_target", None),
             )
+            bar.update(1)
         torch.manual_seed(0)
         model = build_task(config).build_model()
         load_weights(model, best_weights(run_dir))
@@ -96,10 +155,11 @@ def trained_models(
 
 
 def seed_result(
-    args: argparse.Namespace, out: Path, setting: Setting, seed: int, rows: list[Row], key: Any
+    args: argparse.Namespace, out: Path, setting: Setting, seed: int, rows: list[Row], key: Any, bar: tqdm
 ) -> tuple[SeedResult, list[dict[str, Any]]]:
     """One seed of the comparison (bridge.comparison.evaluate_seed), read from OUT/seeds/seed=S.json when it was
-    computed under the same `key`, else computed and saved there.
+    computed under the same `key` (counted in `bar` from the start), else computed and saved there, `bar`
+    advanced by each run trained and each evaluation stage.
 
     Parameters
     ----------
@@ -115,6 +175,8 @@ def seed_result(
         The transformer rows.
     key : dict
         What the result is computed under (comparing.seed_key).
+    bar : tqdm
+        The comparison's bar (compare_bar).
 
     Returns
     -------
@@ -126,9 +188,10 @@ def seed_result(
     saved = saved_seed(path, key, setting.horizon)
     if saved is not None:
         return saved
-    models, budgets, curves = trained_models(args, out, seed, rows)
-    show = (lambda text: None) if args.no_progress else (lambda text: print(f"seed {seed}: {text}", flush=True))
-    result = evaluate_seed(setting, seed, models, show, training=budgets)
+    models, budgets, curves = trained_models(args, out, seed, rows, bar)
+    begin, end = stages(bar, f"seed {seed}")
+    result = evaluate_seed(setting, seed, models, begin, training=budgets)
+    end()
     rundir.make_dir(path.parent)
     rundir.write_file(
         path,

@@ -13,6 +13,7 @@ import torch
 from bridge.comparison import FROM_PDMM, CompareTable, SeedResult, Setting, numbers_sent, protocol
 from bridge.fitting import MIN_DELTA, PATIENCE
 
+from .compare_options import command_line
 from .compare_report import MAX_ROUNDS, load
 from .config import RunConfig, load_config, to_tables
 from .errors import UsageError, package_version
@@ -21,20 +22,6 @@ from .tasks import build_task
 from .tasks.graph_consensus import graph_family
 
 Row = tuple[str, dict[str, Any], list[str]]  # (row label, run-name assignment, config overrides)
-COUNTS = {  # compare's integer options: (default, help)
-    "test_graphs": (8, "held-out graphs per set and seed"),
-    "tune_graphs": (
-        8,
-        "training-family graphs per seed for tuning the classical rows and fitting the full-batch ones (as many as "
-        "the transformers' task.val_graphs by default)",
-    ),
-    "val_graphs": (8, "training-family graphs per seed on which every choice between rows is made"),
-    "learned_steps": (
-        2000,
-        "cap on the Adam steps of learned PDMM (it stops earlier when its validation loss plateaus)",
-    ),
-    "finetune_steps": (2000, "the same cap for the PDMM-transformers (each depth stage of the tied one)"),
-}
 
 
 def variants(text: str, flag: str) -> list[str]:
@@ -278,44 +265,6 @@ def setting_of(args: argparse.Namespace, base: RunConfig, task: Any, models: dic
         args.finetune_steps,
         checkpoints=checkpoints(models, depth, args.rounds),
         val_graphs=args.val_graphs,
-    )
-
-
-def command_line(args: argparse.Namespace, seeds: list[int]) -> str:
-    """The command that reproduces the comparison, as compare.json and compare.md record it.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        The compare command's arguments.
-    seeds : list of int
-        The seeds.
-
-    Returns
-    -------
-    str
-    """
-    return " ".join(
-        [
-            "pdmm-bridge compare",
-            str(args.config),
-            "--residuals",
-            args.residuals,
-            "--tied",
-            args.tied,
-            "--widths",
-            args.widths,
-            "--seeds",
-            ",".join(map(str, seeds)),
-            "--rounds",
-            str(args.rounds),
-            *(
-                f"--{flag.replace('_', '-')} {getattr(args, flag)}"
-                for flag in COUNTS
-                if getattr(args, flag) != COUNTS[flag][0]
-            ),
-            *(f"--set {o}" for o in args.overrides),
-        ]
     )
 
 

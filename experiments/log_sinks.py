@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rundir
-from .common import UsageError
+from .errors import UsageError
 
 SINKS = ("tensorboard", "wandb", "mlflow")
 EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}  # the optional extra of each

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 from . import rundir
-from .common import UsageError, positive
+from .common import UsageError
 from .errors import package_version
 from .network_sweep import markdown, network_sweep
+from .options import positive
 from .plots import plot_network_sweep
 from .results_doc import check_section, replace_section
 

@@ -59,7 +59,6 @@ import torch
 
 from . import launch, rundir, solve_job, solving
 from .errors import UsageError
-from .plots import plot_convergence
 from .solve_options import add_arguments
 from .solve_outputs import (
     config_text,
@@ -135,6 +134,8 @@ def _run(args):
     results, failures, interrupted = solving.solve_all(problem, specs, params, x_star, args, network)
     if rank:  # process 0 writes and reports
         return 130 if interrupted else 1 if failures else 0
+
+    from .plots import plot_convergence  # matplotlib: imported only to draw (solve --help answers sooner)
 
     curves = {label: mean_history(result.history) for label, result in results.items()}
     config = config_text(args, specs, params, G, results, failures, tunings, interrupted)

@@ -19,7 +19,8 @@ import pdmm.npz
 import pdmm.tuning
 from pdmm.synthetic import KINDS
 
-from .common import device, key_value, positive
+from .common import device
+from .options import key_value, positive
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10

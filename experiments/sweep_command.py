@@ -40,12 +40,7 @@ import sys
 from pathlib import Path
 
 from . import log_sinks, rundir
-from .claims import checked_spec
 from .config import load_plan
-from .runs import read_sweep
-from .sweeping import check_values, keep_previous, new_record, plan, resume_command, run_all, sweep_spec, write_sweep
-from .train import Interrupted
-from .world import World
 
 
 def add_parser(subparsers):
@@ -80,27 +75,34 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from . import sweeping  # torch and matplotlib: imported only to run (sweep --help answers at once)
+    from .claims import checked_spec
+    from .runs import read_sweep
+    from .train import Interrupted
+    from .world import World
+
     World.current()  # a sweep runs as one process: refused under torchrun before anything is written
-    spec = sweep_spec(args)
-    check_values(args, spec)
-    runs = plan(args, spec)
+    spec = sweeping.sweep_spec(args)
+    sweeping.check_values(args, spec)
+    runs = sweeping.plan(args, spec)
     out = Path(args.out or Path("runs") / f"{Path(args.config).stem}-sweep")
     args.log_target = log_sinks.target(args.log, out)
     report = checked_spec(load_plan(args.config)["report"], args.config)  # a bad [report] fails now, not after the runs
-    record = new_record(args, spec, runs, report)
+    record = sweeping.new_record(args, spec, runs, report)
     rundir.refuse_link(out)
-    keep_previous(record, read_sweep(out), runs, args, out)
+    sweeping.keep_previous(record, read_sweep(out), runs, args, out)
     rundir.claim(out, "sweep", args.force, reusable=True, writes=("sweep.json",))  # locked until the command ends
     for entry in runs:  # a member that is a link would put a whole run outside OUT
         rundir.refuse_link(out / entry["name"])
-    write_sweep(record, out)
+    sweeping.write_sweep(record, out)
     try:
-        failed = run_all(args, runs, record, out)
+        failed = sweeping.run_all(args, runs, record, out)
     except KeyboardInterrupt as err:  # Interrupted too
-        write_sweep(record, out)
+        sweeping.write_sweep(record, out)
         where = f" in {err.out.name} at step {err.step}, checkpoint saved" if isinstance(err, Interrupted) else ""
         print(
-            f"pdmm-bridge sweep: interrupted (Ctrl-C){where}; resume with the same command: {resume_command(args)}",
+            f"pdmm-bridge sweep: interrupted (Ctrl-C){where}; resume with the same command: "
+            f"{sweeping.resume_command(args)}",
             file=sys.stderr,
         )
         return 130

@@ -13,10 +13,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from . import rundir
 from .config import TABLES, RunConfig, apply_override, load_config, load_plan, overrides_with_data, toml_value
 from .errors import RunFailure, UsageError, package_version
 from .grid import check_names, parse_seeds, run_name
+from .progress import job_bar
 from .tasks import check_config
 from .train import finished, has_checkpoint, train
 
@@ -310,7 +313,8 @@ def write_sweep(record: dict[str, Any], out: Path) -> None:
 
 
 def run_all(args: argparse.Namespace, runs: list[dict[str, Any]], record: dict[str, Any], out: Path) -> int:
-    """Train every planned run in turn, recording each in sweep.json (skipped ones too).
+    """Train every planned run in turn, recording each in sweep.json (skipped ones too), under a bar over the
+    whole sweep ("run k of N", the runs done and the time left, progress.job_bar) unless args.no_progress.
 
     Parameters
     ----------
@@ -334,19 +338,25 @@ def run_all(args: argparse.Namespace, runs: list[dict[str, Any]], record: dict[s
         When a run directory was run with another config.
     """
     failed = 0
-    for plan_entry, entry in zip(runs, record["runs"], strict=False):
-        run_dir = out / plan_entry["name"]
-        config = load_config(args.config, plan_entry["set"])
-        if (run_dir / "config.toml").is_file() and load_config(rundir.inside(run_dir / "config.toml", out)) != config:
-            raise UsageError(
-                f"{run_dir} was run with a different config than {args.config} now gives; choose another --out"
-            )
-        if finished(run_dir):
-            entry["status"], entry["error"] = "finished", None
-            print(f"{run_dir}: finished earlier, skipped")
-        else:
-            failed += not train_entry(args, config, run_dir, entry)
-        write_sweep(record, out)
+    done = sum(finished(out / plan_entry["name"]) for plan_entry in runs)
+    with job_bar(len(runs), done, "run", not args.no_progress, f"run 1 of {len(runs)}") as bar:
+        for k, (plan_entry, entry) in enumerate(zip(runs, record["runs"], strict=False), 1):
+            bar.set_description(f"run {k} of {len(runs)}")
+            run_dir = out / plan_entry["name"]
+            config = load_config(args.config, plan_entry["set"])
+            if (run_dir / "config.toml").is_file() and load_config(
+                rundir.inside(run_dir / "config.toml", out)
+            ) != config:
+                raise UsageError(
+                    f"{run_dir} was run with a different config than {args.config} now gives; choose another --out"
+                )
+            if finished(run_dir):  # counted in `done`
+                entry["status"], entry["error"] = "finished", None
+                tqdm.write(f"{run_dir}: finished earlier, skipped", file=sys.stdout)
+            else:
+                failed += not train_entry(args, config, run_dir, entry)
+                bar.update(1)
+            write_sweep(record, out)
     return failed
 
 
@@ -381,12 +391,12 @@ def train_entry(args: argparse.Namespace, config: RunConfig, run_dir: Path, entr
         )
     except Exception as err:  # one failing run must not stop the sweep
         entry["status"], entry["error"] = "failed", f"{type(err).__name__}: {err}"
-        print(f"{run_dir}: failed: {entry['error']}", file=sys.stderr)
+        tqdm.write(f"{run_dir}: failed: {entry['error']}", file=sys.stderr)  # above the bars
         if not isinstance(err, (UsageError, RunFailure)):
             traceback.print_exc(file=sys.stderr)
         return False
     entry["status"], entry["error"] = "finished", None
-    print(f"{run_dir}: " + ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items()))
+    tqdm.write(f"{run_dir}: " + ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items()), file=sys.stdout)
     return True
 
 

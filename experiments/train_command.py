@@ -25,10 +25,8 @@ import sys
 from pathlib import Path
 
 from . import log_sinks
-from .common import positive
 from .config import load_config, overrides_with_data
-from .train import Interrupted, TrainingDiverged, finished, has_checkpoint, train
-from .world import DIST_TIMEOUT, World, process_group
+from .options import DIST_TIMEOUT, positive
 
 
 def add_parser(subparsers):
@@ -75,6 +73,9 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from .train import TrainingDiverged, train  # torch: imported only to run (train --help answers at once)
+    from .world import World, process_group
+
     config = load_config(args.config, overrides_with_data(args.overrides, args.data))
     out = Path(args.out or Path("runs") / Path(args.config).stem)
     log = log_sinks.target(args.log, out)
@@ -114,6 +115,8 @@ def run(args):
 
 def interrupted_line(err, args, out, world):
     """What Ctrl-C left and the command that carries on: --resume from a checkpoint, else --force."""
+    from .train import Interrupted, finished, has_checkpoint
+
     how = " (under torchrun, with any number of processes)" if world.size > 1 else ""
     if isinstance(err, Interrupted):
         return (

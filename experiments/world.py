@@ -17,9 +17,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .common import UsageError
-
-DIST_TIMEOUT = 600  # seconds a collective waits for the other processes before failing (a dead or stuck rank)
+from .errors import UsageError
+from .options import DIST_TIMEOUT
 
 
 def torchrun_ranks():

@@ -192,6 +192,8 @@ def test_no_command_lists_the_commands_and_exits_2(capsys):
             "--lr --device cuda",
             "--set train.lr=VALUE --set train.device=cuda",
         ),
+        (["train", "--device", "cuda"], "--device", "--set train.device=cuda"),  # argparse took cuda for the config
+        (["train", "--device", "cuda", "modular97"], "--device modular97", "--set train.device=cuda"),
         (["train", "shakespeare_char_cpu", "--bogus", "1"], "--bogus 1", ""),  # no such key
         (["solve", "--max-iters", "5"], "--max-iters 5", ""),  # a key of [train], but solve takes no --set
     ],
@@ -207,9 +209,24 @@ def test_an_unrecognized_option_that_names_a_config_key_is_answered_with_its_set
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("argv", [[], ["--version"], ["--help"], ["configs"]])
-def test_help_version_and_configs_do_not_import_torch(argv):
-    """They answer at once: nothing imports torch, the libraries or the other commands (experiments/cli.py)."""
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--version"],
+        ["--help"],
+        ["configs"],
+        ["train", "--help"],
+        ["sweep", "--help"],
+        ["compare", "--help"],
+        ["train", "--device", "cuda"],  # an argument error
+        ["compare", "--rounds", "many"],
+        ["sweep", "shakespeare_char_cpu", "--seeds"],
+    ],
+)
+def test_help_version_argument_errors_and_configs_do_not_import_torch(argv):
+    """They answer at once: nothing imports torch, the libraries or the other commands (experiments/cli.py); the
+    parsers of train, sweep and compare need no library, so their --help and argument errors import none."""
     import subprocess
     import sys
 

@@ -1,8 +1,10 @@
 """graph_consensus, the ball oracle, bridge.compare's baselines and statistics, and pdmm-bridge compare."""
 
+import argparse
 import csv
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,8 +41,11 @@ from bridge.consensus import GraphFamily, disagreement_error, node_features, sam
 from bridge.oracle import ball_oracle, bayes_ball_oracle
 from bridge.polynomial import apply_filter, fit_filter, nontrivial_spectrum
 from bridge.statistics import t_interval
+from experiments import compare_command
 from experiments.cli import main
+from experiments.compare_options import command_line
 from experiments.config import load_config
+from experiments.grid import parse_seeds
 from experiments.plots import plot_compare
 from experiments.tasks import build_task
 from experiments.train import train
@@ -59,6 +64,75 @@ TINY = [
     "task.n_max=12",
     "task.radius=0",
 ]
+
+
+OUTPUT_OPTIONS = ("source", "out", "results", "readme", "force", "no_progress", "log")  # where outputs go, not numbers
+
+
+def parsed(argv):
+    """`pdmm-bridge ARGV` parsed by the compare parser: {option: value} of every option that decides the numbers."""
+    parser = compare_command.add_parser(argparse.ArgumentParser().add_subparsers())
+    args = vars(parser.parse_args(argv[1:]))
+    return {key: value for key, value in args.items() if key not in OUTPUT_OPTIONS}
+
+
+def parsed_record(command):
+    """A recorded command (compare.json's "command") parsed back the same way."""
+    words = shlex.split(command)
+    assert words[:2] == ["pdmm-bridge", "compare"]
+    return parsed(words[1:])
+
+
+def test_the_recorded_command_parses_back_to_every_option_given_and_every_default():
+    argv = [
+        "compare",
+        "my configs/consensus.toml",
+        "--residuals",
+        "belief",
+        "--tied",
+        "none",
+        "--widths",
+        "4,8",
+        "--width-residual",
+        "belief",
+        "--seeds",
+        "3,1",
+        "--rounds",
+        "12",
+        "--test-graphs",
+        "4",
+        "--learned-steps",
+        "100",
+        "--finetune-steps",
+        "50",
+        "--set",
+        "train.lr=0.01",
+        "--set=task.n_min=8",
+        "--out",
+        "elsewhere",
+        "--no-progress",
+    ]
+    args = argparse.Namespace(**parsed(argv))
+    recorded = command_line(args, parse_seeds(args.seeds))
+    assert parsed_record(recorded) == parsed(argv)
+    defaults = argparse.Namespace(**parsed(["compare", "graph_consensus"]))
+    recorded = command_line(defaults, parse_seeds(defaults.seeds))
+    assert parsed_record(recorded) == parsed(["compare", "graph_consensus"])
+    for default in ("--test-graphs 8", "--tune-graphs 8", "--val-graphs 8", "--learned-steps 2000", "--rounds 32"):
+        assert default in recorded  # written out, so a later change of a default leaves the record's meaning
+
+
+def test_the_committed_comparisons_command_gives_its_recorded_setting():
+    meta = json.loads((CONFIG.parents[2] / "docs" / "compare" / "compare.json").read_text())
+    options = parsed_record(meta["command"])
+    assert parse_seeds(options["seeds"]) == meta["seeds"] and options["rounds"] == meta["rounds"]
+    assert {key: options[key] for key in ("test_graphs", "tune_graphs", "val_graphs")} == {
+        key: meta["setting"][key] for key in ("test_graphs", "tune_graphs", "val_graphs")
+    }
+    assert (
+        f"learned_steps={options['learned_steps']}, finetune_steps={options['finetune_steps']}"
+        in (meta["setting"]["repr"])
+    )
 
 
 def test_graph_consensus_batches_and_the_disagreement_error():
@@ -283,6 +357,7 @@ def test_compare_writes_every_method_with_intervals_and_no_pdmm_variant_beats_th
         "--no-progress",
     ]
     assert main([*args, "--results", str(tmp_path / "R.md")]) == 0
+    assert parsed_record(json.loads((out / "compare.json").read_text())["command"]) == parsed(args)
     with open(out / "compare.csv") as f:
         rows = list(csv.DictReader(f))
     sets = {"training family", "larger graphs", "ring", "grid"}
@@ -538,3 +613,30 @@ def test_a_setting_without_checkpoints_has_its_rounds_as_horizon():
     family = GraphFamily("random_geometric", 16, 24)
     assert Setting(family, depth=4, rounds=8).horizon == 8
     assert Setting(family, depth=4, rounds=8, checkpoints=(12, 3)).horizon == 12
+
+
+def bar_lines(err, prefix):
+    """The states a progress bar drew on stderr (tqdm rewrites its line with \\r) whose text starts with `prefix`."""
+    return [line.strip() for line in err.replace("\r", "\n").splitlines() if line.strip().startswith(prefix)]
+
+
+def test_one_bar_covers_every_seeds_training_and_stages_from_what_finished_and_no_progress_silences_it(
+    tmp_path, capsys
+):
+    compare = ["compare", str(CONFIG), "--residuals", "standard", "--tied", "none", "--widths", "none"]
+    compare += ["--rounds", "3", "--test-graphs", "1", "--tune-graphs", "1", "--val-graphs", "1"]
+    compare += ["--learned-steps", "2", "--finetune-steps", "2", *[f"--set={s}" for s in TINY]]
+    compare += ["--out", str(tmp_path / "cmp")]
+    # a seed: its transformer trained, then oracles, 6 classical methods tuned, fastest-mixing weights, polynomial
+    # filters, learned pdmm, the pdmm-transformers and the transformer evaluated: 13 stages
+    assert main([*compare, "--seeds", "0"]) == 0
+    drawn = bar_lines(capsys.readouterr().err, "seed ")
+    assert "0/13 [" in drawn[0] and "13/13 [" in drawn[-1]
+    texts = {line.split(":")[1].strip() for line in drawn if line.count(":") > 1}
+    assert {"training transformer (standard)", "tuning pdmm", "learned pdmm", "transformer (standard)"} <= texts
+    assert main([*compare, "--seeds", "0,1"]) == 0  # seed 0 is kept: it counts from the start
+    drawn = bar_lines(capsys.readouterr().err, "seed ")
+    assert "13/26 [" in drawn[0] and "26/26 [" in drawn[-1] and not any(" 0/26 [" in line for line in drawn)
+    assert any(line.startswith("seed 1: tuning pdmm") for line in drawn)
+    assert main([*compare, "--seeds", "0,1", "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""

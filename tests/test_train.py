@@ -473,3 +473,26 @@ def test_training_and_resume_run_on_the_device(tmp_path, device, monkeypatch):
     train(config, tmp_path / "part", resume=True, progress=False)
     assert losses(tmp_path / "part") == losses(tmp_path / "whole")
     assert (tmp_path / "part" / "sample.txt").is_file()
+
+
+def bar_lines(err, prefix):
+    """The states a progress bar drew on stderr (tqdm rewrites its line with \\r) whose text starts with `prefix`."""
+    return [line.strip() for line in err.replace("\r", "\n").splitlines() if line.strip().startswith(prefix)]
+
+
+def test_a_sweeps_bar_counts_runs_of_the_whole_sweep_from_those_finished_and_no_progress_silences_it(tmp_path, capsys):
+    from tiny_runs import MODULAR
+    from tiny_runs import TINY as TINY_MODULAR
+
+    sweep = ["sweep", MODULAR, *[f"--set={s}" for s in TINY_MODULAR], "--grid", "model.n_head=3,2"]
+    sweep += ["--out", str(tmp_path / "sweep")]  # 3 heads do not divide d_model 8: that run fails, the sweep goes on
+    assert main(sweep) == 1
+    drawn = bar_lines(capsys.readouterr().err, "run ")
+    assert drawn[0].startswith("run 1 of 2") and "0/2 [" in drawn[0] and "2/2 [" in drawn[-1]
+    assert any(line.startswith("run 2 of 2") for line in drawn)
+    assert main(sweep) == 1  # the failed run is retried; the finished one counts from the start
+    drawn = bar_lines(capsys.readouterr().err, "run ")
+    assert "1/2 [" in drawn[0] and "2/2 [" in drawn[-1] and not any("0/2 [" in line for line in drawn)
+    assert main([*sweep, "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "failed" in err and "/2 [" not in err and "it/s" not in err

@@ -4,9 +4,9 @@ To add a command, write experiments/<name>_command.py and list it in COMMANDS wi
 add_parser gives. Only the chosen command's module is imported, so `pdmm-bridge --help` and `--version` start at
 once; the other commands are listed by their summaries. A command module imports only what its parser needs
 at its top and the libraries (torch, matplotlib) in run(), so `COMMAND --help` and an argument error answer at
-once too where the parser needs no library (train, sweep, compare, configs; solve's lists pdmm's methods).
+once too: no parser needs a library (solve's lists pdmm's names from experiments/solve_names.py).
 `pdmm-bridge` alone prints that list and exits 2. An unrecognized option that names a config key (`train --device
-cuda`) is answered with the --set that sets it (set_hint).
+cuda`, `train --device=cuda` without a config) is answered with the --set that sets it (set_hint).
 """
 
 import argparse
@@ -42,10 +42,13 @@ def command_module(name):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line, `prog: error: message`, without the usage block (exit code 2)."""
+    """argparse, but an error is one line, `prog: error: message`, without the usage block (exit code 2), and
+    ends with the parser's `hint` (set_hint's, for the command chosen)."""
+
+    hint = ""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}{self.hint}\n")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -80,14 +83,17 @@ def main(argv=None):
     except KeyboardInterrupt:  # Ctrl-C while the command's libraries load
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    if chosen and subparsers.choices[chosen].get_default("overrides") is not None:  # the commands that take --set
+        subparser = subparsers.choices[chosen]
+        _, typed = subparser.parse_known_args([*argv[1:], "--", "CONFIG"])  # its errors are the real parse's
+        subparser.hint = set_hint(argv[1:], typed)  # ends its errors, `the following arguments are required` too
     args, unknown = parser.parse_known_args(argv)
     if args.command is None and not unknown:  # `pdmm-bridge` alone: the commands, then one error line
         parser.print_help(sys.stderr)
         parser.error("no command given: choose one of the commands above")
     if unknown:
         culprit = parser if args.command is None else subparsers.choices[args.command]
-        hint = set_hint(argv[1:], unknown) if hasattr(args, "overrides") else ""  # the commands that take --set
-        culprit.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+        culprit.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = argv  # for commands that relaunch themselves
     if args.command != "configs":  # every other command computes (configs lists files and needs no allocator)
         importlib.import_module("pdmm").tune_allocator()

@@ -16,12 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from bridge.learned import learned_vs_constant
-
 from . import rundir
-from .common import UsageError, package_version
-from .plots import plot_errors
-from .results_doc import replace_section
+from .errors import UsageError, package_version
 
 
 def layer_list(text):
@@ -57,6 +53,11 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from bridge.learned import learned_vs_constant  # torch, matplotlib: imported only to run (--help answers at once)
+
+    from .plots import plot_errors
+    from .results_doc import replace_section
+
     if min(args.train_graphs, args.test_graphs, args.steps) < 1:
         raise UsageError("--train-graphs, --test-graphs and --steps must be >= 1")
     out = rundir.claim(

@@ -15,12 +15,8 @@ import sys
 from pathlib import Path
 
 from . import rundir
-from .common import UsageError
-from .errors import package_version
-from .network_sweep import markdown, network_sweep
+from .errors import UsageError, package_version
 from .options import positive
-from .plots import plot_network_sweep
-from .results_doc import check_section, replace_section
 
 SECTION = "network-sweep"
 
@@ -50,6 +46,10 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from .network_sweep import markdown, network_sweep  # torch, matplotlib: imported only to run (--help at once)
+    from .plots import plot_network_sweep
+    from .results_doc import check_section, replace_section
+
     if args.nodes < 2 or args.dim < 1 or args.seeds < 2 or args.iters < 1:
         raise UsageError(
             f"need --nodes >= 2, --dim >= 1, --seeds >= 2, --iters >= 1; got {args.nodes}, "

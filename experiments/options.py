@@ -6,6 +6,8 @@ import argparse
 import math
 
 DIST_TIMEOUT = 600  # seconds a collective waits for the other processes before failing (a dead or stuck rank)
+AXES = {"iteration": "iteration", "messages": "messages delivered", "bits": "bits sent"}  # plot --x: axis label
+DEFAULT_METRICS = ("val_loss", "val_acc", "train_acc")  # report: the metrics tabulated when none are named
 
 
 def positive(kind):

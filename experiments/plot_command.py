@@ -31,11 +31,9 @@ import sys
 from pathlib import Path
 
 from . import rundir
-from .common import UsageError
-from .plots import AXES, PANELS, plot_convergence, plot_metric
+from .errors import UsageError
+from .options import AXES
 from .rundir import check_new_file
-from .runs import expand, is_solve_dir, load_solve
-from .solve_curves import solve_curves, solves_title
 
 
 def add_parser(subparsers):
@@ -76,6 +74,9 @@ def _axes(text):
 
 
 def run(args):
+    from .plots import plot_metric  # numpy and matplotlib: imported only to run (plot --help answers at once)
+    from .runs import expand, is_solve_dir
+
     solves = [is_solve_dir(path) for path in args.runs]
     if any(solves) and not all(solves):
         raise UsageError("give either solve directories or training runs, not both")
@@ -109,6 +110,10 @@ def output_file(args, name):
 
 def plot_solves(args):
     """Residual, error and objective (or --metric) of solve directories against iteration, one line per method."""
+    from .plots import PANELS, plot_convergence
+    from .runs import load_solve
+    from .solve_curves import solve_curves, solves_title
+
     runs = [load_solve(path) for path in args.runs]
     if args.metric and args.metric not in PANELS:
         raise UsageError(f"solve runs record {', '.join(PANELS)}, not {args.metric!r}")

@@ -11,6 +11,7 @@ from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
 
 from . import rundir
 from .errors import UsageError
+from .options import AXES
 from .rundir import save_figure
 from .runs import aligned, group_runs
 
@@ -21,7 +22,6 @@ PANELS = {
 }
 
 
-AXES = {"iteration": "iteration", "messages": "messages delivered", "bits": "bits sent"}
 DASHES = ("-", "--", ":", "-.")  # cycled with the colours, so that curves that coincide stay visible
 
 

@@ -16,14 +16,9 @@ import argparse
 import json
 from pathlib import Path
 
-from bridge.probe import pdmm_residual
-
 from . import rundir
 from .errors import package_version
-from .plots import plot_probe
-from .probing import probe_layers
 from .rundir import check_new_file
-from .train import sigint_flag
 
 
 def add_parser(subparsers):
@@ -41,6 +36,12 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from bridge.probe import pdmm_residual  # torch, matplotlib: imported only to run (probe --help answers at once)
+
+    from .plots import plot_probe
+    from .probing import probe_layers
+    from .train import sigint_flag
+
     run_dir = Path(args.run_dir)
     config, totals = probe_layers(run_dir, args.batches)
     with sigint_flag() as interrupt:  # pdmm.solve would return part of the residual curve on a Ctrl-C

@@ -30,31 +30,8 @@ import argparse
 from pathlib import Path
 
 from . import rundir
-from .claims import checked_spec
-from .plots import plot_groups
-from .repro_report import (
-    SUMMARY_SECTION,
-    copy_figures,
-    extra_figures,
-    extra_sections,
-    refresh_summary,
-    verdict_lines,
-)
-from .results_doc import check_section, replace_section
+from .options import DEFAULT_METRICS
 from .rundir import check_new_file
-from .runs import expand, read_sweep
-from .sweep_report import (
-    DEFAULT_METRICS,
-    chosen_metrics,
-    figure_links,
-    figure_names,
-    finished_runs,
-    header,
-    problems,
-    run_scale,
-    table,
-    variants,
-)
 
 
 def _metric_list(text):
@@ -93,6 +70,30 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from .claims import checked_spec  # numpy, torch, matplotlib: imported only to run (report --help answers at once)
+    from .plots import plot_groups
+    from .repro_report import (
+        SUMMARY_SECTION,
+        copy_figures,
+        extra_figures,
+        extra_sections,
+        refresh_summary,
+        verdict_lines,
+    )
+    from .results_doc import check_section, replace_section
+    from .runs import expand, read_sweep
+    from .sweep_report import (
+        chosen_metrics,
+        figure_links,
+        figure_names,
+        finished_runs,
+        header,
+        problems,
+        run_scale,
+        table,
+        variants,
+    )
+
     path = Path(args.sweep)
     runs = expand([path])
     sweep = read_sweep(path) or {}

@@ -55,21 +55,9 @@ import os
 import sys
 import warnings
 
-import torch
-
-from . import launch, rundir, solve_job, solving
+from . import rundir
 from .errors import UsageError
 from .solve_options import add_arguments
-from .solve_outputs import (
-    config_text,
-    history_columns,
-    history_rows,
-    mean_history,
-    npz_bytes,
-    print_summary,
-    title,
-    tuning_rows,
-)
 
 
 def add_parser(subparsers):
@@ -84,6 +72,10 @@ def add_parser(subparsers):
 
 
 def run(args):
+    import torch  # torch and pdmm: imported only to run (solve --help answers at once)
+
+    from . import launch, solve_job
+
     try:
         launch.listen()  # in a process of a --nproc job: where a Ctrl-C that came while it started is raised
         return _run(args)
@@ -104,6 +96,8 @@ def run(args):
 
 
 def _run(args):
+    from . import launch, solve_job, solve_outputs, solving
+
     if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process torchrun started
         args.nproc = int(os.environ["WORLD_SIZE"])
     specs = args.compare or [args.method]
@@ -135,16 +129,18 @@ def _run(args):
     if rank:  # process 0 writes and reports
         return 130 if interrupted else 1 if failures else 0
 
-    from .plots import plot_convergence  # matplotlib: imported only to draw (solve --help answers sooner)
+    from .plots import plot_convergence  # matplotlib: imported only to draw
 
-    curves = {label: mean_history(result.history) for label, result in results.items()}
-    config = config_text(args, specs, params, G, results, failures, tunings, interrupted)
+    curves = {label: solve_outputs.mean_history(result.history) for label, result in results.items()}
+    config = solve_outputs.config_text(args, specs, params, G, results, failures, tunings, interrupted)
     rundir.write_file(out / "config.json", config)
     if tunings:
-        rundir.write_csv(out / "tuning.csv", tuning_rows(tunings))
-    rundir.write_csv(out / "history.csv", history_rows(curves, history_columns(curves, network)))
-    rundir.write_file(out / "result.npz", npz_bytes(results, x_star))
+        rundir.write_csv(out / "tuning.csv", solve_outputs.tuning_rows(tunings))
+    rundir.write_csv(
+        out / "history.csv", solve_outputs.history_rows(curves, solve_outputs.history_columns(curves, network))
+    )
+    rundir.write_file(out / "result.npz", solve_outputs.npz_bytes(results, x_star))
     with warnings.catch_warnings():  # matplotlib's "no positive values to log-scale" for a residual of 0
         warnings.simplefilter("ignore", UserWarning)
-        plot_convergence(curves, out / "convergence.png", title(args, problem.n, interrupted))
-    return print_summary(out, problem, specs, results, failures, tunings, interrupted)
+        plot_convergence(curves, out / "convergence.png", solve_outputs.title(args, problem.n, interrupted))
+    return solve_outputs.print_summary(out, problem, specs, results, failures, tunings, interrupted)

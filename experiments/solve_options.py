@@ -1,28 +1,18 @@
 """The options of `pdmm-bridge solve`: the argument types of its flags and method specs, and its argument groups.
 
 A method spec is METHOD[:KEY=VALUE...] (docs/guide/solve.md); each type below refuses bad text while argparse
-parses, before any work, with a message that names the bad value and the accepted ones.
+parses, before any work, with a message that names the bad value and the accepted ones. It imports neither pdmm
+nor torch (the accepted names are experiments/solve_names.py's), so `solve --help` and an argument error answer at
+once (docs/guide/runs.md, "The command line").
 """
 
 import argparse
-import inspect
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-import pdmm
-import pdmm.datasets
-import pdmm.decentralised
-import pdmm.mixing
-import pdmm.npz
-import pdmm.tuning
-from pdmm.synthetic import KINDS
-
-from .common import device
+from . import solve_names as names
 from .options import key_value, positive
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
 DEFAULT_DIM, DEFAULT_SAMPLES = 3, 10
 DEFAULT_REG = 0.1
 BUILTIN = "builtin:"
@@ -56,9 +46,9 @@ def _spec(text: str) -> tuple[str, str, dict[str, Any]]:
     chebyshev's interval written as low and high: "chebyshev:low=-0.5:high=0.9" -> {"interval": (-0.5, 0.9)}.
     """
     method, *assignments = [part.strip() for part in text.strip().split(":")]
-    if method not in pdmm.METHODS:
+    if method not in names.METHODS:
         raise argparse.ArgumentTypeError(
-            f"unknown method {method!r} in {text!r}; choose from {', '.join(pdmm.METHODS)}"
+            f"unknown method {method!r} in {text!r}; choose from {', '.join(names.METHODS)}"
         )
     keys = accepted(method)
     params = {}
@@ -80,7 +70,7 @@ def _spec(text: str) -> tuple[str, str, dict[str, Any]]:
 
 def accepted(method: str) -> list[str]:
     """The KEYs of a spec of `method`: rho where it has one, its constructor's parameters, the interval as low and
-    high (a spec cannot hold a pair: commas separate the specs).
+    high (a spec cannot hold a pair: commas separate the specs); docs/guide/solve_cli.md.
 
     Parameters
     ----------
@@ -92,9 +82,7 @@ def accepted(method: str) -> list[str]:
     list of str
         The keys a spec of the method may set, e.g. ["rho", "theta"] for pdmm.
     """
-    cls: Any = pdmm.METHODS[method]
-    names = ["rho"] * cls.uses_rho + list(method_defaults(method))
-    return [key for name in names for key in (("low", "high") if name == "interval" else (name,))]
+    return list(names.METHODS[method])
 
 
 def _text(value: Any) -> str:
@@ -131,15 +119,15 @@ _eta, _alpha = _positive_or("L", "safe"), _positive_or("auto")
 
 def _step(text: str) -> str:
     """dgd's step rule: a name in pdmm.decentralised.STEPS."""
-    if text not in pdmm.decentralised.STEPS:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(pdmm.decentralised.STEPS)}, got {text!r}")
+    if text not in names.STEPS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(names.STEPS)}, got {text!r}")
     return text
 
 
 def _mixing(text: str) -> str:
     """A mixing matrix kind: a name in pdmm.mixing.KINDS."""
-    if text not in pdmm.mixing.KINDS:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(pdmm.mixing.KINDS)}, got {text!r}")
+    if text not in names.MIXINGS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(names.MIXINGS)}, got {text!r}")
     return text
 
 
@@ -161,7 +149,14 @@ def _seed(text: str) -> int:
 
 
 def _solve_device(text: str) -> str:
-    """--device: a torch device this machine has (common.device) that holds data: not 'meta'."""
+    """--device: a torch device this machine has (common.device) that holds data: not 'meta'. The default, cpu,
+    is every machine's and is returned without loading torch (so an argument error answers at once)."""
+    if text == "cpu":
+        return text
+    import torch
+
+    from .common import device
+
     text = device(text)
     if torch.device(text).type == "meta":
         raise argparse.ArgumentTypeError("'meta' holds no data; solve on cpu or a GPU (cuda)")
@@ -189,29 +184,6 @@ def _pair(text: str) -> tuple[float, float]:
     return p_gb, p_bg
 
 
-def method_defaults(method: str) -> dict[str, Any]:
-    """The parameter defaults of a method's constructor (theta, eta, mixing, ...), so config.json records every
-    value used.
-
-    The keyword-only channel is the network's (--drop ...), not a method parameter.
-
-    Parameters
-    ----------
-    method : str
-        A name in pdmm.METHODS.
-
-    Returns
-    -------
-    dict
-        {parameter name: default} of the constructor's parameters that have one.
-    """
-    return {
-        name: p.default
-        for name, p in inspect.signature(pdmm.METHODS[method]).parameters.items()
-        if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY
-    }
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the argument groups of `pdmm-bridge solve` to its parser: problem and data, graph, solver, simulated
     network, output.
@@ -222,7 +194,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         The solve command's parser.
     """
     data = p.add_argument_group("problem and data")
-    data.add_argument("--problem", default="averaging", choices=KINDS, help="the local functions f_i")
+    data.add_argument("--problem", default="averaging", choices=names.PROBLEMS, help="the local functions f_i")
     data.add_argument(
         "--dim", type=positive(int), help=f"variable size d of synthetic data ({DEFAULT_DIM} when not given)"
     )
@@ -241,21 +213,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         help=f"logistic ridge weight of each f_i (default {DEFAULT_REG}); with "
         "--data builtin:NAME the l2 weight of the whole problem, split evenly over the nodes (default "
-        f"{pdmm.datasets.BREAST_CANCER_L2:g} for breast_cancer)",
+        f"{names.BREAST_CANCER_L2:g} for breast_cancer)",
     )
     data.add_argument(
         "--data",
         metavar="FILE.npz",
         help="read the data arrays from this file instead of sampling "
-        f"(headers checked first: at most {pdmm.npz.NPZ_LIMIT // 2**20} MiB of arrays, compressed at most "
-        f"{pdmm.npz.NPZ_RATIO}:1, no objects), or "
-        f"builtin:NAME for a data set shipped with a library ({', '.join(pdmm.datasets.DATASETS)})",
+        f"(headers checked first: at most {names.NPZ_LIMIT // 2**20} MiB of arrays, compressed at most "
+        f"{names.NPZ_RATIO}:1, no objects), or "
+        f"builtin:NAME for a data set shipped with a library ({', '.join(names.DATASETS)})",
     )
     graph = p.add_argument_group("graph")
     graph.add_argument(
         "--graph",
         default="random_geometric",
-        help=f"a topology ({', '.join(pdmm.TOPOLOGIES)}) or a .graphml / edge-list file",
+        help=f"a topology ({', '.join(names.TOPOLOGIES)}) or a .graphml / edge-list file",
     )
     graph.add_argument("--nodes", type=int, default=100, help="number of nodes of a named topology")
     graph.add_argument(
@@ -273,7 +245,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_spec,
         default="pdmm",
         metavar="SPEC",
-        help=f"one method ({', '.join(pdmm.METHODS)}), optionally with parameters, e.g. "
+        help=f"one method ({', '.join(names.METHODS)}), optionally with parameters, e.g. "
         "pdmm:theta=0.5 or chebyshev:mixing=lazy_metropolis",
     )
     which.add_argument(
@@ -302,10 +274,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tune",
         type=positive(float),
         nargs="?",
-        const=pdmm.tuning.TARGET,
+        const=names.TUNE_TARGET,
         metavar="TARGET",
         help="choose each run's rho or alpha, unless its spec sets it, on pdmm.tune's grid: the value "
-        f"that reaches relative error TARGET (default {pdmm.tuning.TARGET:g}) in the fewest iterations",
+        f"that reaches relative error TARGET (default {names.TUNE_TARGET:g}) in the fewest iterations",
     )
     solver.add_argument(
         "--tol",
@@ -320,7 +292,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--reference", choices=("cvxpy", "none"), default="cvxpy", help="centralised solution for the relative error"
     )
     solver.add_argument("--device", type=_solve_device, default="cpu", help="torch device, e.g. cpu or cuda")
-    solver.add_argument("--dtype", choices=list(DTYPES), default="float64", help="floating-point type of the iterates")
+    solver.add_argument("--dtype", choices=names.DTYPES, default="float64", help="floating-point type of the iterates")
     solver.add_argument("--seed", type=_seed, default=0, help="seed for the graph, the synthetic data and the network")
     solver.add_argument(
         "--nproc",

@@ -5,6 +5,7 @@ Nothing here writes a file: the command writes what these functions return throu
 """
 
 import argparse
+import inspect
 import io
 import json
 import sys
@@ -18,13 +19,35 @@ import pdmm
 from pdmm.solve import rho_advice
 
 from .errors import package_version
-from .solve_options import method_defaults
 
 HISTORY_COLUMNS = ("residual", "objective", "error")
 NETWORK_COLUMNS = ("messages", "bits", "privacy_x", "privacy_messages")
 TUNING_COLUMNS = ("method", "parameter", "value", "iterations", "reached", "error", "diverged", "chosen")
 
 Spec = tuple[str, str, dict[str, Any]]  # (label, method, the spec's own parameters)
+
+
+def method_defaults(method: str) -> dict[str, Any]:
+    """The parameter defaults of a method's constructor (theta, eta, mixing, ...), so config.json records every
+    value used (docs/guide/solve_cli.md).
+
+    The keyword-only channel is the network's (--drop ...), not a method parameter.
+
+    Parameters
+    ----------
+    method : str
+        A name in pdmm.METHODS.
+
+    Returns
+    -------
+    dict
+        {parameter name: default} of the constructor's parameters that have one.
+    """
+    return {
+        name: p.default
+        for name, p in inspect.signature(pdmm.METHODS[method]).parameters.items()
+        if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY
+    }
 
 
 def mean_history(history: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 import pdmm
 import pdmm.datasets
@@ -28,7 +29,10 @@ from pdmm.synthetic import make_data, make_problem
 from . import launch, solve_job
 from .common import build_graph
 from .errors import RunFailure, UsageError
-from .solve_options import BUILTIN, DEFAULT_DIM, DEFAULT_REG, DEFAULT_SAMPLES, DTYPES, accepted
+from .solve_names import DTYPES as DTYPE_NAMES
+from .solve_options import BUILTIN, DEFAULT_DIM, DEFAULT_REG, DEFAULT_SAMPLES, accepted
+
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # --dtype: the torch type of each name
 
 Spec = tuple[str, str, dict[str, Any]]  # (label, method, the spec's own parameters)
 

@@ -13,12 +13,12 @@ import numpy as np
 
 from .claims import metric_value
 from .errors import UsageError
+from .options import DEFAULT_METRICS
 from .repro_report import setting
 from .runs import IGNORED_KEYS, differing_keys, flat_config, group_runs, label
 from .train import lower_is_better
 
 Run = Any  # an experiments.runs.Run (its summary and config are read as the JSON they hold)
-DEFAULT_METRICS = ("val_loss", "val_acc", "train_acc")
 DEFAULT_FIGURES = ("val_loss", "val_acc")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pdmm
-from experiments.cli import main
+from experiments.cli import COMMANDS, main
 from experiments.common import package_version
 from pdmm.synthetic import KINDS, make_data, make_problem
 
@@ -159,7 +159,7 @@ def test_each_command_summary_is_the_one_its_module_registers():
     """cli lists the commands it does not import by COMMANDS' summaries: they must be the modules' own."""
     import argparse
 
-    from experiments.cli import COMMANDS, command_module
+    from experiments.cli import command_module
 
     for name, (_, summary) in COMMANDS.items():
         subparsers = argparse.ArgumentParser().add_subparsers()
@@ -169,8 +169,6 @@ def test_each_command_summary_is_the_one_its_module_registers():
 
 
 def test_no_command_lists_the_commands_and_exits_2(capsys):
-    from experiments.cli import COMMANDS
-
     with pytest.raises(SystemExit) as exit:
         main([])
     assert exit.value.code == 2
@@ -209,6 +207,35 @@ def test_an_unrecognized_option_that_names_a_config_key_is_answered_with_its_set
     assert not (tmp_path / "run").exists()
 
 
+def test_a_config_key_without_a_config_is_answered_with_its_set(capsys):
+    """`train --device=cuda`: argparse finds no config and leaves --device=cuda unparsed; the error says both."""
+    with pytest.raises(SystemExit) as exit:
+        main(["train", "--device=cuda"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == (
+        "pdmm-bridge train: error: the following arguments are required: config; config keys are set with "
+        "--set train.device=cuda\n"
+    )
+
+
+ARGUMENT_ERRORS = {  # one argument error of each command, refused by its parser
+    "solve": ["solve", "--compare", "pdmm:bogus=1"],
+    "train": ["train", "--device", "cuda"],
+    "sweep": ["sweep", "shakespeare_char_cpu", "--seeds"],
+    "configs": ["configs", "--bogus"],
+    "plot": ["plot", "runs/a", "--x", "time"],
+    "report": ["report", "runs/sweep", "--metrics", ","],
+    "learn-pdmm": ["learn-pdmm", "--layers", "0"],
+    "compare": ["compare", "--rounds", "many"],
+    "probe": ["probe", "runs/a", "--batches", "some"],
+    "network-sweep": ["network-sweep", "--rho", "0"],
+}
+
+
+def test_every_command_has_an_argument_error_to_check():
+    assert list(ARGUMENT_ERRORS) == list(COMMANDS)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -216,26 +243,27 @@ def test_an_unrecognized_option_that_names_a_config_key_is_answered_with_its_set
         ["--version"],
         ["--help"],
         ["configs"],
-        ["train", "--help"],
-        ["sweep", "--help"],
-        ["compare", "--help"],
-        ["train", "--device", "cuda"],  # an argument error
-        ["compare", "--rounds", "many"],
-        ["sweep", "shakespeare_char_cpu", "--seeds"],
+        ["train", "--device=cuda"],
+        ["solve", "--max-iters", "5"],  # unrecognized: solve's defaults (--method, --device) are parsed first
+        *([name, "--help"] for name in COMMANDS),
+        *ARGUMENT_ERRORS.values(),
     ],
 )
 def test_help_version_argument_errors_and_configs_do_not_import_torch(argv):
-    """They answer at once: nothing imports torch, the libraries or the other commands (experiments/cli.py); the
-    parsers of train, sweep and compare need no library, so their --help and argument errors import none."""
+    """They answer at once: nothing imports torch, matplotlib, the libraries or the other commands
+    (experiments/cli.py); no command's parser needs a library, so every --help and argument error imports none."""
     import subprocess
     import sys
 
     code = (
-        "import sys\nfrom experiments.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')"
+        "import sys\nfrom experiments.cli import main\ntry:\n    print('exit', main(sys.argv[1:]))\n"
+        "except SystemExit as end:\n    print('exit', end.code)\nfor name in ('torch', 'matplotlib', 'pdmm'):\n"
+        "    assert name not in sys.modules, name + ' imported'\nprint('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr
+    expected = "exit 0" if "--help" in argv or argv in (["--version"], ["configs"]) else "exit 2"
+    assert expected in done.stdout and "Traceback" not in done.stderr, (done.stdout, done.stderr)
 
 
 def test_a_closed_pipe_ends_the_command_quietly():

@@ -1,6 +1,7 @@
 """pdmm-bridge solve: method specs, Ctrl-C, output safety, graph input checks, and plotting solve directories."""
 
 import csv
+import inspect
 import json
 import os
 import signal
@@ -12,7 +13,15 @@ import numpy as np
 import pytest
 import torch
 
+import pdmm
+import pdmm.datasets
+import pdmm.decentralised
+import pdmm.mixing
+import pdmm.npz
+import pdmm.tuning
+from experiments import solve_names
 from experiments.cli import main
+from pdmm.synthetic import KINDS
 
 
 def solve(out, *options):
@@ -43,6 +52,30 @@ def test_compare_specs_are_separate_labelled_runs_with_their_own_parameters(tmp_
     with np.load(out / "result.npz") as result:
         assert set(result) == {*(f"x_{label}" for label in labels), "x_star"}
         np.testing.assert_allclose(result["x_pdmm"], result["x_admm"], atol=1e-8)  # theta 1/2 is ADMM
+
+
+def spec_keys(cls):
+    """The KEYs a spec of method class `cls` takes, read from the class: rho where it uses one, then its
+    constructor's parameters with a default (the keyword-only network channel aside), the interval as low, high."""
+    names = ["rho"] * cls.uses_rho + [
+        name
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY
+    ]
+    return tuple(key for name in names for key in (("low", "high") if name == "interval" else (name,)))
+
+
+def test_the_parsers_names_are_pdmms_registries():
+    """solve's parser lists and checks these names without importing pdmm: each must be the registry it copies."""
+    assert list(solve_names.METHODS) == list(pdmm.METHODS)
+    assert solve_names.METHODS == {name: spec_keys(cls) for name, cls in pdmm.METHODS.items()}
+    assert solve_names.PROBLEMS == KINDS and solve_names.TOPOLOGIES == tuple(pdmm.TOPOLOGIES)
+    assert solve_names.MIXINGS == pdmm.mixing.KINDS and solve_names.STEPS == pdmm.decentralised.STEPS
+    assert solve_names.DATASETS == tuple(pdmm.datasets.DATASETS)
+    assert all(isinstance(getattr(torch, name), torch.dtype) for name in solve_names.DTYPES)
+    assert solve_names.BREAST_CANCER_L2 == pdmm.datasets.BREAST_CANCER_L2
+    assert (solve_names.NPZ_LIMIT, solve_names.NPZ_RATIO) == (pdmm.npz.NPZ_LIMIT, pdmm.npz.NPZ_RATIO)
+    assert solve_names.TUNE_TARGET == pdmm.tuning.TARGET
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,13 @@ y = attention.MultiHeadAttention(config)(x, attention.TokenGraph.causal(x.shape[
 """
 
 from .block import MLP, BilinearMLP, Block
-from .config import KERNELS, RESIDUALS, AttentionConfig
+from .config import KERNELS, AttentionConfig
 from .convex import ConvexAttention, ConvexBlock, ConvexTokenClassifier, ConvexTransformer
 from .gat import GraphAttention
 from .gpt import GPT
 from .graph_transformer import GraphTransformer
 from .mha import MultiHeadAttention
+from .residuals import RESIDUAL_KNOBS, RESIDUAL_TABLE, RESIDUALS, Residual, uses_knob
 from .token_graph import TokenGraph
 from .vit import ViT
 
@@ -20,6 +21,10 @@ __all__ = [
     "Block",
     "KERNELS",
     "RESIDUALS",
+    "RESIDUAL_TABLE",
+    "RESIDUAL_KNOBS",
+    "Residual",
+    "uses_knob",
     "AttentionConfig",
     "ConvexAttention",
     "ConvexBlock",

@@ -6,7 +6,8 @@ import numbers
 from dataclasses import dataclass
 from typing import cast  # numbers.Real's stubs lack >=: the checks compare as int or float
 
-RESIDUALS = ("standard", "attentionx", "belief", "belief_star", "concat", "accumulated")
+from .residuals import RESIDUAL_TABLE, RESIDUALS, Residual
+
 KERNELS = ("softmax", "diff", "linear", "mean")
 
 
@@ -24,6 +25,7 @@ class AttentionConfig:
         per-head belief signal through an extra W^s, "concat" [MH, V] through a 2 d_model-wide W^o,
         "accumulated" the standard update plus beta times the sum of the earlier layers' updates (a
         dual memory, like PDMM's lambda; it needs the model to pass a SignalMemory through its layers).
+        attention.residuals.RESIDUAL_TABLE holds them all, with the knobs each reads.
     gamma : float
         AttentionX's weight; the paper takes gamma >= 1 (1 for ViTs, 3 for causal LMs), values in
         [0, 1) are allowed for ablations. With kernel "diff", MH is the normalised, (1 - lambda_init)-
@@ -126,7 +128,7 @@ class AttentionConfig:
                 f"send_width must be None ({default} numbers) or an integer >= {least} for kernel "
                 f"{self.kernel!r}, got {w!r}"
             )
-        if self.residual in ("belief", "belief_star") and self.value_width < 2:
+        if self.residual_spec.orthogonal and self.value_width < 2:
             raise ValueError(
                 f"residual {self.residual!r} keeps the part of MH orthogonal to V, which is 0 for values "
                 f"{self.value_width} number wide: use send_width >= 4 or another residual"
@@ -136,6 +138,11 @@ class AttentionConfig:
                 f"send_width = {w} makes keys {self.key_width} and values {self.value_width} "
                 f"wide; n_head = {self.n_head} must divide both (n_head = 1 always does)"
             )
+
+    @property
+    def residual_spec(self) -> Residual:
+        """The residual's row of attention.residuals.RESIDUAL_TABLE: its signal, widths, memory and knobs."""
+        return RESIDUAL_TABLE[self.residual]
 
     @property
     def head_size(self) -> int:

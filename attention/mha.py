@@ -31,7 +31,8 @@ class MultiHeadAttention(nn.Module):
     c_proj = W^o: w_v -> d_model (2 w_v wide for "concat"), c_proj_s = W^s: w_v -> d_model for
     "belief_star" only; "diff" adds lambda_q1, lambda_k1, lambda_q2, lambda_k2 (hs_k/2 each) and
     head_norm's gain (hs_v), i.e. 3 hs per layer when hs_k = hs_v = hs. w_k = w_v = d_model unless
-    config.send_width sets them (AttentionConfig); hs_k = w_k / n_head, hs_v = w_v / n_head.
+    config.send_width sets them (AttentionConfig); hs_k = w_k / n_head, hs_v = w_v / n_head. What the residual
+    needs (widths, W^s, memory) is read once, from its row of attention.residuals.RESIDUAL_TABLE.
     `layer_index` (from 1) sets diff's lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)).
 
     Parameters
@@ -73,6 +74,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, config: "AttentionConfig", layer_index: int | None = None):
         super().__init__()
         self.config = config
+        self.residual_spec = config.residual_spec  # the one place the layer reads which residual it has
         C, w_v = config.d_model, config.value_width
         if layer_index is not None and not (
             isinstance(layer_index, numbers.Integral) and not isinstance(layer_index, bool) and layer_index >= 1
@@ -88,8 +90,8 @@ class MultiHeadAttention(nn.Module):
                 nn.Parameter(torch.randn(config.key_head_size // 2) * 0.1) for _ in range(4)
             )
             self.head_norm = nn.RMSNorm(config.value_head_size, eps=1e-5)
-        self.c_proj = nn.Linear(2 * w_v if config.residual == "concat" else w_v, C, bias=config.bias)
-        if config.residual == "belief_star":
+        self.c_proj = nn.Linear(self.residual_spec.output_width(w_v), C, bias=config.bias)
+        if self.residual_spec.second_map:
             self.c_proj_s = nn.Linear(w_v, C, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.probes: dict[str, Tensor] = {}
@@ -105,7 +107,8 @@ class MultiHeadAttention(nn.Module):
         graph : TokenGraph or None
             The token graph over T tokens; None means full attention.
         memory : SignalMemory or None
-            What a model passes through its layers; used by residual "accumulated" only.
+            What a model passes through its layers; residual "accumulated" needs it (a lone layer: a fresh
+            SignalMemory()), the others ignore it.
 
         Returns
         -------
@@ -115,31 +118,49 @@ class MultiHeadAttention(nn.Module):
         Raises
         ------
         ValueError
-            When x is not (B, T, d_model) or the graph is over another number of tokens.
+            When x is not (B, T, d_model), the graph is over another number of tokens, or the residual needs a
+            memory and none is passed.
         TypeError
             When graph is neither a TokenGraph nor None.
         """
         if x.dim() != 3 or x.shape[-1] != self.config.d_model:
             raise ValueError(f"expected input of shape (B, T, {self.config.d_model}), got {tuple(x.shape)}")
+        if self.residual_spec.needs_memory and memory is None:
+            raise ValueError(
+                f"residual {self.residual_spec.name!r} adds the earlier layers' updates: pass the SignalMemory the "
+                "model threads through its layers (a lone layer: attention.mha.SignalMemory())"
+            )
         graph = resolve(graph, x.shape[1])
         q, k, v = self.project(x)  # (B, nh, T, hs_k), twice, and (B, nh, T, hs_v)
         heads = self.attend(q, k, v, graph)  # (B, nh, T, hs_v)
         mh, v_all = merge(heads), merge(v)  # (B, T, w_v)
-        if self.config.residual == "belief_star":  # Delta W^o + Concat(Delta^s_1..Delta^s_M) W^s as one product
-            parts = orthogonal_parts(mh, v_all, self.config.n_head)  # (B, T, 2, w_v): Delta, Concat(Delta^s_m)
-            r = parts[..., 0, :]
-            weight = torch.cat([self.c_proj.weight, self.c_proj_s.weight], dim=1)  # [W^o W^s], (d_model, 2 w_v)
-            bias = None if self.c_proj.bias is None else self.c_proj.bias + self.c_proj_s.bias
-            y = F.linear(parts.flatten(-2), weight, bias)
-        else:
-            r = self.residual_signal(mh, v_all)  # (B, T, w_v), (B, T, 2 w_v) for concat
-            y = self.c_proj(r)
-        if self.config.residual == "accumulated" and memory is not None:  # S_l + beta sum_{m < l} S_m
+        r = self.residual_signal(mh, v_all)  # (B, T, width * w_v)
+        y = self.output(r)
+        if memory is not None and self.residual_spec.needs_memory:  # S_l + beta sum_{m < l} S_m
             y = memory.accumulate(y, self.config.beta)
         y = self.resid_dropout(y)
         if self.config.probe:
-            self.record(x, q, k, mh, v_all, r, y, graph)
+            self.record(x, q, k, mh, v_all, r[..., : self.c_proj.in_features], y, graph)  # what W^o maps
         return y
+
+    def output(self, r: Tensor) -> Tensor:
+        """R W^o + b, or with a second map (belief_star) [R_1 R_2] [W^o W^s] + b^o + b^s as one product.
+
+        Parameters
+        ----------
+        r : torch.Tensor
+            (B, T, width * w_v), the residual signal.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, T, d_model), before dropout and memory.
+        """
+        if not self.residual_spec.second_map:
+            return self.c_proj(r)
+        weight = torch.cat([self.c_proj.weight, self.c_proj_s.weight], dim=1)  # [W^o W^s], (d_model, 2 w_v)
+        bias = None if self.c_proj.bias is None else self.c_proj.bias + self.c_proj_s.bias
+        return F.linear(r, weight, bias)
 
     def projection_width(self) -> int:
         """Output width of c_attn: Q, K, V (K = Q when symmetric).
@@ -266,16 +287,10 @@ class MultiHeadAttention(nn.Module):
         Returns
         -------
         torch.Tensor
-            (B, T, w_v), or (B, T, 2 w_v) for "concat".
+            (B, T, width * w_v): w_v wide, or 2 w_v for "concat" and "belief_star" (Delta, then the per-head
+            parts that W^s maps), as the residual's row of the table says.
         """
-        residual, gamma = self.config.residual, self.config.gamma
-        if residual in ("standard", "accumulated"):
-            return mh
-        if residual == "attentionx":
-            return torch.sub(v, mh, alpha=gamma)  # V - gamma MH
-        if residual == "concat":
-            return torch.cat([mh, v], dim=-1)
-        return orthogonal_part(mh, v)  # belief and belief_star
+        return self.residual_spec.signal(mh, v, self.config)
 
     @torch.no_grad()
     def record(
@@ -293,7 +308,7 @@ class MultiHeadAttention(nn.Module):
         mh, v : torch.Tensor
             (B, T, w_v) merged heads and values.
         r : torch.Tensor
-            The residual signal R.
+            The residual signal R, the part W^o maps (belief_star's Delta).
         y : torch.Tensor
             (B, T, d_model) the layer's update.
         graph : TokenGraph
@@ -306,7 +321,7 @@ class MultiHeadAttention(nn.Module):
             "input": x.detach(),
             "update": y.detach(),
         }
-        if self.config.residual in ("belief", "belief_star"):
+        if self.residual_spec.orthogonal:
             self.probes["alpha"] = projection_coefficient(mh, v)
         entropy = self.entropy(q, k, graph)
         if entropy is not None:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 
+from attention import uses_knob
 from bridge.probe import probe_model
 
 from . import rundir
@@ -38,11 +39,16 @@ def probe_layers(run_dir, batches=4):
             f"{run_dir} is a tied GraphTransformer: one block serves every layer, so its probes "
             "cannot be told apart by layer"
         )
-    gamma = config.model.gamma if config.model.residual == "attentionx" else 1.0
     totals = probe_model(
         model,
         lambda b: task.loss(model, task.train_batch(step_generator(config.train.seed, b, PROBE_STREAM))),
         batches,
-        gamma,
+        probe_gamma(config.model),
     )
     return config, totals
+
+
+def probe_gamma(model) -> float:
+    """The gamma of Phi = V - gamma MH in the probe statistics: the run's gamma where its residual reads gamma
+    (attention.RESIDUAL_TABLE; AttentionX), else 1 (docs/guide/bridge.md, "Discrepancy against depth")."""
+    return model.gamma if uses_knob(model.residual, "gamma") else 1.0

@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
+from attention import RESIDUAL_KNOBS, uses_knob
+
 from . import rundir
 from .common import UsageError
 from .config import TABLES, checked
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
-ONLY_WHEN = {
-    "model.gamma": ("model.residual", "attentionx"),
-    "model.beta": ("model.residual", "accumulated"),
+ONLY_WHEN = {  # the residuals' knobs (gamma, beta) come from attention's residual table instead
     "model.gates": ("model.kind", "convex"),
     "model.group_lasso": ("model.kind", "convex"),
 }
@@ -400,9 +400,14 @@ def label(values):
 
 
 def relevant(key, flat):
-    """Whether config `key` changes what a run with config `flat` computes (gamma only for attentionx, ...)."""
+    """Whether config `key` changes what a run with config `flat` computes: a residual's knob only where
+    attention.RESIDUAL_TABLE lists it for the run's residual (gamma only for attentionx, ...), gates only on
+    convex runs, no transformer key on a convex run (docs/guide/training.md)."""
     if key in TRANSFORMER_KEYS and flat.get("model.kind") == "convex":
         return False
+    table, _, name = key.partition(".")
+    if table == "model" and name in RESIDUAL_KNOBS:
+        return uses_knob(flat.get("model.residual"), name)
     other, value = ONLY_WHEN.get(key, (None, None))
     return other is None or flat.get(other) == value
 

@@ -9,6 +9,7 @@ import torch
 from attention_reference import attention_output, gat_output, multi_head
 
 from attention import KERNELS, RESIDUALS, AttentionConfig, GraphAttention, MultiHeadAttention, TokenGraph
+from attention.mha import SignalMemory
 
 B, T, C, NH = 2, 10, 12, 3
 
@@ -80,7 +81,7 @@ def test_every_variant_equals_its_equation(residual, kernel, symmetric, graph_na
     module = make(residual, kernel, symmetric, gamma=3.0)
     graph, mask = graphs()[graph_name]
     x = inputs()
-    torch.testing.assert_close(module(x, graph), attention_output(module, x, mask), rtol=0, atol=1e-10)
+    torch.testing.assert_close(module(x, graph, SignalMemory()), attention_output(module, x, mask), rtol=0, atol=1e-10)
 
 
 def test_attentionx_residual_is_v_minus_gamma_mh():
@@ -173,9 +174,9 @@ def test_sparse_path_equals_dense_mask_path_with_gradients(residual, kernel):
     sparse = TokenGraph.from_networkx(G, layout="sparse")
     module = make(residual, kernel)
     x = inputs().requires_grad_(True)
-    y_sparse = module(x, sparse)
+    y_sparse = module(x, sparse, SignalMemory())
     (g_sparse,) = torch.autograd.grad((y_sparse**2).sum(), x)
-    y_dense = module(x, sparse.dense())
+    y_dense = module(x, sparse.dense(), SignalMemory())
     (g_dense,) = torch.autograd.grad((y_dense**2).sum(), x)
     torch.testing.assert_close(y_sparse, y_dense, rtol=0, atol=1e-10)
     torch.testing.assert_close(g_sparse, g_dense, rtol=0, atol=1e-10)

@@ -16,6 +16,7 @@ from attention import (
     MultiHeadAttention,
     TokenGraph,
 )
+from attention.mha import SignalMemory
 
 B, T, C, NH = 2, 12, 16, 4
 
@@ -46,7 +47,7 @@ def test_future_tokens_never_change_earlier_outputs(residual, kernel, symmetric)
     for s in (1, T // 2, T - 1):
         changed = x.clone()
         changed[:, s:] = torch.randn(B, T - s, C, dtype=torch.float64) * 3
-        y, y2 = module(x, TokenGraph.causal(T)), module(changed, TokenGraph.causal(T))
+        y, y2 = module(x, TokenGraph.causal(T), SignalMemory()), module(changed, TokenGraph.causal(T), SignalMemory())
         torch.testing.assert_close(y2[:, :s], y[:, :s], rtol=0, atol=1e-12)
         assert (y2[:, s:] - y[:, s:]).abs().max() > 1e-6  # the change does reach later tokens
 
@@ -181,8 +182,6 @@ def test_bad_calls_are_rejected_with_a_clear_message():
 
 def test_accumulated_adds_beta_times_the_earlier_layers_updates():
     """S_1, S_2 + beta S_1, S_3 + beta (S_1 + S_2) with S_l the standard update of layer l."""
-    from attention.mha import SignalMemory
-
     x = torch.randn(B, T, C, dtype=torch.float64)
     layers = [module_for("accumulated") for _ in range(3)]
     for seed, layer in enumerate(layers):
@@ -198,4 +197,5 @@ def test_accumulated_adds_beta_times_the_earlier_layers_updates():
     S = [s(h, TokenGraph.causal(T)) for s, h in zip(standard, inputs, strict=False)]
     for actual, expected in zip(got, [S[0], S[1] + cfg.beta * S[0], S[2] + cfg.beta * (S[0] + S[1])], strict=False):
         torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
-    torch.testing.assert_close(layers[0](x, TokenGraph.causal(T)), S[0], rtol=0, atol=1e-12)  # no memory: standard
+    fresh = layers[0](x, TokenGraph.causal(T), SignalMemory())
+    torch.testing.assert_close(fresh, S[0], rtol=0, atol=1e-12)  # a fresh memory: standard

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attention import KERNELS, RESIDUALS, AttentionConfig, GraphTransformer, MultiHeadAttention, TokenGraph
+from attention.mha import SignalMemory
 from experiments.common import UsageError
 from experiments.config import load_config
 from experiments.tasks import build_task
@@ -142,7 +143,7 @@ def test_only_w_numbers_cross_an_edge(residual, kernel, symmetric, w, n_head, la
     generic = x.clone()
     generic[:, j] += 3 * torch.randn(C, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        y, y_hidden, y_generic = (module(t, graph) for t in (x, hidden, generic))
+        y, y_hidden, y_generic = (module(t, graph, SignalMemory()) for t in (x, hidden, generic))
     assert (y_hidden[:, i] - y[:, i]).abs().max() <= 1e-12
     assert (y_generic[:, i] - y[:, i]).abs().max() > 1e-6  # the check can fail
     if not symmetric:  # j's own query saw the change (with K = Q it is hidden from j's query too)
@@ -237,7 +238,7 @@ def test_every_residual_and_kernel_equals_a_per_node_reference(residual, kernel,
     module = layer(w, n_head, residual, kernel, symmetric)
     graph, G = problem_graph(layout)
     x = inputs().requires_grad_()
-    y = module(x, graph)
+    y = module(x, graph, SignalMemory())
     assert y.shape == x.shape and torch.isfinite(y).all()
     with torch.no_grad():
         torch.testing.assert_close(y, reference(module, x, G, w), rtol=0, atol=1e-10)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from attention import RESIDUALS, AttentionConfig, GraphAttention, MultiHeadAttention, TokenGraph
 from attention.kernels import linear_attention, softmax_attention, softmax_entropy
+from attention.mha import SignalMemory
 from attention.sparse import MAX_BLOCK_ELEMENTS, MIN_BLOCK_ELEMENTS, block_size, edge_aggregate, edge_softmax
 
 B, T, C, NH = 2, 13, 12, 3
@@ -58,7 +59,7 @@ def output_and_gradients(module, graph, x):
     """y, and the gradients of a fixed random function of y w.r.t. x and every parameter."""
     x = x.detach().requires_grad_(True)
     module.zero_grad(set_to_none=True)
-    y = module(x, graph)
+    y = module(x, graph, SignalMemory())
     weight = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(5))
     (y * weight).sum().backward()
     return y.detach(), x.grad, {name: p.grad for name, p in module.named_parameters()}

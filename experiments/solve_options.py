@@ -92,8 +92,8 @@ def accepted(method: str) -> list[str]:
     list of str
         The keys a spec of the method may set, e.g. ["rho", "theta"] for pdmm.
     """
-    cls: Any = pdmm.METHODS[method]
-    names = ["rho"] * cls.uses_rho + list(method_defaults(method))
+    capabilities = pdmm.METHODS[method].capabilities
+    names = ["rho"] * capabilities.rho + list(capabilities.parameters)
     return [key for name in names for key in (("low", "high") if name == "interval" else (name,))]
 
 

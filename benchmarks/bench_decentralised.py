@@ -42,7 +42,7 @@ def algorithms(E, d, device):
     out = {}
     for row in ROWS:
         method = row.split()[0]
-        rho = 1.0 if METHODS[method].uses_rho else None
+        rho = 1.0 if METHODS[method].capabilities.rho else None
         algorithm = METHODS[method](graph, local, edges, rho)
         if row == "pdmm (nodes)":
             algorithm = NodeForm(algorithm)

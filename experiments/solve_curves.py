@@ -134,5 +134,6 @@ def with_count(run: Any, label: str, curve: Curve, x: str) -> Curve:
     if total is None:
         raise UsageError(f"{run.path} records no {x} for {label} (written by an older pdmm-bridge solve)")
     method: Any = pdmm.METHODS.get(entry.get("method"))
-    rounds = np.maximum(np.arange(1, len(curve["residual"]) + 1) - (method.silent_rounds if method else 0), 0)
+    silent = method.capabilities.silent_rounds if method else 0
+    rounds = np.maximum(np.arange(1, len(curve["residual"]) + 1) - silent, 0)
     return {**curve, x: total * rounds / max(rounds[-1], 1)}

@@ -20,10 +20,9 @@ import torch
 import pdmm
 import pdmm.datasets
 import pdmm.distributed
-import pdmm.methods
 import pdmm.npz
 import pdmm.tuning
-from pdmm.solve import check_rho_resolved, check_steps_resolved, local_curvature, problem_scale
+from pdmm.solve import problem_scale
 from pdmm.synthetic import make_data, make_problem
 
 from . import launch, solve_job
@@ -362,7 +361,8 @@ def check_methods(
     args: argparse.Namespace,
     network: pdmm.Network | None,
 ) -> None:
-    """Build each run's method once, so that a parameter it rejects is an error before anything is written; with
+    """Check each run once with pdmm.plan (which builds its method), so that whatever pdmm.solve would refuse is an
+    error before anything is written (docs/guide/solve.md, "Plan and run"); with
     --nproc, also check what the partitioned engine does not implement.
 
     Parameters
@@ -383,25 +383,30 @@ def check_methods(
     UsageError
         Naming the run whose parameters are refused, data beyond the dtype, or --nproc above the nodes.
     """
-    parts, dtype = problem.compile(args.device, DTYPES[args.dtype]), DTYPES[args.dtype]
-    curvature = local_curvature(problem)
+    dtype = DTYPES[args.dtype]
     try:
-        problem_scale(problem, dtype, curvature)
+        problem_scale(problem, dtype)
     except ValueError as err:
         raise UsageError(f"{args.problem} from {args.data or 'synthetic data'}: {err}") from None
-    cls: Any
     for label, method, _ in specs:
-        if network is not None and network.privacy is not None and method == "admm":
-            raise UsageError(f"{label}: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
-        values, cls = dict(params[label]), pdmm.METHODS[method]
-        try:
-            if not cls.uses_rho:
-                pdmm.methods.check_mixing_options(method, network=network)
-            rho = values.pop("rho", None)
-            algorithm = cls(*parts, rho, **values)
-            check_rho_resolved(rho, problem, dtype, curvature)
-            check_steps_resolved(algorithm, problem, dtype, curvature)
+        capabilities = pdmm.METHODS[method].capabilities
+        if network is not None and network.privacy is not None and capabilities.rho and not capabilities.privacy:
+            raise UsageError(
+                f"{label}: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for {method}"
+            )
+        try:  # pdmm.plan's checks, the method built as its run builds it (in the graph's own order, edge form)
+            pdmm.plan(
+                problem,
+                method=method,
+                device=args.device,
+                dtype=dtype,
+                network=network,
+                reorder=False,
+                form="edges",
+                **params[label],
+            )
             if args.nproc > 1:
+                values = {key: value for key, value in params[label].items() if key != "rho"}
                 pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
         except (ValueError, TypeError) as err:
             raise UsageError(f"{label}: {err}") from None

@@ -21,8 +21,9 @@ from .methods import METHODS
 from .mixing import check_mixing, mixing_matrix, spectral_interval
 from .network import Network
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
+from .protocol import Capabilities, Method
 from .reference import reference
-from .solve import solve, tune_allocator
+from .solve import Plan, plan, solve, tune_allocator
 from .topologies import TOPOLOGIES, topology
 from .tuning import Tuning, tune
 
@@ -49,6 +50,10 @@ __all__ = [
     "Result",
     "Snapshot",
     "solve",
+    "plan",
+    "Plan",
+    "Capabilities",
+    "Method",
     "tune_allocator",
     "Graph",
     "mixing_matrix",

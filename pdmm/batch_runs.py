@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .loop import expand_instances
+from .loop import RunOptions, expand_instances
 from .problem import Problem, node_data
-from .solve import Prepared, _checked_options, check_rho_resolved, local_curvature, prepare
+from .solve import Prepared, checked_options, checked_rho, local_curvature, prepare
 
 Outcome = tuple[int, bool, float, bool]  # (iterations, reached, worst error there (inf: diverged), diverged)
 BATCH_BYTES = 2**21  # a batch's edge state at most, E B d numbers per value: about a core's cache (BENCHMARKS.md)
@@ -123,44 +123,46 @@ def batch_outcomes(
     G, B = len(values), problem.batch
     x_star = expand_instances(problem, node_data("reference", reference, problem.n, (problem.dim,)))
     curvature = local_curvature(problem)
-    for value in values:  # what pdmm.solve refuses for one value, refused for the grid
-        check_rho_resolved(float(value) if parameter == "rho" else None, problem, dtype, curvature)
+    for value in values:  # what pdmm.plan refuses for one value, refused for the grid
+        checked_rho(method, float(value) if parameter == "rho" else None, problem, dtype, curvature)
     like = torch.empty(0, dtype=dtype, device=device)
+    first = {parameter: float(values[0])}
+    options = checked_options(  # pdmm.plan's checks, once, of all G values' instances: instance g B + b is value g's
+        problem.tiled(G),
+        method=method,
+        rho=first.get("rho"),
+        max_iter=max_iter,
+        tol=0,
+        reference=x_star.repeat(1, G, 1).permute(1, 0, 2),
+        device=device,
+        dtype=dtype,
+        seed=0,
+        x0=None,
+        progress=False,
+        compile=False,
+        network=None,
+        target=target,
+        history=("error",),
+        record_every=max_iter,
+        check_every=1,
+        backend="local",
+        partition=None,
+        reorder=None,
+        form=None,
+        on_divergence="return",  # the loop below records a diverged value as an outcome, as tune's lone runs do
+        method_params={**params, **({} if parameter == "rho" else first)},
+    )
 
     def start(live: list[int]) -> Prepared:
-        """The run of the values `live` (indices into values), from x^0 = 0."""
-        stacked, first = problem.tiled(len(live)), {parameter: float(values[live[0]])}
-        options = _checked_options(
-            stacked,
-            method=method,
-            rho=first.get("rho"),
-            max_iter=max_iter,
-            tol=0,
-            reference=x_star.repeat(1, len(live), 1).permute(1, 0, 2),
-            device=device,
-            dtype=dtype,
-            seed=0,
-            x0=None,
-            progress=False,
-            compile=False,
-            network=None,
-            target=target,
-            history=("error",),
-            record_every=max_iter,
-            check_every=1,
-            backend="local",
-            partition=None,
-            reorder=None,
-            form=None,
-            on_divergence="return",  # the loop below records a diverged value as an outcome, as tune's lone runs do
-            method_params={**params, **({} if parameter == "rho" else first)},
-        )
+        """The run of the values `live` (indices into values), from x^0 = 0: the checked options of their
+        instances, with each value on its own."""
         grid = per_instance([values[g] for g in live], B, like)
+        kept = _kept(options, torch.cat([torch.arange(g * B, g * B + B) for g in live]))
         if parameter == "rho":
-            options = replace(options, rho=grid)
+            kept = replace(kept, rho=grid)
         else:
-            options = replace(options, method_params={**params, parameter: grid})
-        return prepare(stacked, options)
+            kept = replace(kept, method_params={**params, parameter: grid})
+        return prepare(problem.tiled(len(live)), kept)
 
     live = list(range(G))
     run = start(live)
@@ -198,3 +200,15 @@ def _instances(t: Any, index: torch.Tensor) -> Any:
     """A state entry of the kept instances: the rows `index` of the batch axis of a node or edge tensor (N, B, w); a
     round counter as it is."""
     return t.index_select(1, index) if torch.is_tensor(t) and t.dim() == 3 else t
+
+
+def _kept(options: RunOptions, index: torch.Tensor) -> RunOptions:
+    """options of the instances `index` (int64, on the CPU) of the problem they were checked on: its reference,
+    scale and curvature taken at them; the rest as checked."""
+    scale, curvature = options.scale, options.curvature
+    return replace(
+        options,
+        reference=options.reference.index_select(0, index.to(options.reference.device)),
+        scale=None if scale is None else scale.index_select(0, index.to(scale.device)),
+        curvature=None if curvature is None else curvature.index_select(1, index.to(curvature.device)),
+    )

@@ -11,17 +11,18 @@ lambda_min(W): half of the method's step bound (docs/decentralised.md section 6)
 computed once per run (pdmm.spectral_interval) and refused unless -1 < lambda_min(W) and
 lambda_2(W) < 1 (section 1).
 
-No penalty parameter (uses_rho = False); pdmm.solve refuses rho, backend="distributed", network
+No penalty parameter (their Capabilities, pdmm.protocol); pdmm.plan refuses rho, backend="distributed", network
 privacy and wake="one" for them (pdmm.methods.check_mixing_options), and accepts x0. Over a simulated network
 (`channel`, a pdmm.network.Channel) every product with W becomes one with the round's W^k
 (section 9): a node's lost message is replaced by the receiver's own value, quantised messages are
 what the neighbours use, and a sleeping node sends nothing and keeps its whole state.
-`vectors_sent`: vectors of d numbers per directed edge and round; `silent_rounds`: the first
+Capabilities.vectors_sent: vectors of d numbers per directed edge and round; silent_rounds: the first
 rounds, which send nothing (NIDS's first step is local); pdmm.solve counts messages and bits by them.
 """
 
 import math
 import numbers
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +33,7 @@ from .edge_index import CompiledGraph
 from .local import LocalFunction
 from .mixing import MixingProduct, as_mixing, spectral_interval
 from .network import ONE, Channel, Network
+from .protocol import STEP, Capabilities
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -47,12 +49,12 @@ class Decentralised:
     (the subclass's default_alpha of L (B,)) or a number > 0."""
 
     name: str  # the method's name in pdmm.METHODS, set by every subclass
-    uses_rho = False
-    takes_x0 = True
-    takes_network = True  # all of pdmm.Network but privacy and wake="one" (check_network)
-    family = "dgd/extra/nids/gradient-tracking"
-    vectors_sent = 1
-    silent_rounds = 0
+    capabilities = Capabilities(  # a network: all of pdmm.Network but privacy and wake="one" (check_network)
+        family="dgd/extra/nids/gradient-tracking",
+        parameters=("mixing", STEP),
+        network=True,
+        biased_under_loss=True,
+    )
     proximal = False  # whether non-smooth f_i = s_i + r_i run with prox_r (PG-EXTRA, NIDS)
 
     def __init__(
@@ -70,13 +72,12 @@ class Decentralised:
             raise ValueError(f"{self.name} has no penalty parameter rho (docs/decentralised.md section 7)")
         if channel is not None:
             check_network(self.name, channel.network)
-            if channel.vectors != self.vectors_sent:
+            if channel.vectors != self.capabilities.vectors_sent:
                 raise ValueError(
-                    f"{self.name} sends {self.vectors_sent} stacked vector(s) per message; its channel "
+                    f"{self.name} sends {self.capabilities.vectors_sent} stacked vector(s) per message; its channel "
                     f"has vectors={channel.vectors}"
                 )
         self.channel = channel
-        self.biased = channel is not None and network_biases(channel.network)
         if not isinstance(edges, Consensus):
             raise ValueError(
                 f"{self.name} solves consensus problems only (constraints='consensus'); this problem "
@@ -146,6 +147,7 @@ class DGD(Decentralised):
     """
 
     name = "dgd"
+    capabilities = replace(Decentralised.capabilities, parameters=("mixing", STEP, "step"))
 
     def __init__(
         self,
@@ -232,7 +234,7 @@ class NIDS(Decentralised):
 
     name = "nids"
     proximal = True
-    silent_rounds = 1
+    capabilities = replace(Decentralised.capabilities, silent_rounds=1)
 
     def default_alpha(self, L):
         return 1 / L
@@ -264,7 +266,7 @@ class GradientTracking(Decentralised):
     """
 
     name = "gradient-tracking"
-    vectors_sent = 2
+    capabilities = replace(Decentralised.capabilities, vectors_sent=2)
 
     def default_alpha(self, L):
         return (1 + self.lowest) ** 2 / (4 * L)

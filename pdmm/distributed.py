@@ -65,7 +65,7 @@ from .constraints import Consensus
 from .edge_index import CompiledGraph, EdgeList
 from .local import Quadratic
 from .loop import Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
-from .methods import PDMM
+from .methods import METHODS, PDMM
 
 if TYPE_CHECKING:
     from .loop import Result
@@ -289,7 +289,7 @@ def check_group(group=None):
 def check_supported(problem, method, device, network, compile, method_params):
     """ValueError naming what the distributed backend does not implement."""
     unsupported = []
-    if method != "pdmm":
+    if not METHODS[method].capabilities.distributed:
         unsupported.append(f"method={method!r} (only 'pdmm', with theta=1 or averaged theta < 1)")
     extra = sorted(set(method_params) - {"theta"})
     if extra:

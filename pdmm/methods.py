@@ -16,17 +16,16 @@ the step) simulates them there: sleeping nodes keep x, an edge that receives not
 state. Without one the step is the ideal network's, unchanged. The methods on a mixing matrix
 have no edge state: DGD, EXTRA, NIDS and gradient tracking take the channel in their products
 with W (pdmm.decentralised.NetworkMixing), gossip and chebyshev refuse it (check_mixing_options).
-State tensors: x (n, B, d), edge state (E, B, m). `uses_rho`: whether the method has the penalty
-parameter rho (pdmm.solve's default rho=None means 1.0 for those that do). `vectors_sent`: the
-messages (of the edge state's width) each directed edge carries per round on the ideal network;
-`silent_rounds`: the first rounds, which send none (pdmm.solve's counts). A tuned parameter (rho; dgd's, extra's,
-nids' and gradient-tracking's alpha; chebyshev's interval) may hold one value per instance, a tensor (1, B, 1) that
-broadcasts against the state: a grid of values on B = (values x instances) runs as one batch, each instance as its
-own run with a number would (docs/decentralised.md section 8).
+State tensors: x (n, B, d), edge state (E, B, m). Each class declares what it takes and does in `capabilities`
+(pdmm.protocol.Capabilities: rho, its parameters, x0, a network, the messages it sends per round, the problems it
+solves, ...), which pdmm.plan checks and the engines count by (docs/guide/solve.md, "Plan and run"). A tuned
+parameter (rho; dgd's, extra's, nids' and gradient-tracking's alpha; chebyshev's interval) may hold one value per
+instance, a tensor (1, B, 1) that broadcasts against the state: a grid of values on B = (values x instances) runs
+as one batch, each instance as its own run with a number would (docs/decentralised.md section 8).
 """
 
 import warnings
-from typing import Any
+from dataclasses import replace
 
 import torch
 
@@ -36,6 +35,7 @@ from .local import Quadratic
 from .local.base import add, is_scalar, spd_solver
 from .mixing import MixingProduct, add_product, as_mixing, spectral_interval
 from .network import private_point
+from .protocol import Capabilities, Method
 
 MIN_WIDTH = 1e-6  # chebyshev: the least width of a default interval (a graph whose W has one eigenvalue besides 1)
 
@@ -54,8 +54,19 @@ class PDMM:
     z_{j|i}^{k+1} = (1 - theta) z_{j|i}^k + theta (z_{i|j}^k + 2c (A_ij x_i^{k+1} - b_ij / 2))
     """
 
-    uses_rho = True
-    vectors_sent, silent_rounds = 1, 0
+    capabilities = Capabilities(
+        family="pdmm",
+        rho=True,
+        parameters=("theta",),
+        network=True,
+        privacy=True,
+        wake_one=True,
+        multipliers=True,
+        edge_matrices=True,
+        inequalities=True,
+        node_form=True,
+        distributed=True,
+    )
 
     def __init__(self, graph, local, edges, rho, theta=1.0, *, channel=None):
         self.graph, self.local, self.edges, self.rho, self.channel = graph, local, edges, rho, channel
@@ -117,6 +128,8 @@ class QAPDMM(PDMM):
     majoriser: fast), "safe" (eta_i = L_i^2 / (2 m_i), the paper's sufficient condition: slow),
     a number, or one value per node.
     """
+
+    capabilities = replace(PDMM.capabilities, family="qa-pdmm", parameters=("theta", "eta"), distributed=False)
 
     def __init__(self, graph, local, edges, rho, theta=1.0, eta="L", *, channel=None):
         if not local.smooth:
@@ -222,8 +235,7 @@ class ADMM:
     message leaves r stale and a sleeping node keeps x_i, w_{i,e} and u_{i,e}.
     """
 
-    uses_rho = True
-    vectors_sent, silent_rounds = 1, 0
+    capabilities = Capabilities(family="admm", rho=True, network=True, wake_one=True)
 
     def __init__(self, graph, local, edges, rho, *, channel=None):
         if edges.inequality is not None:
@@ -269,10 +281,11 @@ def check_mixing_options(
     chebyshev also start from x^0 = a, so refuse x0 (docs/averaging.md section 6), where the others take it
     (docs/decentralised.md section 7); and chebyshev is not compiled, as every round has its own Python float
     omega (a recompilation each)."""
-    family = METHODS[method].family
+    capabilities = METHODS[method].capabilities
+    family = capabilities.family
     if rho is not None:
         raise ValueError(f"{method} has no penalty parameter: leave rho out (it applies to pdmm, qa-pdmm and admm)")
-    if network is not None and not METHODS[method].takes_network:
+    if network is not None and not capabilities.network:
         raise ValueError(
             f"network effects are not implemented for {family}: they compute mean(a) as a fixed "
             "polynomial in W, and a random W^k per round (lost messages, sleeping nodes) keeps "
@@ -281,11 +294,11 @@ def check_mixing_options(
         )
     if network is not None:
         check_network(method, network)
-    if x0 is not None and not METHODS[method].takes_x0:
+    if x0 is not None and not capabilities.x0:
         raise ValueError(f"{method} starts from the node values, x^0 = a; x0= does not apply")
     if backend != "local":
         raise ValueError(f"backend={backend!r} is not implemented for {family}; use backend='local'")
-    if compile and method == "chebyshev":
+    if compile and not capabilities.compile:
         raise ValueError(
             "compile=True is not implemented for chebyshev (each round's omega would recompile the "
             "step); run it eagerly: one sparse product per round"
@@ -303,11 +316,7 @@ class Gossip:
     """
 
     name = "gossip"
-    uses_rho = False
-    takes_x0 = False
-    takes_network = False
-    family = "gossip/chebyshev"
-    vectors_sent, silent_rounds = 1, 0
+    capabilities = Capabilities(family="gossip/chebyshev", parameters=("mixing",), x0=False, averaging_only=True)
 
     def __init__(self, graph, local, edges, rho, mixing="metropolis", *, channel=None):
         check_mixing_options(self.name, rho=rho, network=channel)
@@ -343,6 +352,7 @@ class Chebyshev(Gossip):
     """
 
     name = "chebyshev"
+    capabilities = replace(Gossip.capabilities, parameters=("mixing", "interval"), compile=False)
 
     def __init__(self, graph, local, edges, rho, mixing="metropolis", interval=None, *, channel=None):
         super().__init__(graph, local, edges, rho, mixing, channel=channel)
@@ -425,7 +435,7 @@ def _end(value):
     return float(value)
 
 
-METHODS: dict[str, Any] = {  # name -> class; the classes share no base, only the attributes solve reads
+METHODS: dict[str, type[Method]] = {  # name -> class, each with its Capabilities (pdmm.protocol)
     "pdmm": PDMM,
     "qa-pdmm": QAPDMM,
     "admm": ADMM,

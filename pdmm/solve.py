@@ -7,7 +7,7 @@ import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .certificate import optimality_certificate
-from .decentralised import Decentralised
+from .decentralised import network_biases
 from .edge_index import locality_order
 from .loop import (
     HISTORY,
@@ -33,10 +33,11 @@ from .loop import (
     status_message,
     to_numpy,
 )
-from .methods import METHODS, QAPDMM, NodeForm, check_mixing_options
+from .methods import METHODS, NodeForm, check_mixing_options
 from .mixing import check_mixing
 from .network import Channel, Network, private_point
 from .problem import Problem
+from .protocol import Capabilities
 
 RHO_FAR = 1e4  # rho * degree / L beyond [1 / RHO_FAR, RHO_FAR]: named when a run does not converge (rho_advice)
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
@@ -223,6 +224,9 @@ def solve(
     and x0 (they start from x^0 = a, docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a
     network, but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
+    solve(problem, **kw) is pdmm.plan(problem, **kw).run(): every argument is checked there, once, before any
+    iteration (docs/guide/solve.md, "Plan and run").
+
     On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (docs/guide/solve.md, "Large
     graphs"). The loop, its bookkeeping and the Result live in pdmm/loop.py, shared by both backends
     (docs/guide/solve.md, "Where the code lives").
@@ -249,7 +253,107 @@ def solve(
     >>> wrong.status, wrong.success
     ('diverged', False)
     """
-    options = _checked_options(
+    return plan(
+        problem,
+        method=method,
+        rho=rho,
+        max_iter=max_iter,
+        tol=tol,
+        reference=reference,
+        device=device,
+        dtype=dtype,
+        seed=seed,
+        x0=x0,
+        progress=progress,
+        compile=compile,
+        network=network,
+        target=target,
+        history=history,
+        record_every=record_every,
+        check_every=check_every,
+        backend=backend,
+        partition=partition,
+        reorder=reorder,
+        form=form,
+        callback=callback,
+        on_divergence=on_divergence,
+        **method_params,
+    ).run()
+
+
+def plan(
+    problem: Problem,
+    method: str = "pdmm",
+    rho: float | None = None,
+    max_iter: int = 1000,
+    tol: float | None = None,
+    reference: Any = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    x0: Any = None,
+    progress: bool = False,
+    compile: bool = False,
+    network: Network | None = None,
+    target: float | None = None,
+    history: Iterable[str] | str | None = None,
+    record_every: int | None = None,
+    check_every: int | None = None,
+    backend: str = "local",
+    partition: Any = None,
+    reorder: Any = None,
+    form: str | None = None,
+    callback: Callable[[Snapshot], Any] | None = None,
+    on_divergence: str = "raise",
+    **method_params: Any,
+) -> "Plan":
+    """Check a run of `method` on `problem` once, before any iteration, and return it ready to run: pdmm.solve(problem,
+    **kw) is plan(problem, **kw).run() (docs/guide/solve.md, "Plan and run").
+
+    Every argument is pdmm.solve's, with its meaning and default. plan refuses each bad input with the ValueError or
+    TypeError pdmm.solve gives for it: the settings' ranges, rho (refused by the methods without one, else a finite
+    number > 0 that dtype resolves), the method's Capabilities (pdmm.protocol) against the problem, the network, x0,
+    the backend and compile, the method's own parameters, dtype and device. On the local backend it also builds the
+    method on the problem (renumbered, in the node form, over the network's channel as the settings say), so that
+    its parameters are checked where the run would check them; the distributed engine builds its part on each rank
+    when the plan runs (pdmm.distributed).
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    method : str
+        A key of pdmm.METHODS.
+    rho, max_iter, tol, reference, device, dtype, seed, x0, progress, compile, network, target
+        As pdmm.solve takes them.
+    history, record_every, check_every, backend, partition, reorder, form, callback, on_divergence, **method_params
+        As pdmm.solve takes them.
+
+    Returns
+    -------
+    Plan
+        The checked run: its resolved RunOptions (defaults filled in), the method's Capabilities; Plan.run()
+        runs it and returns pdmm.solve's Result.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As pdmm.solve raises them for its arguments (pdmm.solve's Raises), before any iteration.
+    RuntimeError
+        Not here: backend="distributed" needs its process group when the plan runs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pdmm
+    >>> problem = pdmm.averaging(pdmm.topology("ring", n=8), np.arange(8.0))
+    >>> run = pdmm.plan(problem, method="pdmm", rho=2.0, tol=1e-8)
+    >>> run.options.rho, run.options.check_every, run.capabilities.vectors_sent
+    (2.0, 10, 1)
+    >>> run.run().status
+    'converged'
+    """
+    options = checked_options(
         problem,
         method=method,
         rho=rho,
@@ -275,21 +379,67 @@ def solve(
         on_divergence=on_divergence,
         method_params=method_params,
     )
-    try:
-        if options.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
-            from . import distributed
-
-            _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * torch.finfo(dtype).bits // 8, device)
-            return _warned(distributed.run(problem, options), options.tol, problem, options.rho)
-        return _run_local(problem, options)
-    except DivergenceError as err:
-        if options.on_divergence == "raise":
-            raise
-        return err.result
+    ready = [] if options.backend != "local" else [prepare(problem, options)]
+    return Plan(problem, options, METHODS[method].capabilities, ready)
 
 
-def _checked_options(
-    problem,
+@dataclass(frozen=True)
+class Plan:
+    """A run of pdmm.solve, checked by pdmm.plan and ready to run (docs/guide/solve.md, "Plan and run").
+
+    Attributes
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    options : RunOptions
+        The settings, checked and resolved (rho, tol, check_every, record_every and the history names filled in;
+        the problem's curvature and scale computed), as the engines, pdmm.batch_runs and pdmm.distributed take them.
+    capabilities : pdmm.protocol.Capabilities
+        What the method takes and does.
+    ready : list of Prepared
+        The local run plan built (prepare), which the first run() takes; empty for the distributed backend and
+        once taken.
+    """
+
+    problem: Problem
+    options: RunOptions
+    capabilities: Capabilities
+    ready: "list[Prepared]" = field(default_factory=list, repr=False, compare=False)  # the local run built by plan
+
+    def run(self) -> Result:
+        """Run the plan: the Result pdmm.solve returns for the same arguments, bit for bit. The first run of a local
+        plan starts from the method plan built; each later one builds it afresh, so it repeats the first (the same
+        x0 and network draws).
+
+        Returns
+        -------
+        Result
+            As pdmm.solve's.
+
+        Raises
+        ------
+        DivergenceError
+            When the run diverges and on_divergence is "raise".
+        RuntimeError
+            For backend="distributed" without an initialised process group, or when another rank fails.
+        """
+        problem, options = self.problem, self.options
+        try:
+            if options.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
+                from . import distributed
+
+                bits = torch.finfo(options.dtype).bits
+                _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.device)
+                return _warned(distributed.run(problem, options), options.tol, problem, options.rho)
+            return _run_local(problem, self.ready.pop() if self.ready else prepare(problem, options))
+        except DivergenceError as err:
+            if options.on_divergence == "raise":
+                raise
+            return err.result
+
+
+def checked_options(
+    problem: Problem,
     *,
     method,
     rho,
@@ -311,12 +461,13 @@ def _checked_options(
     partition,
     reorder,
     form,
-    method_params,
+    method_params: dict[str, Any],
     callback=None,
     on_divergence="raise",
-):
-    """solve's arguments checked before any work and resolved into one RunOptions (rho,
-    tol, check_every, record_every and the history names filled in; the problem's curvature and scale computed)."""
+) -> RunOptions:
+    """pdmm.plan's checks of solve's arguments, before any work, resolved into one RunOptions (rho, tol,
+    check_every, record_every and the history names filled in; the problem's curvature and scale computed); the
+    method itself is built and checked by prepare (docs/guide/solve.md, "Plan and run")."""
     if on_divergence not in ("raise", "return"):
         raise ValueError(f"on_divergence must be 'raise' or 'return', got {on_divergence!r}")
     if backend not in ("local", "distributed"):
@@ -335,12 +486,12 @@ def _checked_options(
         raise ValueError("reorder= applies to backend='local'; the distributed engine numbers nodes by its partition")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    rho = _resolved_rho(method, rho, network, x0, backend, compile)
+    capabilities = METHODS[method].capabilities
     _check_count("max_iter", max_iter)
     if dtype not in DEFAULT_TOL:
         raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
     curvature = local_curvature(problem)
-    check_rho_resolved(rho, problem, dtype, curvature)
+    rho = checked_rho(method, rho, problem, dtype, curvature, network=network, x0=x0, backend=backend, compile=compile)
     tol = DEFAULT_TOL[dtype] if tol is None else tol
     if not (_is_real(tol) and 0 <= tol < 1):
         raise ValueError(f"tol must be a number in [0, 1) (it is relative: 1 would pass at x = 0), got {tol!r}")
@@ -359,8 +510,8 @@ def _checked_options(
     if stuck is not None:
         raise ValueError(f"network: {stuck}; no method can make progress over it")
     scale = problem_scale(problem, dtype, curvature)
-    if network is not None and network.privacy is not None and method == "admm":
-        raise ValueError("network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm")
+    if network is not None and network.privacy is not None and capabilities.rho and not capabilities.privacy:
+        raise ValueError(f"network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for {method}")
     names = _history_names(history, reference, network)
     node_form = backend == "local" and _node_form(form, method, problem, network)
     if check_every is None:
@@ -401,10 +552,9 @@ def _checked_options(
     )
 
 
-def _run_local(problem, options):
-    """The local engine: the method built on this process (prepare) and run by pdmm.loop.iterate; the Result, after a
+def _run_local(problem: Problem, run: "Prepared") -> Result:
+    """The local engine: the method built on this process (prepare) run by pdmm.loop.iterate; the Result, after a
     ConvergenceWarning where one is due."""
-    run = prepare(problem, options)
     options, book = run.options, run.book
     so_far = Progress((run.state, 0, 0))
     start = book.start_clock()
@@ -498,6 +648,7 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
         For a step beyond what the dtype resolves (check_steps_resolved).
     """
     method, rho, network, device, dtype = options.method, options.rho, options.network, options.device, options.dtype
+    capabilities = METHODS[method].capabilities
     order = _node_order(problem, options.reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
     if order is not None:
@@ -510,9 +661,9 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
     channel = (
         None
         if network is None
-        else Channel(run_network, graph, problem.batch, width, dtype, vectors=METHODS[method].vectors_sent)
+        else Channel(run_network, graph, problem.batch, width, dtype, vectors=capabilities.vectors_sent)
     )
-    algorithm = METHODS[method](
+    algorithm: Any = METHODS[method](  # its capabilities say which of the attributes read below it has
         graph,
         local,
         edges,
@@ -523,7 +674,11 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
     check_steps_resolved(algorithm, problem, dtype, options.curvature)
     certificate = (  # tol <= 0 applies no stopping test: nothing to certify
         optimality_certificate(
-            local, edges, options.curvature, options.scale, multipliers=getattr(algorithm, "multipliers", None)
+            local,
+            edges,
+            options.curvature,
+            options.scale,
+            multipliers=algorithm.multipliers if capabilities.multipliers else None,
         )
         if options.tol > 0
         else None
@@ -533,7 +688,7 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
     x_star = _renumbered(reference_point(problem, options), order)
     state = algorithm.init(_renumbered(initial_x(problem, options), order))
     private = None if network is None or network.privacy is None else private_point(local, state["x"])
-    sent = graph.num_edges * METHODS[method].vectors_sent  # messages per round on the ideal network
+    sent = graph.num_edges * capabilities.vectors_sent  # messages per round on the ideal network
     book = Bookkeeping(
         options,
         local=local,
@@ -542,11 +697,12 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
         channel=channel,
         x_star=x_star,
         private=private,
-        silent=METHODS[method].silent_rounds,
+        silent=capabilities.silent_rounds,
         certificate=certificate,
     )
     step = torch.compile(algorithm.step) if options.compile else algorithm.step
-    return Prepared(options, step, state, book, x_star, order, channel, getattr(algorithm, "biased", False))
+    biased = capabilities.biased_under_loss and network is not None and network_biases(network)
+    return Prepared(options, step, state, book, x_star, order, channel, biased)
 
 
 def _tune_for(nbytes, device):
@@ -594,15 +750,54 @@ def _history_names(history, reference, network):
     return [name for name in HISTORY if name in names]
 
 
-def _resolved_rho(method, rho, network, x0, backend, compile):
-    """rho as the run uses it: 1.0 for None, else checked, for the methods with a penalty parameter; None for
-    the methods on a mixing matrix, which refuse rho and the other options they do not take."""
-    if not METHODS[method].uses_rho:
+def checked_rho(
+    method: str,
+    rho: Any,
+    problem: Problem,
+    dtype: torch.dtype,
+    curvature: torch.Tensor | None = None,
+    *,
+    network: Network | None = None,
+    x0: Any = None,
+    backend: str = "local",
+    compile: bool = False,
+) -> float | None:
+    """rho as the run uses it, after every check of it (the one place pdmm.plan checks rho; docs/guide/solve.md,
+    "Plan and run"): for a method with a penalty parameter (Capabilities.rho) 1.0 for None, else a finite number
+    > 0 that dtype resolves on this problem (check_rho_resolved); None for the methods on a mixing matrix, which
+    refuse rho and the other options they do not take (pdmm.methods.check_mixing_options).
+
+    Parameters
+    ----------
+    method : str
+        A key of pdmm.METHODS.
+    rho : object
+        What the caller passed.
+    problem : pdmm.Problem
+        The problem.
+    dtype : torch.dtype
+        The run's dtype, float64 or float32.
+    curvature : torch.Tensor or None
+        local_curvature(problem), where already computed.
+    network, x0, backend, compile
+        The run's, as pdmm.solve takes them: what a method on a mixing matrix may refuse with rho.
+
+    Returns
+    -------
+    float or None
+
+    Raises
+    ------
+    ValueError
+        Naming rho and its value, or the option the method does not take.
+    """
+    if not METHODS[method].capabilities.rho:
         check_mixing_options(method, rho, network, x0, backend, compile)
         return None
     rho = 1.0 if rho is None else rho
     if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    check_rho_resolved(rho, problem, dtype, curvature)
     return rho
 
 
@@ -697,9 +892,9 @@ def _stiffness(algorithm, curvature):
     (1 / step = max_i eta_i) and dgd, extra, nids and gradient-tracking (1 / alpha); L = max_i L_i of the smooth
     part (curvature: local_curvature, (n, B), or None), what check_steps_resolved compares against the dtype's eps.
     None for the other methods."""
-    if isinstance(algorithm, QAPDMM):
+    if algorithm.capabilities.eta:
         inverse = algorithm.eta.amax(0)
-    elif isinstance(algorithm, Decentralised):
+    elif algorithm.capabilities.step:
         inverse = 1 / algorithm.alpha.reshape(-1)
     else:
         return None
@@ -715,7 +910,7 @@ def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None)
     L = max_i L_i, docs/guide/solve.md, "The stopping test"). algorithm: the method built for the run
     (pdmm.METHODS[method](...)); curvature: local_curvature(problem) where computed."""
     eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
-    theta = getattr(algorithm, "theta", None)
+    theta = algorithm.theta if algorithm.capabilities.theta else None
     if isinstance(theta, float) and theta < eps:
         raise ValueError(
             f"theta={theta:g} is below what {dtype_name} resolves: the averaging (1 - theta) z + theta y "
@@ -725,7 +920,7 @@ def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None)
     if stiffness is None:
         return
     inverse, L = (float(t.max()) for t in stiffness)
-    if isinstance(algorithm, QAPDMM):
+    if algorithm.capabilities.eta:
         coupling = (  # the smallest of a per-instance rho: the test of the value that fails first
             0.0
             if algorithm.rho is None or not problem.is_consensus
@@ -776,7 +971,7 @@ def _node_form(form, method, problem, network):
     """Whether the run sums its edge state out (pdmm.methods.NodeForm); ValueError where form="nodes" cannot."""
     why = (
         "it needs method 'pdmm' or 'qa-pdmm'"
-        if method not in ("pdmm", "qa-pdmm")
+        if not METHODS[method].capabilities.node_form
         else "it needs consensus constraints"
         if not problem.is_consensus
         else "a simulated network acts on each edge's messages"

@@ -27,16 +27,13 @@ from .batch_runs import batch_outcomes, pieces
 from .methods import METHODS
 from .network import Network
 from .problem import Problem
+from .protocol import STEP
 from .solve import solve
 
-TUNED = {
-    "pdmm": "rho",
-    "qa-pdmm": "rho",
-    "admm": "rho",
-    "dgd": "alpha",
-    "extra": "alpha",
-    "nids": "alpha",
-    "gradient-tracking": "alpha",
+TUNED = {  # method -> what pdmm.tune chooses: rho, or the step size alpha (their Capabilities, pdmm.protocol)
+    name: "rho" if cls.capabilities.rho else STEP
+    for name, cls in METHODS.items()
+    if cls.capabilities.rho or cls.capabilities.step
 }
 RHO_GRID = tuple(10 ** (j / 4) for j in range(-8, 9))  # 0.01 .. 100, four per decade
 ALPHA_FACTORS = tuple(2 ** (j / 2) for j in range(-2, 13))  # 0.5 .. 64 times alpha="auto", two per octave
@@ -116,7 +113,8 @@ def default_grid(problem: Problem, method: str, **params) -> np.ndarray:
     if tuned_parameter(method) == "rho":
         return np.array(RHO_GRID)
     graph, local, edges = problem.compile("cpu", torch.float64)
-    auto = float(METHODS[method](graph, local, edges, None, **{**params, "alpha": "auto"}).alpha.min())
+    built: Any = METHODS[method](graph, local, edges, None, **{**params, "alpha": "auto"})  # capabilities.step
+    auto = float(built.alpha.min())
     return auto * np.array(ALPHA_FACTORS)
 
 

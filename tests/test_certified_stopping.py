@@ -310,7 +310,7 @@ def options(spec, problem):
         x0=None if spec["x0"] is None else spec["size"] * np.random.default_rng(1).normal(size=(problem.n, 2)),
         network=None if network is None else pdmm.Network(**network, seed=spec["seed"]),
     )
-    if spec["matched"] and pdmm.METHODS[method].uses_rho:
+    if spec["matched"] and pdmm.METHODS[method].capabilities.rho:
         chosen["rho"] = spec["curvature"]
     return chosen
 

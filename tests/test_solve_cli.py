@@ -55,9 +55,10 @@ def test_compare_specs_are_separate_labelled_runs_with_their_own_parameters(tmp_
 
 
 def spec_keys(cls):
-    """The KEYs a spec of method class `cls` takes, read from the class: rho where it uses one, then its
-    constructor's parameters with a default (the keyword-only network channel aside), the interval as low, high."""
-    names = ["rho"] * cls.uses_rho + [
+    """The KEYs a spec of method class `cls` takes, read from the class: rho where its capabilities say it takes
+    one, then its constructor's parameters with a default (the keyword-only network channel aside), the interval as
+    low, high."""
+    names = ["rho"] * cls.capabilities.rho + [
         name
         for name, p in inspect.signature(cls).parameters.items()
         if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.KEYWORD_ONLY

@@ -1,7 +1,7 @@
 """What every method of pdmm.METHODS is and declares: the Method protocol and its Capabilities record
 (docs/guide/solve.md, "Plan and run").
 
-A method is a class built as METHOD(graph, local, edges, rho, **its parameters, channel=...) on the run's compiled
+A method is a class built as ``METHOD(graph, local, edges, rho, **parameters, channel=...)`` on the run's compiled
 graph, local functions and edge operator, with init(x0) -> state and step(state) -> state over state dicts of
 tensors (pdmm.methods). What pdmm.plan checks against the problem, the network and the other settings, and what the
 engines count, is read from the class's `capabilities`, never probed from its attributes.

@@ -224,7 +224,7 @@ def solve(
     and x0 (they start from x^0 = a, docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a
     network, but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
-    solve(problem, **kw) is pdmm.plan(problem, **kw).run(): every argument is checked there, once, before any
+    ``solve(problem, **kw)`` is ``pdmm.plan(problem, **kw).run()``: every argument is checked there, once, before any
     iteration (docs/guide/solve.md, "Plan and run").
 
     On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (docs/guide/solve.md, "Large
@@ -307,8 +307,8 @@ def plan(
     on_divergence: str = "raise",
     **method_params: Any,
 ) -> "Plan":
-    """Check a run of `method` on `problem` once, before any iteration, and return it ready to run: pdmm.solve(problem,
-    **kw) is plan(problem, **kw).run() (docs/guide/solve.md, "Plan and run").
+    """Check a run of `method` on `problem` once, before any iteration, and return it ready to run:
+    ``pdmm.solve(problem, **kw)`` is ``plan(problem, **kw).run()`` (docs/guide/solve.md, "Plan and run").
 
     Every argument is pdmm.solve's, with its meaning and default. plan refuses each bad input with the ValueError or
     TypeError pdmm.solve gives for it: the settings' ranges, rho (refused by the methods without one, else a finite

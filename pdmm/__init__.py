@@ -23,6 +23,7 @@ from .network import Network
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
 from .protocol import Capabilities, Method
 from .reference import reference
+from .settings import Engine, Recording, Stopping
 from .solve import Plan, plan, solve, tune_allocator
 from .topologies import TOPOLOGIES, topology
 from .tuning import Tuning, tune
@@ -52,6 +53,9 @@ __all__ = [
     "solve",
     "plan",
     "Plan",
+    "Stopping",
+    "Recording",
+    "Engine",
     "Capabilities",
     "Method",
     "tune_allocator",

@@ -24,6 +24,7 @@ import torch
 
 from .loop import RunOptions, expand_instances
 from .problem import Problem, node_data
+from .settings import Engine, Recording, Stopping
 from .solve import Prepared, checked_options, checked_rho, local_curvature, prepare
 
 Outcome = tuple[int, bool, float, bool]  # (iterations, reached, worst error there (inf: diverged), diverged)
@@ -131,26 +132,21 @@ def batch_outcomes(
         problem.tiled(G),
         method=method,
         rho=first.get("rho"),
-        max_iter=max_iter,
-        tol=0,
-        reference=x_star.repeat(1, G, 1).permute(1, 0, 2),
-        device=device,
-        dtype=dtype,
-        seed=0,
         x0=None,
-        progress=False,
-        compile=False,
+        seed=0,
         network=None,
-        target=target,
-        history=("error",),
-        record_every=max_iter,
-        check_every=1,
-        backend="local",
-        partition=None,
-        reorder=None,
-        form=None,
-        on_divergence="return",  # the loop below records a diverged value as an outcome, as tune's lone runs do
         method_params={**params, **({} if parameter == "rho" else first)},
+        stopping=Stopping(
+            max_iter=max_iter,
+            tol=0,
+            target=target,
+            check_every=1,
+            on_divergence="return",  # the loop below records a diverged value as an outcome, as tune's lone runs do
+        ),
+        recording=Recording(
+            history=("error",), record_every=max_iter, reference=x_star.repeat(1, G, 1).permute(1, 0, 2)
+        ),
+        engine=Engine(device=device, dtype=dtype),
     )
 
     def start(live: list[int]) -> Prepared:
@@ -205,10 +201,10 @@ def _instances(t: Any, index: torch.Tensor) -> Any:
 def _kept(options: RunOptions, index: torch.Tensor) -> RunOptions:
     """options of the instances `index` (int64, on the CPU) of the problem they were checked on: its reference,
     scale and curvature taken at them; the rest as checked."""
-    scale, curvature = options.scale, options.curvature
+    scale, curvature, reference = options.scale, options.curvature, options.recording.reference
     return replace(
         options,
-        reference=options.reference.index_select(0, index.to(options.reference.device)),
+        recording=replace(options.recording, reference=reference.index_select(0, index.to(reference.device))),
         scale=None if scale is None else scale.index_select(0, index.to(scale.device)),
         curvature=None if curvature is None else curvature.index_select(1, index.to(curvature.device)),
     )

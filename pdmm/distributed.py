@@ -205,7 +205,8 @@ def shared_reference(problem: "Problem", options: RunOptions, group: Any = None)
     REFERENCE_TIMEOUT seconds, whatever the process group's own timeout (shorter or longer); None or an array as
     pdmm.loop.reference_point has it, on every rank. Where rank 0 cannot solve it, rank 0 raises its error and
     every other rank a RuntimeError with rank 0's message (its type and text, on one line)."""
-    if not (isinstance(options.reference, str) and options.reference == "cvxpy") or dist.get_world_size(group) == 1:
+    reference = options.recording.reference
+    if not (isinstance(reference, str) and reference == "cvxpy") or dist.get_world_size(group) == 1:
         return reference_point(problem, options)  # None, an array, or a ValueError for another string on every rank
     x_star, failure, error = None, b"", None
     root = dist.get_rank(group) == 0
@@ -220,7 +221,7 @@ def shared_reference(problem: "Problem", options: RunOptions, group: Any = None)
         _patient_broadcast(message, group)
     else:
         if not root:
-            x_star = torch.empty(problem.n, problem.batch, problem.dim, dtype=options.dtype)
+            x_star = torch.empty(problem.n, problem.batch, problem.dim, dtype=options.engine.dtype)
         assert x_star is not None
         _patient_broadcast(x_star, group)
     if error is not None:
@@ -313,14 +314,17 @@ def check_supported(problem, method, device, network, compile, method_params):
 
 def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
     """pdmm.solve's loop (pdmm.loop.iterate) on this rank's part of the graph, with the options pdmm.solve checked
-    (options.partition: the rank of each node or None; options.progress: a tqdm bar on this rank; options.scale:
-    the problem's scale, the stopping test's floor as one process has it). The same Result on every rank."""
+    (options.engine.partition: the rank of each node or None; options.recording.progress: a tqdm bar on this rank;
+    options.scale: the problem's scale, the stopping test's floor as one process has it). The same Result on every
+    rank."""
     rank, world = check_group(group)
+    stopping, recording, engine = options.stopping, options.recording, options.engine
+    assert stopping.tol is not None and isinstance(recording.history, tuple)  # resolved by pdmm.plan
     method, rho, device, dtype, method_params = (
         options.method,
         options.rho,
-        options.device,
-        options.dtype,
+        engine.device,
+        engine.dtype,
         options.method_params,
     )
     # a Ctrl-C from here to the end is only flagged, and agreed on at the next stopping test: no rank leaves the
@@ -329,18 +333,18 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
         arguments = dict(
             method=method,
             rho=rho,
-            max_iter=options.max_iter,
-            tol=options.tol,
-            reference=options.reference,
+            max_iter=stopping.max_iter,
+            tol=stopping.tol,
+            reference=recording.reference,
             dtype=str(dtype),
             seed=options.seed,
             x0=options.x0,
-            target=options.target,
-            names=list(options.history),
-            record_every=options.record_every,
-            check_every=options.check_every,
+            target=stopping.target,
+            names=list(recording.history),
+            record_every=recording.record_every,
+            check_every=stopping.check_every,
             method_params=dict(method_params),
-            partition=options.partition,
+            partition=engine.partition,
             world=world,
         )
         mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
@@ -352,12 +356,12 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
                 f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
                 "(every rank must call pdmm.solve with the same data)"
             )
-        check_supported(problem, method, device, options.network, options.compile, method_params)
+        check_supported(problem, method, device, options.network, engine.compile, method_params)
         if world > problem.n:
             raise ValueError(
                 f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes"
             )
-        owner = _owners(problem, options.partition, world, group)
+        owner = _owners(problem, engine.partition, world, group)
 
         graph, own = local_part(problem.compiled, owner, rank, dtype, group)
         local = problem.local.to("cpu", dtype).nodes(torch.from_numpy(own))
@@ -376,7 +380,7 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
                 count=problem.n,
                 summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
             )
-            if options.tol > 0
+            if stopping.tol > 0
             else None
         )
         book = _PartBookkeeping(
@@ -410,9 +414,9 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
         book.asked = asked
         with (
             torch.no_grad(),
-            tqdm(total=options.max_iter, desc=method, disable=not options.progress, leave=False) as bar,
+            tqdm(total=stopping.max_iter, desc=method, disable=not recording.progress, leave=False) as bar,
         ):
-            status = iterate(algorithm.step, so_far, book, options, finish, bar=bar if options.progress else None)
+            status = iterate(algorithm.step, so_far, book, options, finish, bar=bar if recording.progress else None)
         return finish(status)
 
 

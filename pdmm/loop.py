@@ -19,6 +19,7 @@ import torch
 from .constraints import Consensus
 from .network import Network, privacy_gaps
 from .problem import node_data
+from .settings import Engine, Recording, Stopping
 
 if TYPE_CHECKING:
     import pandas
@@ -261,11 +262,13 @@ class DivergenceError(RuntimeError):
 @dataclass(frozen=True)
 class RunOptions:
     """What one run of pdmm.solve was asked, as the engines and the loop use it: checked and resolved once by
-    pdmm.solve (defaults filled in: rho, tol, check_every, record_every, the history names), then passed whole.
+    pdmm.plan (pdmm.solve.checked_options: rho, tol, check_every, record_every and the history names filled in),
+    then passed whole. The settings come in pdmm.solve's three groups (pdmm.settings; docs/guide/solve.md, "Plan and
+    run"); what the method is and where it starts stand beside them.
 
-    Its fields are taken as given. One built by hand skips pdmm.solve's checks, and its defaults are not what
-    pdmm.solve resolves: no history, a row and a stopping test at every iteration, and no scale (the stopping
-    test's floor is then 1, not min(1, the problem's scale)).
+    Its fields are taken as given. One built by hand skips pdmm.plan's checks across the groups and must give the
+    values pdmm.plan resolves: a float tol and an int check_every (Stopping), an int record_every and a tuple of
+    history names (Recording); without a scale the stopping test's floor is 1, not min(1, the problem's scale).
 
     Attributes
     ----------
@@ -274,85 +277,49 @@ class RunOptions:
     rho : float, torch.Tensor or None
         The penalty parameter, or one per instance, (B,) in the run's dtype (a grid of values run as one batch,
         pdmm.batch_runs); None for the methods on a mixing matrix, which have none.
-    max_iter : int
-        Iterations at most.
-    tol : float
-        The stopping test's tolerance (docs/guide/solve.md, "The stopping test"); 0 runs every iteration.
-    reference : object
-        None, "cvxpy" or an array x*, the point the error is measured against.
-    device : torch.device or str
-        Where the run's tensors live.
-    dtype : torch.dtype
-        torch.float64 or torch.float32.
-    seed : int
-        The seed of x0="random".
+    stopping : pdmm.Stopping
+        max_iter, tol, target, check_every and on_divergence ("raise": pdmm.solve raises DivergenceError when the run
+        diverges; "return": it returns the Result so far; the engines raise either way, pdmm.solve decides).
+    recording : pdmm.Recording
+        history (the names recorded, in HISTORY order), record_every, reference (None, "cvxpy" or an array x*, the
+        point the error is measured against), callback (local engine only) and progress.
+    engine : pdmm.Engine
+        device, dtype, backend, partition (the distributed engine's rank of each node), reorder (the local engine's
+        renumbering) and compile.
     x0 : object
         None (zeros), "random" or an array shaped like x.
+    seed : int
+        The seed of x0="random".
     network : pdmm.Network or None
         The simulated network, None for the ideal one.
-    target : float or None
-        A reference error that also stops the run.
-    history : tuple of str
-        The history entries recorded, in HISTORY order.
-    record_every : int
-        Iterations between recorded rows.
-    check_every : int
-        Iterations between stopping tests.
-    compile : bool
-        Whether the step runs through torch.compile.
     method_params : dict
         The method's own parameters (theta, eta, alpha, mixing, ...).
-    progress : bool
-        Whether a tqdm bar shows the run.
-    backend : str
-        "local" or "distributed".
-    partition : object
-        The distributed engine's rank of each node, or None.
-    reorder : object
-        The local engine's renumbering: None, True, False or a permutation of the nodes.
     node_form : bool
-        Whether the local engine sums the edge state out (pdmm.methods.NodeForm).
+        Whether the local engine sums the edge state out (pdmm.methods.NodeForm), as resolved from engine.form.
     scale : torch.Tensor or None
         The problem's scale per instance (pdmm.solve.problem_scale), the stopping test's floor.
     curvature : torch.Tensor or None
         L_i per node and instance (pdmm.solve.local_curvature), where the local functions have it.
-    callback : callable or None
-        pdmm.solve's callback, called with a pdmm.Snapshot at every recorded row (local engine only).
-    on_divergence : str
-        "raise": pdmm.solve raises DivergenceError when the run diverges; "return": it returns the Result so far,
-        status "diverged" (the engines raise either way; pdmm.solve decides).
     """
 
     method: str
     rho: float | torch.Tensor | None
-    max_iter: int
-    tol: float
-    reference: Any = None
-    device: torch.device | str = "cpu"
-    dtype: torch.dtype = torch.float64
-    seed: int = 0
+    stopping: Stopping
+    recording: Recording = field(default_factory=Recording)
+    engine: Engine = field(default_factory=Engine)
     x0: Any = None
+    seed: int = 0
     network: Network | None = None
-    target: float | None = None
-    history: tuple[str, ...] = ()
-    record_every: int = 1
-    check_every: int = 1
-    compile: bool = False
     method_params: Mapping[str, Any] = field(default_factory=dict)
-    progress: bool = False
-    backend: str = "local"
-    partition: Any = None
-    reorder: Any = None
     node_form: bool = False
     scale: torch.Tensor | None = field(default=None, repr=False)
     curvature: torch.Tensor | None = field(default=None, repr=False)
-    callback: Any = None
-    on_divergence: str = "raise"
 
     @property
     def capacity(self) -> int:
         """History rows allocated ahead: one per record_every iterations and one more, at most CAPACITY."""
-        return min(self.max_iter // self.record_every + 1, CAPACITY)
+        assert self.recording.record_every is not None  # resolved by pdmm.plan
+        return min(self.stopping.max_iter // self.recording.record_every + 1, CAPACITY)
 
     @property
     def params(self) -> dict:
@@ -369,15 +336,16 @@ class Progress:
 
 
 def iterate(step, progress, book, options, finish, before=None, bar=None, watch=None):
-    """Up to options.max_iter steps from progress.now, recording every record_every-th iteration (book.record) and
-    testing every check_every-th and the last (book.check, one read from the device). Returns "converged" once the
-    stopping test passes, "stalled" once the state stops changing short of it (book.check), "callback" once
-    watch(iteration, x, residual, time), called at every recorded row (after the divergence test, where one runs),
-    returns True short of those, else "max_iter".
+    """Up to options.stopping.max_iter steps from progress.now, recording every record_every-th iteration
+    (book.record) and testing every check_every-th and the last (book.check, one read from the device). Returns
+    "converged" once the stopping test passes, "stalled" once the state stops changing short of it (book.check),
+    "callback" once watch(iteration, x, residual, time), called at every recorded row (after the divergence test,
+    where one runs), returns True short of those, else "max_iter".
     The residual is computed at iteration 1 (the divergence baseline), at recorded and at tested iterations only,
     once each (`seen`). Divergence raises DivergenceError with finish("diverged"), the Result so far. before():
     called before each step (a network's draws); bar: a tqdm bar, updated at the tests."""
-    max_iter, record_every, check_every = options.max_iter, options.record_every, options.check_every
+    max_iter, record_every = options.stopping.max_iter, options.recording.record_every
+    check_every, tol, target = options.stopping.check_every, options.stopping.tol, options.stopping.target
     first, shown, posted = None, 0, -20
     for k in range(1, max_iter + 1):
         if before is not None:
@@ -395,9 +363,7 @@ def iterate(step, progress, book, options, finish, before=None, bar=None, watch=
             if recorded and watch is not None and watch(k, x, book.residual(x, seen), book.times[rows]):
                 return "callback"
             continue
-        stop, stalled, finite, grown, largest = book.check(
-            new, state, seen, first, rows + recorded, options.tol, options.target
-        )
+        stop, stalled, finite, grown, largest = book.check(new, state, seen, first, rows + recorded, tol, target)
         if (stop or stalled or not finite or grown or k == max_iter) and not recorded:
             book.record(rows, k, x, seen)
             recorded = True
@@ -453,14 +419,15 @@ class Bookkeeping:
         network privacy's reference point or None; silent: the method's first rounds that send nothing;
         certificate: the run's optimality certificate (pdmm.certificate), None where the problem has none (the run
         is then never converged by the stopping test)."""
-        names, rho, scale = options.history, options.rho, options.scale
-        scale = None if scale is None else scale.to(options.device, options.dtype)
+        names, rho, scale = options.recording.history, options.rho, options.scale
+        scale = None if scale is None else scale.to(options.engine.device, options.engine.dtype)
         self.names, self.local, self.edges, self.channel, self.rho = names, local, edges, channel, rho
         # scale (B,): the problem's scale (problem_scale); the test's floor min(1, scale), 1 where it is 0 or unknown
         self.floor = None if scale is None else torch.where(scale > 0, torch.clamp(scale, max=1.0), 1.0)
         self.baseline = scale  # the least residual the divergence test measures growth from
         self.certificate = certificate
-        self.x_star, self.private, self.per_round, self.every = x_star, private, per_round, options.record_every
+        self.x_star, self.private, self.per_round = x_star, private, per_round
+        self.every = options.recording.record_every
         self.silent = silent  # the method's first rounds that send nothing (ideal-network counts)
         like = edges.graph.sign
         self.x_star_norm = None if x_star is None else torch.clamp(norm(x_star), min=torch.finfo(like.dtype).tiny)
@@ -654,7 +621,7 @@ def norm(v):
 def initial_x(problem, options):
     """x^0, (n, B, d) on the run's device: zeros for x0=None, standard normal from the seed for "random", else the
     array given (one instance or B); ValueError for anything else."""
-    x0, seed, device, dtype = options.x0, options.seed, options.device, options.dtype
+    x0, seed, device, dtype = options.x0, options.seed, options.engine.device, options.engine.dtype
     shape = (problem.n, problem.batch, problem.dim)
     if x0 is None:
         return torch.zeros(shape, dtype=dtype, device=device)
@@ -667,9 +634,9 @@ def initial_x(problem, options):
 
 
 def reference_point(problem, options):
-    """x*, (n, B, d) on the run's device, from options.reference: None, "cvxpy" (pdmm.reference solves the problem
-    centrally) or an array; ValueError for anything else."""
-    reference, device, dtype = options.reference, options.device, options.dtype
+    """x*, (n, B, d) on the run's device, from options.recording.reference: None, "cvxpy" (pdmm.reference solves
+    the problem centrally) or an array; ValueError for anything else."""
+    reference, device, dtype = options.recording.reference, options.engine.device, options.engine.dtype
     if reference is None:
         return None
     if isinstance(reference, str):
@@ -717,7 +684,7 @@ def make_result(state, done, book, rows, status, start, problem, options, x_star
         seconds=seconds,
         reference=None if x_star is None else to_numpy(x_star, problem.batched),
         network=options.network,
-        message=message or status_message(status, done, options.tol, options.target),
+        message=message or status_message(status, done, options.stopping.tol, options.stopping.target),
         fun=None if fun is None else per_instance(fun, problem.batched),
     )
 

@@ -7,7 +7,7 @@ import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from .mixing import check_mixing
 from .network import Channel, Network, private_point
 from .problem import Problem
 from .protocol import Capabilities
+from .settings import Engine, Recording, Stopping, is_real
 
 RHO_FAR = 1e4  # rho * degree / L beyond [1 / RHO_FAR, RHO_FAR]: named when a run does not converge (rho_advice)
 DEFAULT_TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
@@ -305,12 +306,17 @@ def plan(
     form: str | None = None,
     callback: Callable[[Snapshot], Any] | None = None,
     on_divergence: str = "raise",
+    *,
+    stopping: Stopping | None = None,
+    recording: Recording | None = None,
+    engine: Engine | None = None,
     **method_params: Any,
 ) -> "Plan":
     """Check a run of `method` on `problem` once, before any iteration, and return it ready to run:
     ``pdmm.solve(problem, **kw)`` is ``plan(problem, **kw).run()`` (docs/guide/solve.md, "Plan and run").
 
-    Every argument is pdmm.solve's, with its meaning and default. plan refuses each bad input with the ValueError or
+    Every argument is pdmm.solve's, with its meaning and default; the settings may also come in their groups,
+    pdmm.Stopping, pdmm.Recording and pdmm.Engine. plan refuses each bad input with the ValueError or
     TypeError pdmm.solve gives for it: the settings' ranges, rho (refused by the methods without one, else a finite
     number > 0 that dtype resolves), the method's Capabilities (pdmm.protocol) against the problem, the network, x0,
     the backend and compile, the method's own parameters, dtype and device. On the local backend it also builds the
@@ -328,17 +334,21 @@ def plan(
         As pdmm.solve takes them.
     history, record_every, check_every, backend, partition, reorder, form, callback, on_divergence, **method_params
         As pdmm.solve takes them.
+    stopping, recording, engine : pdmm.Stopping, pdmm.Recording, pdmm.Engine or None
+        The same settings in their groups (pdmm.settings), each checked when made; None: the group of the keywords.
+        A group comes instead of its keywords: one of them away from its default beside it is a ValueError.
 
     Returns
     -------
     Plan
-        The checked run: its resolved RunOptions (defaults filled in), the method's Capabilities; Plan.run()
-        runs it and returns pdmm.solve's Result.
+        The checked run: its resolved RunOptions (the groups with their defaults filled in), the method's
+        Capabilities; Plan.run() runs it and returns pdmm.solve's Result.
 
     Raises
     ------
     ValueError, TypeError
-        As pdmm.solve raises them for its arguments (pdmm.solve's Raises), before any iteration.
+        As pdmm.solve raises them for its arguments (pdmm.solve's Raises), before any iteration; a ValueError for a
+        group given with one of its keywords away from its default, a TypeError for a group of the wrong kind.
     RuntimeError
         Not here: backend="distributed" needs its process group when the plan runs.
 
@@ -348,7 +358,7 @@ def plan(
     >>> import pdmm
     >>> problem = pdmm.averaging(pdmm.topology("ring", n=8), np.arange(8.0))
     >>> run = pdmm.plan(problem, method="pdmm", rho=2.0, tol=1e-8)
-    >>> run.options.rho, run.options.check_every, run.capabilities.vectors_sent
+    >>> run.options.rho, run.options.stopping.check_every, run.capabilities.vectors_sent
     (2.0, 10, 1)
     >>> run.run().status
     'converged'
@@ -357,29 +367,41 @@ def plan(
         problem,
         method=method,
         rho=rho,
-        max_iter=max_iter,
-        tol=tol,
-        reference=reference,
-        device=device,
-        dtype=dtype,
-        seed=seed,
         x0=x0,
-        progress=progress,
-        compile=compile,
+        seed=seed,
         network=network,
-        target=target,
-        history=history,
-        record_every=record_every,
-        check_every=check_every,
-        backend=backend,
-        partition=partition,
-        reorder=reorder,
-        form=form,
-        callback=callback,
-        on_divergence=on_divergence,
         method_params=method_params,
+        stopping=_grouped(
+            Stopping,
+            stopping,
+            max_iter=max_iter,
+            tol=tol,
+            target=target,
+            check_every=check_every,
+            on_divergence=on_divergence,
+        ),
+        recording=_grouped(
+            Recording,
+            recording,
+            history=history,
+            record_every=record_every,
+            reference=reference,
+            callback=callback,
+            progress=progress,
+        ),
+        engine=_grouped(
+            Engine,
+            engine,
+            device=device,
+            dtype=dtype,
+            backend=backend,
+            partition=partition,
+            reorder=reorder,
+            form=form,
+            compile=compile,
+        ),
     )
-    ready = [] if options.backend != "local" else [prepare(problem, options)]
+    ready = [] if options.engine.backend != "local" else [prepare(problem, options)]
     return Plan(problem, options, METHODS[method].capabilities, ready)
 
 
@@ -392,8 +414,9 @@ class Plan:
     problem : pdmm.Problem
         The problem.
     options : RunOptions
-        The settings, checked and resolved (rho, tol, check_every, record_every and the history names filled in;
-        the problem's curvature and scale computed), as the engines, pdmm.batch_runs and pdmm.distributed take them.
+        The settings in their groups, checked and resolved (rho, tol, check_every, record_every and the history
+        names filled in; the problem's curvature and scale computed), as the engines, pdmm.batch_runs and
+        pdmm.distributed take them.
     capabilities : pdmm.protocol.Capabilities
         What the method takes and does.
     ready : list of Prepared
@@ -425,15 +448,15 @@ class Plan:
         """
         problem, options = self.problem, self.options
         try:
-            if options.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks together
+            if options.engine.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks
                 from . import distributed
 
-                bits = torch.finfo(options.dtype).bits
-                _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.device)
-                return _warned(distributed.run(problem, options), options.tol, problem, options.rho)
+                bits = torch.finfo(options.engine.dtype).bits
+                _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.engine.device)
+                return _warned(distributed.run(problem, options), options.stopping.tol, problem, options.rho)
             return _run_local(problem, self.ready.pop() if self.ready else prepare(problem, options))
         except DivergenceError as err:
-            if options.on_divergence == "raise":
+            if options.stopping.on_divergence == "raise":
                 raise
             return err.result
 
@@ -441,69 +464,37 @@ class Plan:
 def checked_options(
     problem: Problem,
     *,
-    method,
-    rho,
-    max_iter,
-    tol,
-    reference,
-    device,
-    dtype,
-    seed,
-    x0,
-    progress,
-    compile,
-    network,
-    target,
-    history,
-    record_every,
-    check_every,
-    backend,
-    partition,
-    reorder,
-    form,
+    method: str,
+    rho: Any,
+    x0: Any,
+    seed: Any,
+    network: Any,
     method_params: dict[str, Any],
-    callback=None,
-    on_divergence="raise",
+    stopping: Stopping,
+    recording: Recording,
+    engine: Engine,
 ) -> RunOptions:
-    """pdmm.plan's checks of solve's arguments, before any work, resolved into one RunOptions (rho, tol,
-    check_every, record_every and the history names filled in; the problem's curvature and scale computed); the
-    method itself is built and checked by prepare (docs/guide/solve.md, "Plan and run")."""
-    if on_divergence not in ("raise", "return"):
-        raise ValueError(f"on_divergence must be 'raise' or 'return', got {on_divergence!r}")
-    if backend not in ("local", "distributed"):
-        raise ValueError(f"backend must be 'local' or 'distributed', got {backend!r}")
-    if partition is not None and backend != "distributed":
-        raise ValueError("partition= needs backend='distributed'")
-    if form not in (None, "edges", "nodes"):
-        raise ValueError(f"form must be None, 'edges' or 'nodes', got {form!r}")
-    if form is not None and backend != "local":
-        raise ValueError("form= applies to backend='local'; the distributed engine runs the edge form")
-    if callback is not None and not callable(callback):
-        raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
-    if callback is not None and backend != "local":
+    """pdmm.plan's checks of a run's settings, before any work, resolved into one RunOptions (rho, tol,
+    check_every, record_every and the history names filled in; the problem's curvature and scale computed). Each
+    group has checked its own fields when made (pdmm.settings); here are the checks that need the method, the
+    problem or two groups at once. The method itself is built and checked by prepare (docs/guide/solve.md, "Plan
+    and run")."""
+    if recording.callback is not None and engine.backend != "local":
         raise ValueError("callback= applies to backend='local'; the distributed engine's ranks each hold a part of x")
-    if reorder is not None and backend != "local":
-        raise ValueError("reorder= applies to backend='local'; the distributed engine numbers nodes by its partition")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     capabilities = METHODS[method].capabilities
-    _check_count("max_iter", max_iter)
-    if dtype not in DEFAULT_TOL:
-        raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    dtype, target, reference = engine.dtype, stopping.target, recording.reference
     curvature = local_curvature(problem)
-    rho = checked_rho(method, rho, problem, dtype, curvature, network=network, x0=x0, backend=backend, compile=compile)
-    tol = DEFAULT_TOL[dtype] if tol is None else tol
-    if not (_is_real(tol) and 0 <= tol < 1):
-        raise ValueError(f"tol must be a number in [0, 1) (it is relative: 1 would pass at x = 0), got {tol!r}")
-    if target is not None and not (_is_real(target) and 0 < target < math.inf and reference is not None):
+    rho = checked_rho(
+        method, rho, problem, dtype, curvature, network=network, x0=x0, backend=engine.backend, compile=engine.compile
+    )
+    if target is not None and not (is_real(target) and 0 < target < math.inf and reference is not None):
         raise ValueError(
             f"target must be a finite number > 0 and needs a reference, got target={target!r}, "
             f"reference={'None' if reference is None else 'given'}"
         )
-    _check_count("record_every", record_every, optional=True)
-    _check_count("check_every", check_every, optional=True)
     _check_seed(seed)
-    _check_device(device)
     if network is not None and not isinstance(network, Network):
         raise TypeError(f"network must be a pdmm.Network or None, got {type(network).__name__}")
     stuck = None if network is None else network.stuck(problem.compiled)
@@ -512,50 +503,58 @@ def checked_options(
     scale = problem_scale(problem, dtype, curvature)
     if network is not None and network.privacy is not None and capabilities.rho and not capabilities.privacy:
         raise ValueError(f"network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for {method}")
-    names = _history_names(history, reference, network)
-    node_form = backend == "local" and _node_form(form, method, problem, network)
+    names = _history_names(recording.history, reference, network)
+    node_form = engine.backend == "local" and _node_form(engine.form, method, problem, network)
+    check_every = stopping.check_every
     if check_every is None:
         check_every = 1 if target is not None else CHECK_EVERY_NODES if node_form else CHECK_EVERY
-    record_every = check_every if record_every is None else record_every
     try:
         inspect.signature(METHODS[method]).bind(None, None, None, rho, **method_params)
         if "channel" in method_params:
             raise TypeError("simulate a network with network=pdmm.Network(...), not channel=")
     except TypeError as err:
         raise TypeError(f"bad parameter for method {method!r}: {err}") from None
+    tol = DEFAULT_TOL[dtype] if stopping.tol is None else stopping.tol
+    record_every = check_every if recording.record_every is None else recording.record_every
     return RunOptions(
         method=method,
         rho=rho,
-        max_iter=max_iter,
-        tol=tol,
-        reference=reference,
-        device=device,
-        dtype=dtype,
-        seed=seed,
+        stopping=replace(stopping, tol=tol, check_every=check_every),
+        recording=replace(recording, history=tuple(names), record_every=record_every),
+        engine=engine,
         x0=x0,
+        seed=seed,
         network=network,
-        target=target,
-        history=tuple(names),
-        record_every=record_every,
-        check_every=check_every,
-        compile=compile,
         method_params=dict(method_params),
-        progress=progress,
-        backend=backend,
-        partition=partition,
-        reorder=reorder,
         node_form=node_form,
         scale=scale,
         curvature=curvature,
-        callback=callback,
-        on_divergence=on_divergence,
     )
+
+
+def _grouped(group: type, given: Any, **keywords: Any) -> Any:
+    """The settings group `given`, or, for None, the group made of its keywords (checked when made). ValueError where
+    both come: a keyword not at its default next to its group (pdmm.plan; docs/guide/solve.md, "Plan and run")."""
+    if given is None:
+        return group(**keywords)
+    if not isinstance(given, group):
+        raise TypeError(f"{group.__name__.lower()} must be a pdmm.{group.__name__} or None, got {type(given).__name__}")
+    defaults = {f.name: f.default for f in fields(group)}
+    both = [name for name, value in keywords.items() if not _is_default(value, defaults[name])]
+    if both:
+        raise ValueError(f"give {both[0]}= or {group.__name__.lower()}=, not both")
+    return given
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether a keyword holds its default: the same object, or an equal int or str (an array is never one)."""
+    return value is default or (type(value) is type(default) and isinstance(value, (int, str)) and value == default)
 
 
 def _run_local(problem: Problem, run: "Prepared") -> Result:
     """The local engine: the method built on this process (prepare) run by pdmm.loop.iterate; the Result, after a
     ConvergenceWarning where one is due."""
-    options, book = run.options, run.book
+    options, book, callback, stopping = run.options, run.book, run.options.recording.callback, run.options.stopping
     so_far = Progress((run.state, 0, 0))
     start = book.start_clock()
 
@@ -567,7 +566,7 @@ def _run_local(problem: Problem, run: "Prepared") -> Result:
 
     with (
         torch.no_grad(),
-        tqdm(total=options.max_iter, desc=options.method, disable=not options.progress, leave=False) as bar,
+        tqdm(total=stopping.max_iter, desc=options.method, disable=not options.recording.progress, leave=False) as bar,
     ):
         try:
             status = iterate(
@@ -577,15 +576,15 @@ def _run_local(problem: Problem, run: "Prepared") -> Result:
                 options,
                 finish,
                 before=None if run.channel is None else run.channel.draw,
-                bar=bar if options.progress else None,
-                watch=None if options.callback is None else _watcher(options.callback, run.order, problem.batched),
+                bar=bar if options.recording.progress else None,
+                watch=None if callback is None else _watcher(callback, run.order, problem.batched),
             )
         except KeyboardInterrupt:
             status = "interrupted"
     short = run.biased and status in ("max_iter", "stalled")
-    why = f"{status_message(status, so_far.now[1], options.tol, options.target)}; {BIASED}" if short else ""
+    why = f"{status_message(status, so_far.now[1], stopping.tol, stopping.target)}; {BIASED}" if short else ""
     result = finish(status, why)
-    return _warned(result, options.tol, problem, options.rho, BIASED if run.biased else None)
+    return _warned(result, stopping.tol, problem, options.rho, BIASED if run.biased else None)
 
 
 def _watcher(callback, order, batched):
@@ -647,9 +646,11 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
     ValueError
         For a step beyond what the dtype resolves (check_steps_resolved).
     """
-    method, rho, network, device, dtype = options.method, options.rho, options.network, options.device, options.dtype
+    method, rho, network = options.method, options.rho, options.network
+    device, dtype = options.engine.device, options.engine.dtype
     capabilities = METHODS[method].capabilities
-    order = _node_order(problem, options.reorder)
+    assert options.stopping.tol is not None  # resolved by pdmm.plan
+    order = _node_order(problem, options.engine.reorder)
     ran, run_network = problem, network  # the problem and network as run: renumbered when order is given
     if order is not None:
         ran, edge_of = problem.relabelled(order)
@@ -680,7 +681,7 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
             options.scale,
             multipliers=algorithm.multipliers if capabilities.multipliers else None,
         )
-        if options.tol > 0
+        if options.stopping.tol > 0
         else None
     )
     if options.node_form:
@@ -700,7 +701,7 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
         silent=capabilities.silent_rounds,
         certificate=certificate,
     )
-    step = torch.compile(algorithm.step) if options.compile else algorithm.step
+    step = torch.compile(algorithm.step) if options.engine.compile else algorithm.step
     biased = capabilities.biased_under_loss and network is not None and network_biases(network)
     return Prepared(options, step, state, book, x_star, order, channel, biased)
 
@@ -714,14 +715,6 @@ def _tune_for(nbytes, device):
     if not any(name in os.environ for name in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")):
         tune_allocator()
     _tuned = True
-
-
-def _check_count(name, value, optional=False):
-    """ValueError unless value is an integer >= 1 (or None, where optional)."""
-    if optional and value is None:
-        return
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{name} must be {'None or ' if optional else ''}an integer >= 1, got {value!r}")
 
 
 def _history_names(history, reference, network):
@@ -795,7 +788,7 @@ def checked_rho(
         check_mixing_options(method, rho, network, x0, backend, compile)
         return None
     rho = 1.0 if rho is None else rho
-    if not (_is_real(rho) and math.isfinite(rho) and rho > 0):
+    if not (is_real(rho) and math.isfinite(rho) and rho > 0):
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
     check_rho_resolved(rho, problem, dtype, curvature)
     return rho
@@ -944,27 +937,6 @@ def _check_seed(seed):
     """ValueError unless seed is an integer torch.manual_seed takes: -2^63 .. 2^64 - 1."""
     if not (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and -(2**63) <= seed < 2**64):
         raise ValueError(f"seed must be an integer from -2^63 to 2^64 - 1, got {seed!r}")
-
-
-def _check_device(device):
-    """ValueError for a device that is not a torch device, holds no data (meta) or is not on this machine."""
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
-    if kind == "meta":
-        raise ValueError("device='meta' holds no data; solve on 'cpu' or a GPU ('cuda')")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available")
-    try:
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ValueError(f"device={device!r} is not available on this machine: {reason}") from None
-
-
-def _is_real(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _node_form(form, method, problem, network):

@@ -282,11 +282,9 @@ def _bad_worker(rank, world, port, out, timeout):
         options = RunOptions(
             method="pdmm",
             rho=1.0,
-            max_iter=5,
-            tol=0.0,
-            reference="cvxpy",
-            history=history,
-            backend="distributed",
+            stopping=pdmm.Stopping(max_iter=5, tol=0.0, check_every=1),
+            recording=pdmm.Recording(reference="cvxpy", history=history, record_every=1),
+            engine=pdmm.Engine(backend="distributed"),
         )
         solver.reference = slow if rank == 2 else original
         try:
@@ -308,11 +306,9 @@ def _bad_worker(rank, world, port, out, timeout):
             options = RunOptions(
                 method="pdmm",
                 rho=1.0,
-                max_iter=5,
-                tol=0.0,
-                history=("residual",),
-                check_every=10,
-                backend="distributed",
+                stopping=pdmm.Stopping(max_iter=5, tol=0.0, check_every=10),
+                recording=pdmm.Recording(history=("residual",), record_every=1),
+                engine=pdmm.Engine(backend="distributed"),
             )
             distributed.run(pdmm.averaging(G, a), options, group=group)
             found["timeout"] = None

@@ -235,6 +235,7 @@ def test_solve_is_plan_then_run_bit_for_bit(name):
 
 def test_plan_resolves_the_defaults_solve_runs_with():
     options = pdmm.plan(ring(), method="dgd", dtype=torch.float32, target=1e-4, reference=MEAN).options
-    assert (options.rho, options.tol, options.check_every, options.record_every) == (None, 1e-5, 1, 1)
-    assert options.history == ("residual", "error", "messages", "bits")
+    stopping, recording = options.stopping, options.recording
+    assert (options.rho, stopping.tol, stopping.check_every, recording.record_every) == (None, 1e-5, 1, 1)
+    assert recording.history == ("residual", "error", "messages", "bits")
     assert pdmm.plan(ring()).options.rho == 1.0

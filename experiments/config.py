@@ -21,10 +21,14 @@ import math
 import numbers
 import re
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UsageError
+
+if typing.TYPE_CHECKING:
+    from attention import AttentionConfig
 
 
 @dataclass
@@ -36,6 +40,13 @@ class TaskConfig:
 
 @dataclass
 class ModelConfig:
+    """The [model] table: n_layer, the attention switches, then the keys of the convex kinds.
+
+    Every attention.AttentionConfig field but NOT_CONFIG_KEYS is a key of the same name (attention_config builds the
+    layers' AttentionConfig from them, so a new AttentionConfig field needs only its key and default here), with
+    AttentionConfig's default except bias (false, nanoGPT's) and send_width (0 for None: TOML has no None).
+    tests/test_train.py checks that the keys cover the fields (docs/guide/training.md, "Configs")."""
+
     n_layer: int = 4
     n_head: int = 4
     d_model: int = 128
@@ -55,6 +66,35 @@ class ModelConfig:
     # both task modular only)
     gates: int = 0  # convex kinds: fixed random ReLU gates h (0: one open gate)
     group_lasso: float = 0.0  # convex kinds: beta, the group-lasso weight added to the training loss
+
+
+NOT_CONFIG_KEYS = ("probe",)  # AttentionConfig fields that no config sets: bridge.probe turns probes on
+
+
+def attention_keys() -> tuple[str, ...]:
+    """The [model] keys that are attention.AttentionConfig fields, in the fields' order: all but NOT_CONFIG_KEYS."""
+    from attention import AttentionConfig  # here, not at the top: `pdmm-bridge configs` reads configs without torch
+
+    return tuple(f.name for f in dataclasses.fields(AttentionConfig) if f.name not in NOT_CONFIG_KEYS)
+
+
+def attention_config(model: ModelConfig) -> "AttentionConfig":
+    """The attention.AttentionConfig of a transformer's [model] table: each field of attention_keys() from the key
+    of its name, 0 read as None where the field takes None (send_width); UsageError for a convex kind or for a
+    value AttentionConfig refuses, naming it (docs/guide/training.md, "Configs")."""
+    from attention import AttentionConfig
+
+    if model.kind != "transformer":
+        raise UsageError(
+            f"model.kind = {model.kind!r} is only available for task modular; this task trains transformers"
+        )
+    optional = {f.name for f in dataclasses.fields(AttentionConfig) if type(None) in typing.get_args(f.type)}
+    values = {name: getattr(model, name) for name in attention_keys()}
+    values.update({name: None for name in optional & set(values) if values[name] == 0})
+    try:
+        return AttentionConfig(**values)
+    except ValueError as err:
+        raise UsageError(f"[model]: {err}") from None
 
 
 @dataclass

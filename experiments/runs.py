@@ -32,25 +32,15 @@ from attention import RESIDUAL_KNOBS, uses_knob
 
 from . import rundir
 from .common import UsageError
-from .config import TABLES, checked
+from .config import TABLES, attention_keys, checked
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
 ONLY_WHEN = {  # the residuals' knobs (gamma, beta) come from attention's residual table instead
     "model.gates": ("model.kind", "convex"),
     "model.group_lasso": ("model.kind", "convex"),
 }
-TRANSFORMER_KEYS = (
-    "model.n_layer",
-    "model.n_head",
-    "model.dropout",
-    "model.bias",
-    "model.residual",
-    "model.gamma",
-    "model.beta",
-    "model.kernel",
-    "model.symmetric",
-    "model.send_width",
-)  # unused by model.kind = "convex"
+TRANSFORMER_KEYS = ("model.n_layer", *(f"model.{key}" for key in attention_keys() if key != "d_model"))
+# unused by model.kind = "convex", which reads d_model as its embeddings' width
 
 
 class TornLine(UserWarning):

@@ -81,6 +81,59 @@ def test_set_overrides_parse_toml_values_and_unknown_keys_are_errors():
         build_task(load_config(CONFIGS / "modular97.toml", ["task.colour=red"]))
 
 
+def test_the_model_table_has_a_key_for_every_attention_field_with_attentions_default_but_two():
+    """[model] names each AttentionConfig field but probe; its defaults are AttentionConfig's except bias (false)
+    and send_width (0 for None), so the default table builds AttentionConfig(bias=False)."""
+    import dataclasses
+
+    import attention
+    from experiments.config import ModelConfig, attention_config, attention_keys
+
+    fields = [f.name for f in dataclasses.fields(attention.AttentionConfig)]
+    assert attention_keys() == tuple(name for name in fields if name != "probe")
+    model = ModelConfig()
+    reference = attention.AttentionConfig()
+    differing = {key for key in attention_keys() if getattr(model, key) != getattr(reference, key)}
+    assert differing == {"bias", "send_width"} and (model.bias, model.send_width) == (False, 0)
+    assert attention_config(model) == attention.AttentionConfig(bias=False)
+    wide = attention_config(ModelConfig(send_width=6, n_head=1, residual="belief", gamma=2.0, self_loops=False))
+    assert wide == attention.AttentionConfig(
+        send_width=6, n_head=1, residual="belief", gamma=2.0, self_loops=False, bias=False
+    )
+
+
+def test_a_new_attention_field_reaches_the_model_from_its_config_key_alone(monkeypatch):
+    """A field added to AttentionConfig needs only its [model] key: nothing in experiments copies fields one by one."""
+    import dataclasses
+
+    import attention
+    from experiments.config import ModelConfig, attention_config
+
+    @dataclasses.dataclass
+    class Wider(attention.AttentionConfig):
+        window: int | None = None
+
+    @dataclasses.dataclass
+    class WiderModel(ModelConfig):
+        window: int = 0
+
+    monkeypatch.setattr(attention, "AttentionConfig", Wider)
+    assert attention_config(WiderModel(window=3)).window == 3
+    assert attention_config(WiderModel()).window is None  # 0 stands for None, as send_width's does
+
+
+def test_a_convex_runs_label_leaves_out_every_attention_switch_but_d_model():
+    """The convex kind reads d_model (its embeddings' width) and no other attention key (docs/guide/training.md)."""
+    from experiments.config import attention_keys
+    from experiments.runs import relevant
+
+    flat = {"model.kind": "convex", "model.residual": "attentionx"}
+    assert {key for key in attention_keys() if relevant(f"model.{key}", flat)} == {"d_model"}
+    assert not relevant("model.n_layer", flat) and relevant("model.gates", flat)
+    transformer = {"model.kind": "transformer", "model.residual": "attentionx"}
+    assert all(relevant(f"model.{key}", transformer) for key in attention_keys() if key != "beta")
+
+
 def test_learning_rate_warms_up_then_decays_to_min_lr():
     train_cfg = RunConfig().train
     assert learning_rate(0, train_cfg) < learning_rate(50, train_cfg) < train_cfg.lr

@@ -5,8 +5,6 @@ from typing import Any
 
 import torch
 
-import attention
-
 from ..common import UsageError
 from ..config import checked
 
@@ -65,30 +63,6 @@ def parse_options(cls, values, task):
             f"[task] accepts {accepted}"
         )
     return cls(**{key: checked(f"task.{key}", value, fields[key].type) for key, value in values.items()})
-
-
-def attention_config(model):
-    """attention.AttentionConfig from the [model] table; its errors become usage errors."""
-    if model.kind != "transformer":
-        raise UsageError(
-            f"model.kind = {model.kind!r} is only available for task modular; this task trains transformers"
-        )
-    try:
-        return attention.AttentionConfig(
-            d_model=model.d_model,
-            n_head=model.n_head,
-            residual=model.residual,
-            gamma=model.gamma,
-            beta=model.beta,
-            kernel=model.kernel,
-            symmetric=model.symmetric,
-            dropout=model.dropout,
-            bias=model.bias,
-            self_loops=model.self_loops,
-            send_width=model.send_width or None,
-        )
-    except ValueError as err:
-        raise UsageError(f"[model]: {err}") from None
 
 
 def sample_rows(n, batch_size, generator):

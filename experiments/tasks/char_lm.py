@@ -14,7 +14,8 @@ import torch
 import attention
 
 from ..common import UsageError
-from .base import Task, attention_config
+from ..config import attention_config
+from .base import Task
 
 BUILTIN = "builtin:"
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 import attention
 
 from ..common import UsageError
-from .base import Task, attention_config, classification_metrics, sample_rows
+from ..config import attention_config
+from .base import Task, classification_metrics, sample_rows
 
 OPERATIONS = ("+", "-", "*", "/")
 PAIR_BYTES = 128  # the most memory one (a, b) pair takes while the task is built (about 105 bytes measured)

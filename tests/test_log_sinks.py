@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from extras import needs_extra
+from tiny_runs import relink_after_step
 
 import experiments.train as train_module
 from experiments import log_sinks
@@ -231,16 +232,9 @@ def moved_mid_run(monkeypatch, tmp_path, sink):
     for folder in ("tensorboard", "wandb"):
         (elsewhere / folder).mkdir(parents=True)
     write_row = train_module.write_row
-
-    def swap_after_step_3(file, row):
-        write_row(file, row)
-        if row["step"] == 3:
-            out.rename(moved)
-            out.symlink_to(elsewhere, target_is_directory=True)
-
-    monkeypatch.setattr(train_module, "write_row", swap_after_step_3)
+    relink_after_step(monkeypatch, out, moved, elsewhere)
     train_run(out, "--log", sink)
-    monkeypatch.setattr(train_module, "write_row", write_row)
+    monkeypatch.setattr(train_module, "write_row", write_row)  # the runs after this one keep their directory
     return moved, elsewhere
 
 

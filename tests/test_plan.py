@@ -11,6 +11,7 @@ import inspect
 import numpy as np
 import pytest
 import torch
+from same_result import assert_same_result
 
 import pdmm
 import pdmm.distributed
@@ -221,16 +222,7 @@ def test_solve_is_plan_then_run_bit_for_bit(name):
     planned = pdmm.plan(problem, **kw)
     assert planned.capabilities is pdmm.METHODS[kw["method"]].capabilities
     for ran in (planned.run(), planned.run()):  # the second run builds the method afresh and repeats the first
-        assert (ran.status, ran.iterations, ran.message, ran.params) == (
-            solved.status,
-            solved.iterations,
-            solved.message,
-            solved.params,
-        )
-        np.testing.assert_array_equal(ran.x, solved.x)
-        assert ran.history.keys() == solved.history.keys()
-        for key in solved.history.keys() - {"time"}:
-            np.testing.assert_array_equal(ran.history[key], solved.history[key])
+        assert_same_result(ran, solved)
 
 
 def test_plan_resolves_the_defaults_solve_runs_with():

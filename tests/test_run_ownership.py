@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_runs import MODULAR, TINY, TRAIN, fails, stub_plots
+from tiny_runs import MODULAR, TINY, TRAIN, fails, relink_after_step, stub_plots
 
 import experiments.rundir as rundir
 import experiments.train as train_module
@@ -145,15 +145,7 @@ def test_a_sweep_member_with_a_planted_marker_keeps_the_users_files(tmp_path, ca
 def test_renaming_the_run_directory_mid_run_and_linking_its_name_elsewhere_redirects_no_write(tmp_path, monkeypatch):
     out, moved, elsewhere = tmp_path / "run", tmp_path / "moved", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    write_row = train_module.write_row
-
-    def swap_after_step_3(file, row):
-        write_row(file, row)
-        if row["step"] == 3:
-            out.rename(moved)
-            out.symlink_to(elsewhere, target_is_directory=True)
-
-    monkeypatch.setattr(train_module, "write_row", swap_after_step_3)
+    relink_after_step(monkeypatch, out, moved, elsewhere)
     config = load_config(MODULAR, [*TINY, "train.max_iters=8", "train.checkpoint_interval=3"])
     summary = train(config, out, progress=False)
     assert os.listdir(elsewhere) == [] and out.is_symlink()

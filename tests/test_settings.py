@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from same_result import assert_same_result
 
 import pdmm
 
@@ -101,16 +102,7 @@ def test_plan_given_the_groups_runs_as_solve_given_the_keywords(method, keywords
     solved = pdmm.solve(ring(), method=method, **keywords)
     planned = pdmm.plan(ring(), method=method, **groups)
     ran = planned.run()
-    assert (ran.status, ran.iterations, ran.message, ran.params) == (
-        solved.status,
-        solved.iterations,
-        solved.message,
-        solved.params,
-    )
-    np.testing.assert_array_equal(ran.x, solved.x)
-    assert ran.history.keys() == solved.history.keys()
-    for key in solved.history.keys() - {"time"}:
-        np.testing.assert_array_equal(ran.history[key], solved.history[key])
+    assert_same_result(ran, solved)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """What the run-directory tests share: a modular training run of about a second (checkpoints at steps 2 and 4);
-`fails`, which runs the command line expecting one error line; `forge`, which records a crafted file in a run's
+`fails`, which runs the command line expecting one error line; `relink_after_step`, which moves a run's
+directory mid-run and links its name elsewhere; `forge`, which records a crafted file in a run's
 marker as a hostile sender can (the marker is plain JSON); and `stub_plots`, which makes a run's curves.png a
 stub file."""
 
@@ -54,3 +55,17 @@ def stub_plots(monkeypatch) -> None:
     monkeypatch.setattr(
         train_module, "plot_training", lambda rows, path, title, best_step=None: rundir.write_file(path, "curves")
     )
+
+
+def relink_after_step(monkeypatch, out: Path, moved: Path, elsewhere: Path, step: int = 3) -> None:
+    """Make the next training run rename its directory `out` to `moved`, and put a link to `elsewhere` at `out`,
+    right after it writes the metrics row of `step` (a writer by path would then land in `elsewhere`)."""
+    write_row = train_module.write_row
+
+    def relink(file, row):
+        write_row(file, row)
+        if row["step"] == step:
+            out.rename(moved)
+            out.symlink_to(elsewhere, target_is_directory=True)
+
+    monkeypatch.setattr(train_module, "write_row", relink)

@@ -29,6 +29,7 @@ class Consensus:
     """
 
     inequality = None
+    row_size = None  # every row (+-I, -+I) has size 1: the stopping test takes the residual as it is
 
     def __init__(self, graph):
         self.graph = graph
@@ -55,10 +56,6 @@ class Consensus:
     def carried(self, y, rho):
         """The x_i a message carries if its state were 0: y = -2c x_i (signed state)."""
         return y / (-2 * rho)
-
-    def feasibility(self, x):
-        """The residual, whose rows (+-I, -+I) have size 1 (EdgeMatrices.feasibility)."""
-        return self.residual(x)
 
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij = +-(x_i - x_j), one row per undirected edge {i, j}: (E/2, B, d)."""
@@ -120,11 +117,6 @@ class EdgeMatrices:
             + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1]))
             - b
         )
-
-    def feasibility(self, x):
-        """The residual of every row relative to its coefficients' size (row_size): unchanged by scaling a row's
-        A_ij, A_ji and b_ij together, (E/2, B, m)."""
-        return self.residual(x) / self.row_size
 
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij (its positive part on inequalities), one row per undirected edge: (E/2, B, m)."""

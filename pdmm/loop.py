@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .constraints import Consensus
 from .network import Network, privacy_gaps
 from .problem import node_data
 from .settings import Engine, Recording, Stopping
@@ -455,7 +454,8 @@ class Bookkeeping:
         """RMS over the edges of the constraint residual A_ij x_i + A_ji x_j - b_ij: (B,), kept in `seen`
         (what this iteration has computed) so that its row and its test share one computation."""
         if "residual" not in seen:
-            seen["residual"] = rms(self.edges.residual(x))
+            seen["rows"] = self.edges.residual(x)  # per row, for the stopping test's feasibility (tests)
+            seen["residual"] = rms(seen["rows"])
         return seen["residual"]
 
     def error(self, x, seen):
@@ -533,7 +533,7 @@ class Bookkeeping:
         """The tests of check() per instance, before they are combined over the instances: (passes, reached, frozen,
         finite, grown, residual), each (B,) (finite and frozen may be 0-dim where nothing varies by instance).
 
-        passes: with tol > 0, the residual (each row relative to its coefficients' size, EdgeMatrices.feasibility) is
+        passes: with tol > 0, the residual (each row relative to its coefficients' size, EdgeMatrices.row_size) is
         <= tol * max(floor, RMS of x), floor = min(1, the problem's scale), and
         the optimality certificate holds at `new` (pdmm.certificate: measured at the iterate, not estimated from how
         much it moved); never with tol <= 0 (tol=0 runs every iteration, -inf applies no test), nor without a
@@ -546,7 +546,8 @@ class Bookkeeping:
         size, change, finite = self.sizes(x, old["x"])
         scale = self.scale(size)
         if tol > 0 and self.certificate is not None:
-            feasible = residual if isinstance(self.edges, Consensus) else rms(self.edges.feasibility(x))
+            row_size = self.edges.row_size  # None for consensus, whose rows have size 1
+            feasible = residual if row_size is None else rms(seen["rows"] / row_size)
             passes = (feasible <= tol * scale) & self.certificate.holds(new, tol, scale)
         else:
             passes = torch.zeros_like(scale, dtype=torch.bool)

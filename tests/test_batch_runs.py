@@ -243,7 +243,7 @@ def test_tune_classical_chooses_the_values_one_run_per_value_chooses(averaging_s
         method, fixed_params, key, search = comparison.TUNED[name]
         result = comparison.SeedResult()
         comparison.tune_classical(
-            name, setting, tuning, tuning, {"ring": ring}, comparison._Recorder(setting, result), result
+            name, setting, tuning, tuning, {"ring": ring}, comparison.runs._Recorder(setting, result), result
         )
 
         def one_by_one(values, last, method=method, fixed_params=fixed_params, key=key):
@@ -255,7 +255,7 @@ def test_tune_classical_chooses_the_values_one_run_per_value_chooses(averaging_s
             )
 
         refined = refine(search, one_by_one, range(1, 13), comparison.TUNE_TOLERANCE)
-        expected = {r: comparison._plain(search.value(p)) for r, p in refined.choice.items()}
+        expected = {r: comparison.tuning._plain(search.value(p)) for r, p in refined.choice.items()}
         assert result.fitted[f"{name}: {key} per round"] == expected
         start = one_by_one(start_grid(name), 12)
         assert all(refined.score[r] <= start[:, r - 1].min() + 1e-12 for r in range(1, 13))

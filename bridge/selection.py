@@ -4,8 +4,9 @@ The comparison reports rows on held-out sets; no choice behind a row may look at
 every choice, each on instances drawn like the held-out sets' training family but apart from them:
 
 - `choose`: per round r, the candidate with the smallest score S_c(r), a mean log10 error on the
-  validation instances. It picks "best classical", "best non-diverging classical", the best trained
-  transformer and the best one-number model, and, inside `refine`, each classical row's parameter.
+  validation instances (the first listed on a tie). It picks "best classical", "best non-diverging
+  classical", the best trained transformer and the best one-number model; `refine` picks each classical
+  row's parameter by the same rule, over the points in the order it scored them.
 - `refine`: a classical method's parameter per round, on the tuning instances: a start grid, then
   pattern-search levels. Level l proposes, around each round's current choice u_r, the points
   u_r + h / 2^l o for the offsets o in {-1, 0, 1}^d (h the start grid's spacing, in the search's
@@ -22,11 +23,12 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 Point = tuple[float, ...]
+K = TypeVar("K")
 
 
 def choose(
@@ -148,47 +150,52 @@ def refine(
     """
     rounds = sorted(rounds)
     scored: dict[Point, np.ndarray] = {}  # point -> (last,) scores from round 1
+    best: dict[int, tuple[Point, float]] = {}  # round -> (its best point so far, that point's score)
 
     def evaluate(points: list[Point], needs: dict[Point, int]) -> None:
+        """Score `points` and make each round's best the first listed of the smallest scores so far."""
+        first_new = len(scored)
         for bucket in _buckets(points, needs, rounds):
             last = max(needs[p] for p in bucket)
             values = score([search.value(p) for p in bucket], last)
             for p, row in zip(bucket, values, strict=True):
                 scored[p] = row
-
-    def table() -> dict[str, dict[int, float]]:
-        return {repr(p): {r: float(s[r - 1]) for r in rounds if r <= len(s)} for p, s in scored.items()}
+        for p in itertools.islice(scored, first_new, None):  # in scored's order: the earlier point keeps a tie
+            _lower_bests(best, p, scored[p], rounds)
 
     start = [p for p in search.start if search.valid(p)]
+    if not start:
+        raise ValueError("refine needs at least one valid start point")
     evaluate(start, dict.fromkeys(start, rounds[-1]))
-    keys = {repr(p): p for p in scored}
-    picked = choose(table(), list(keys), rounds)
-    best = {r: scored[keys[picked[r]]][r - 1] for r in rounds}
     levels, stopped_by, idle = 0, "max_levels", 0
     for level in range(1, max_levels + 1):
+        before = {r: best[r][1] for r in rounds}
         step = tuple(h / 2**level for h in search.step)
         needs: dict[Point, int] = {}
         for r in rounds:
-            centre = keys[picked[r]]
+            centre = best[r][0]
             for offset in itertools.product((-1, 0, 1), repeat=len(step)):
                 p = tuple(round(c + h * o, 12) for c, h, o in zip(centre, step, offset, strict=True))
                 if p not in scored and search.valid(p):
                     needs[p] = max(needs.get(p, 0), r)
         evaluate(list(needs), needs)
         levels = level
-        keys = {repr(p): p for p in scored}
-        picked = choose(table(), list(keys), rounds)
-        new = {r: scored[keys[picked[r]]][r - 1] for r in rounds}
-        gain = max((_gain(best[r], new[r]) for r in rounds), default=0.0)
-        best = new
+        gain = max((_gain(before[r], best[r][1]) for r in rounds), default=0.0)
         idle = idle + 1 if gain <= math.log10(1 + tol) else 0
         if idle == 2:
             stopped_by = "tolerance"
             break
-    evaluations = len(scored)
     return Refined(
-        {r: keys[picked[r]] for r in rounds}, {r: float(best[r]) for r in rounds}, evaluations, levels, stopped_by
+        {r: best[r][0] for r in rounds}, {r: float(best[r][1]) for r in rounds}, len(scored), levels, stopped_by
     )
+
+
+def _lower_bests(best: dict[int, tuple[Point, float]], point: Point, row: np.ndarray, rounds: Sequence[int]) -> None:
+    """Make `point` the best of each round r <= len(row) it has no best at, or where its score row[r - 1] is below
+    the best's (non-finite scores as +inf): `choose`'s rule, applied one newly scored point at a time."""
+    for r in rounds:
+        if r <= len(row) and (r not in best or _finite_or_inf(row[r - 1]) < _finite_or_inf(best[r][1])):
+            best[r] = (point, row[r - 1])
 
 
 def _gain(old: float, new: float) -> float:
@@ -199,12 +206,18 @@ def _gain(old: float, new: float) -> float:
 
 
 def _buckets(points: list[Point], needs: dict[Point, int], rounds: Sequence[int]) -> list[list[Point]]:
-    """The points in at most two runs: those needed only up to the last round before the first gap in
+    """The points in at most two runs (two_runs): those needed only up to the last round before the first gap in
     `rounds` (1..R) and the rest, so that a value needed at round 3 does not run to the largest checkpoint."""
-    if not points:
-        return []
     head = next((b for a, b in zip(rounds, rounds[1:], strict=False) if b != a + 1), None)
-    cut = rounds[-1] if head is None else rounds[rounds.index(head) - 1]
-    short = [p for p in points if needs[p] <= cut]
-    long = [p for p in points if needs[p] > cut]
-    return [b for b in (short, long) if b]
+    return two_runs(points, needs, rounds[-1] if head is None else rounds[rounds.index(head) - 1])
+
+
+def two_runs(keys: Sequence[K], needs: Mapping[K, int], cut: int) -> list[list[K]]:
+    """`keys` split into the batched runs they take: those needed up to round `cut` and those needed past it, each in
+    the given order, leaving out an empty one (so [] for no keys).
+
+    Batching two values in one run moves their results at the 1e-12 level, so each caller keeps its own cut
+    (docs/guide/bridge.md, "One selection protocol")."""
+    short = [k for k in keys if needs[k] <= cut]
+    long = [k for k in keys if needs[k] > cut]
+    return [run for run in (short, long) if run]

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import torch
 
+from bridge.fitting import plateaued
+
 from . import rundir
 from .common import UsageError, first_line
 from .config import TrainConfig, load_config, to_tables
 from .memory import available_bytes
 from .runs import is_number, parse_metrics, read_meta
-from .stopping import plateaued
 
 CHECKPOINT, PREVIOUS = "ckpt.pt", "ckpt.prev.pt"  # the newest checkpoint, and the one before it
 BEST = "best.pt"  # the model weights at the best evaluation, kept under the plateau rule (train.patience > 0)

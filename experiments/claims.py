@@ -22,7 +22,7 @@ from bridge.statistics import holm, one_sample_test, paired_test, significant
 from .checkpoint_stats import run_probe
 from .common import UsageError
 from .runs import differing_keys, flat_config, label, relevant
-from .train import lower_is_better
+from .stopping import lower_is_better
 
 KEYS = {
     "title",

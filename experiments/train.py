@@ -46,6 +46,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from bridge.fitting import plateau_step, plateaued
+
 from . import log_sinks, rundir
 from .checkpoints import (
     BEST,
@@ -64,8 +66,7 @@ from .common import RunFailure, UsageError, WriteError, first_line
 from .config import RunConfig, TrainConfig, to_tables
 from .plots import plot_training
 from .runs import read_metrics
-from .stopping import lower_is_better, plateau_step, plateaued, reached, stop_reason
-from .stopping import plateau as plateau
+from .stopping import lower_is_better, reached, stop_reason
 from .tasks import build_task
 from .train_files import finished as finished
 from .train_files import prepare_directory, reopen, resume_changes, start_run, write_json

@@ -2,6 +2,7 @@
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import shlex
@@ -15,6 +16,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
+from compare_fixtures import SMALL
 from scipy import stats
 
 import attention
@@ -460,18 +462,7 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
     """Recomputed here from the seed's own draw: each row's per-round setting is at least as good on the tuning
     instances as the best of its start grid (the refinement only improves on it), and the best classical row at
     round r is the candidate whose round-r setting has the smallest validation error."""
-    setting = Setting(
-        GraphFamily("random_geometric", 10, 14),
-        depth=2,
-        rounds=3,
-        test_graphs=1,
-        tune_graphs=1,
-        batch=3,
-        learned_steps=1,
-        finetune_steps=1,
-        checkpoints=(6,),
-        val_graphs=1,
-    )
+    setting = dataclasses.replace(SMALL, learned_steps=1, finetune_steps=1)
     table = compare(setting, seeds=[0, 1])
     score = lambda e: float(torch.log10(e.clamp_min(FLOOR)).mean())  # noqa: E731
     start = [RHO_SEARCH.value(p) for p in RHO_SEARCH.start]

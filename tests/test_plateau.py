@@ -1,7 +1,9 @@
-"""Training until validation stops improving: the plateau rule (train.patience, min_delta, plateau_metric),
-best.pt, summary.json's stopped_by and best_step, and resume after a kill."""
+"""Training until validation stops improving: the plateau rule (bridge.fitting; train.patience, min_delta,
+plateau_metric), the same rule in the comparison's fits (adam_keep_best), best.pt, summary.json's stopped_by and
+best_step, and resume after a kill."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -10,14 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
 from tiny_runs import stub_plots
 
+from bridge.fitting import FitLog, adam_keep_best, plateau
 from experiments.cli import main
 from experiments.config import load_config
 from experiments.plots import plot_training
 from experiments.runs import load_run
-from experiments.train import best_weights, has_checkpoint, load_checkpoint, plateau, train
+from experiments.train import best_weights, has_checkpoint, load_checkpoint, train
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
 TINY = [
@@ -108,6 +113,111 @@ def test_the_rule_for_lower_is_better_metrics(values, patience, min_delta, expec
 )
 def test_the_rule_for_higher_is_better_metrics(values, patience, min_delta, expected):
     assert plateau(values, patience, min_delta, lower=False) == expected
+
+
+def fit_log_before_the_shared_rule(losses, validation, steps, patience, min_delta):
+    """The FitLog adam_keep_best returned before it applied bridge.fitting's plateau rule: its loop as it was, with
+    the losses given in advance (`validation` None: no validation loss) and the parameters left out."""
+    log, best, since, previous = FitLog(), None, 0, 0
+    for step in range(steps + 1):
+        log.losses.append(losses[step])
+        if validation is not None:
+            log.validation.append(validation[step])
+        watched = log.losses if validation is None else log.validation
+        if not (math.isfinite(log.losses[-1]) and math.isfinite(watched[-1])):
+            log.stopped_by = "not finite"
+            break
+        improved = best is None or watched[-1] < watched[log.best_step]
+        if improved:
+            best, log.best_step = step, step
+        gained = improved and (step == 0 or watched[-1] < watched[previous] - min_delta * abs(watched[previous]))
+        previous, since = (step, 0) if gained else (previous, since + 1)
+        if validation is not None and since >= patience:
+            log.stopped_by = "plateau"
+            break
+        if step == steps:
+            break
+    return log
+
+
+class Scripted(torch.nn.Module):
+    """A model whose training loss is the next of `losses` (float64, exactly) and whose gradient is 0."""
+
+    def __init__(self, losses):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros((), dtype=torch.float64))
+        self.losses = iter(losses)
+
+    def forward(self):
+        return next(self.losses) * (1 + self.weight * 0)  # times 1: exactly the loss, a -0.0 included
+
+
+def scripted_fit(losses, validation, steps, patience, min_delta):
+    """adam_keep_best's FitLog when the training and validation losses before step k are losses[k], validation[k]."""
+    model, held = Scripted(losses), iter(validation or [])
+    return adam_keep_best(
+        model, model, steps, 0.1, None if validation is None else lambda: next(held), patience, min_delta
+    )
+
+
+FIRST = st.one_of(st.sampled_from([-1.0, 0.0, 1.0]), st.floats(-3.0, 3.0))
+MOVES = st.lists(  # each next value from an earlier one (index modulo the values so far)
+    st.tuples(st.integers(0, 29), st.sampled_from(["tie", "edge", "below", "above", "new"]), st.floats(-3.0, 3.0)),
+    max_size=29,
+)
+ENDS = st.sampled_from([[], [math.nan], [math.inf], [-math.inf]])  # a fit that stops being finite
+
+
+def losses_from(first, moves, min_delta):
+    """Values that repeat earlier ones ("tie"), sit exactly on the rule's edge x - |x| min_delta of an earlier x, or
+    one float below or above it, or are new."""
+    values = [first]
+    for index, how, new in moves:
+        x = values[index % len(values)]
+        edge = x - abs(x) * min_delta
+        near = {"below": math.nextafter(edge, -math.inf), "above": math.nextafter(edge, math.inf)}
+        values.append({"tie": x, "edge": edge, "new": new, **near}[how])
+    return values
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    first=FIRST,
+    moves=MOVES,
+    end=ENDS,
+    patience=st.integers(1, 6),
+    min_delta=st.sampled_from([0.0, 1e-3, 0.01, 0.5]),
+    validated=st.booleans(),
+    nan_in_training=st.booleans(),
+)
+def test_fits_stop_and_keep_as_before_the_shared_rule(
+    first, moves, end, patience, min_delta, validated, nan_in_training
+):
+    """Random loss sequences with ties, plateaus, values on the rule's edge and a non-finite end: adam_keep_best on
+    bridge.fitting's plateau rule gives the FitLog (losses, validation losses, best step, stop reason) of its own
+    counter before, and stops where `plateau` says the rule stops."""
+    values = losses_from(first, moves, min_delta)
+    sequence, steps = [*values, *end], len(values) + len(end) - 1
+    if not validated:  # the training loss is watched, and every step runs
+        losses, validation = sequence, None
+    elif nan_in_training:  # the training loss stops being finite, the validation loss does not
+        losses, validation = [*[0.0] * len(values), *end], [*values, *[0.0] * len(end)]
+    else:
+        losses, validation = [0.0] * len(sequence), sequence
+    new = scripted_fit(losses, validation, steps, patience, min_delta)
+    old = fit_log_before_the_shared_rule(losses, validation, steps, patience, min_delta)
+    assert repr(new) == repr(old)  # every float exactly (repr round-trips), and a NaN equal to a NaN
+    if validated and new.stopped_by == "plateau":
+        assert (
+            plateau(new.validation, patience, min_delta)[0] and not plateau(new.validation[:-1], patience, min_delta)[0]
+        )
+
+
+def test_patience_zero_never_stops_a_fit():
+    """Patience 0 is "never", in fits as in training: before, a fit with patience 0 stopped at its first step."""
+    values = [3.0, 2.0, 2.0, 2.0, 1.0]
+    log = scripted_fit([0.0] * 5, values, 4, 0, 0.0)
+    assert (log.stopped_by, log.validation, log.best_step) == ("cap", values, 4)
 
 
 @pytest.mark.parametrize("min_delta", [0.0, 0.002])

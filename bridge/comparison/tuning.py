@@ -17,7 +17,7 @@ from pdmm.methods import METHODS
 
 from ..fastest_mixing import fastest_mixing_weights
 from ..polynomial import apply_filter, fit_filter, nontrivial_spectrum, oracle_filters
-from ..selection import choose, refine
+from ..selection import choose, refine, two_runs
 from .rows import (
     BEST,
     BEST_SAFE,
@@ -99,11 +99,10 @@ def chosen_runs(
     order = sorted(needed, key=lambda g: needed[g])
     cut = needed[order[len(order) // 2]]
     out = {}
-    for batch in ([g for g in order if needed[g] <= cut], [g for g in order if needed[g] > cut]):
-        if batch:
-            last = max(needed[g] for g in batch)
-            errors = grid_errors(method, fixed, key, [values[g] for g in batch], last, instances)
-            out.update({g: mean_log(e) for g, e in zip(batch, errors, strict=True)})
+    for batch in two_runs(order, needed, cut):
+        last = max(needed[g] for g in batch)
+        errors = grid_errors(method, fixed, key, [values[g] for g in batch], last, instances)
+        out.update({g: mean_log(e) for g, e in zip(batch, errors, strict=True)})
     return out
 
 

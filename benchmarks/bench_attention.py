@@ -40,8 +40,10 @@ the second call, as a training loop repeats one path (in one kernel-only run the
 
     python benchmarks/bench_attention.py [--device cpu] [--graph causal] [--batch 8] [--tokens 256]
         [--d-model 256] [--heads 8] [--repeats 30] [--warmup 3] [--sparse-tokens 1024,4096]
-        [--sparse-paths dense,unblocked,blocked] [--sparse-degree 8] [--no-variants]
+        [--sparse-paths dense,unblocked,blocked] [--sparse-degree 8] [--no-variants] [--quick]
         [--results-dir benchmarks/results] [--shared no]
+
+--quick is a smoke run: batch 2, 32 tokens, d_model 32, 4 heads, 3 repeats, no warm-up, sparse graphs of 64 tokens.
 
 Rows go to benchmarks/results/bench_attention.csv (tables "variants" and "sparse"; benchmarks/results.py).
 """
@@ -139,8 +141,12 @@ def main():
         "--sparse-degree", type=int, default=8, help="neighbours per token in the sparse-graph table, besides itself"
     )
     parser.add_argument("--no-variants", action="store_true", help="skip the residual / kernel table")
+    parser.add_argument("--quick", action="store_true", help="a smoke run at tiny sizes (see the docstring)")
     add_arguments(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.batch, args.tokens, args.d_model, args.heads, args.repeats, args.warmup = 2, 32, 32, 4, 3, 0
+        args.sparse_tokens = "64"
     recorder = Recorder("bench_attention", args.results_dir, args.shared)  # before any work: load at start
     tuned = args.allocator == "tuned" and tune_allocator()
     device = torch.device(args.device)

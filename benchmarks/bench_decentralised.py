@@ -11,7 +11,9 @@ turn, so all see the same machine state; the table gives the median ms per itera
 the methods' set-up (W, its spectrum) are not timed.
 
     python benchmarks/bench_decentralised.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu]
-                                               [--results-dir benchmarks/results] [--shared no]
+                                               [--quick] [--results-dir benchmarks/results] [--shared no]
+
+--quick is a smoke run: QUICK_EDGES directed edges, d = 1, 1 repeat.
 
 Rows go to benchmarks/results/bench_decentralised.csv (table "methods"; benchmarks/results.py).
 """
@@ -28,6 +30,7 @@ import pdmm
 from pdmm.edge_index import locality_order
 from pdmm.methods import METHODS, NodeForm
 
+QUICK_EDGES = 40_000
 ROWS = ["pdmm (nodes)", "pdmm (edges)", "admm", "gossip", "chebyshev", "dgd", "extra", "nids", "gradient-tracking"]
 
 
@@ -76,8 +79,11 @@ def main():
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK_EDGES:,} edges, d = 1, 1 repeat")
     add_arguments(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.edges, args.dims, args.repeats = QUICK_EDGES, [1], 1
     recorder = Recorder("bench_decentralised", args.results_dir, args.shared)  # before any work: load at start
     print(
         f"{cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "

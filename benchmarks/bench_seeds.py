@@ -21,8 +21,11 @@ batching can only save its per-operation overhead. The graph transformer's spars
 and since its task draws a graph per batch while one operation needs one graph, every seed trains
 on seed 0's batches here (the seeds differ in initialisation only), the best case for batching.
 
+--device runs every way on that device (the clocks read after synchronising it); --quick is a smoke
+run: seeds 1,2 and 2 steps.
+
     python benchmarks/bench_seeds.py [--seeds 1,2,5] [--steps 15] [--models char_gpt,graph_transformer]
-                                     [--results-dir benchmarks/results] [--shared no]
+                                     [--device cpu] [--quick] [--results-dir benchmarks/results] [--shared no]
 
 Rows go to benchmarks/results/bench_seeds.csv (table "seeds"; benchmarks/results.py).
 """
@@ -34,6 +37,7 @@ import copy
 import time
 
 import torch
+from machine import synchronize, timed
 from results import REPOSITORY, Recorder, add_arguments
 from torch.func import functional_call, stack_module_state, vmap
 from torch.utils.flop_counter import FlopCounterMode
@@ -50,18 +54,27 @@ VMAPPED = ("char_gpt",)  # the sparse attention's autograd.Functions (attention/
 
 
 def seeded(config, seed):
-    """(task, model) of `config` at `seed`, built as the training loop builds them."""
+    """(task, model) of `config` at `seed`, built as the training loop builds them, the model on train.device."""
     config = copy.deepcopy(config)
     config.train.seed = seed
     torch.manual_seed(seed)
     task = build_task(config)
-    return task, task.build_model()
+    return task, task.build_model().to(config.train.device)
 
 
-def batches(task, seeds, steps, shared_graph):
-    """[step][seed] training batches; with shared_graph, every seed takes seed 0's batch (one graph per step)."""
+def batches(task, seeds, steps, shared_graph, device):
+    """[step][seed] training batches, their tensors on `device`; with shared_graph, every seed takes seed 0's batch
+    (one graph per step)."""
     drawn_for = [0] * len(seeds) if shared_graph else seeds
-    return [[task.train_batch(step_generator(seed, step, 0)) for seed in drawn_for] for step in range(1, steps + 1)]
+    return [
+        [on_device(task.train_batch(step_generator(seed, step, 0)), device) for seed in drawn_for]
+        for step in range(1, steps + 1)
+    ]
+
+
+def on_device(batch, device):
+    """The batch with its tensors moved to `device` (other items, such as a graph, as they are)."""
+    return tuple(item.to(device) if torch.is_tensor(item) else item for item in batch)
 
 
 def lone_losses(config, seeds, drawn):
@@ -70,8 +83,9 @@ def lone_losses(config, seeds, drawn):
     losses, seconds = [], 0.0
     for index, seed in enumerate(seeds):
         task, model = seeded(config, seed)
-        optimizer = optimizer_for(model, train, "cpu")
+        optimizer = optimizer_for(model, train, train.device)
         losses.append([])
+        synchronize(train.device)
         start = time.perf_counter()
         for step, row in enumerate(drawn):
             for group in optimizer.param_groups:
@@ -82,6 +96,7 @@ def lone_losses(config, seeds, drawn):
             torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
             optimizer.step()
             losses[-1].append(loss.item())
+        synchronize(train.device)
         seconds += time.perf_counter() - start
     return seconds, losses
 
@@ -115,6 +130,7 @@ def batched_losses(config, seeds, drawn):
         return loss
 
     losses = []
+    synchronize(train.device)
     start = time.perf_counter()
     for step, row in enumerate(drawn):
         for group in optimizer.param_groups:
@@ -127,6 +143,7 @@ def batched_losses(config, seeds, drawn):
         clip_per_seed(stacked, train.grad_clip)
         optimizer.step()
         losses.append(per_seed.detach())
+    synchronize(train.device)
     seconds = time.perf_counter() - start
     return seconds, torch.stack(losses).T.tolist()
 
@@ -136,7 +153,8 @@ def folded_seconds(config, seeds, drawn):
     FLOPs in as few, as large operations as there can be): seconds for all steps."""
     train = config.train
     task, model = seeded(config, seeds[0])
-    optimizer = optimizer_for(model, train, "cpu")
+    optimizer = optimizer_for(model, train, train.device)
+    synchronize(train.device)
     start = time.perf_counter()
     for step, row in enumerate(drawn):
         for group in optimizer.param_groups:
@@ -149,6 +167,7 @@ def folded_seconds(config, seeds, drawn):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
         optimizer.step()
+    synchronize(train.device)
     return time.perf_counter() - start
 
 
@@ -162,16 +181,11 @@ def gflop_rates(config, drawn):
 
     with FlopCounterMode(display=False) as counter:
         step()
-    start = time.perf_counter()
-    for _ in range(5):
-        step()
-    model_rate = 5 * counter.get_total_flops() / (time.perf_counter() - start) / 1e9
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    model_seconds = timed(step, 5, torch.device(config.train.device))
+    a, b = (torch.randn(1024, 1024, device=config.train.device) for _ in "ab")
     a @ b
-    start = time.perf_counter()
-    for _ in range(10):
-        a @ b
-    return model_rate, 10 * 2 * 1024**3 / (time.perf_counter() - start) / 1e9
+    matmul_seconds = timed(lambda: a @ b, 10, torch.device(config.train.device))
+    return counter.get_total_flops() / model_seconds / 1e9, 2 * 1024**3 / matmul_seconds / 1e9
 
 
 def main():
@@ -179,14 +193,21 @@ def main():
     parser.add_argument("--seeds", default="1,2,5", help="comma-separated seed counts S (default 1,2,5)")
     parser.add_argument("--steps", type=int, default=15, help="training steps per seed (default 15)")
     parser.add_argument("--models", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--device", default="cpu", help="the device every way trains on (default cpu)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: seeds 1,2 and 2 steps")
     add_arguments(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.steps = "1,2", 2
     recorder = Recorder("bench_seeds", args.results_dir, shared=args.shared)
     for name in args.models.split(","):
         config = load_config(CONFIGS[name])
+        config.train.device = args.device
         largest = max(int(s) for s in args.seeds.split(","))
         task, _ = seeded(config, 0)
-        everything = batches(task, list(range(largest)), args.steps, shared_graph=name == "graph_transformer")
+        everything = batches(
+            task, list(range(largest)), args.steps, shared_graph=name == "graph_transformer", device=args.device
+        )
         model_rate, matmul_rate = gflop_rates(config, everything)
         for count in (int(s) for s in args.seeds.split(",")):
             drawn = [row[:count] for row in everything]
@@ -200,6 +221,7 @@ def main():
                 diff = max(abs(x - y) for a, b in zip(lone, batched, strict=True) for x, y in zip(a, b, strict=True))
             recorder.add(
                 "seeds",
+                device=args.device,
                 model=name,
                 seeds=count,
                 steps=args.steps,

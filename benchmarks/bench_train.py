@@ -7,13 +7,16 @@ included, the first step of each process left out), tokens_per_second, wall_seco
 included) and the final validation loss. The command runs from the repository root with absolute
 paths, so it trains this checkout's code (`python -m` puts the working directory first on sys.path).
 
+--device DEVICE trains on that device (`--set train.device=DEVICE`); --quick trains QUICK_STEPS steps
+with two short evaluations (a smoke run: its figures say nothing of the config's).
+
 --run DIR reads a run that has already finished instead of training. Its row takes the commit, date
 and torch version from the run's meta.json (experiments/train.py writes them when the run starts);
 meta.json records neither the machine nor the thread count, so those are left "not recorded", and
 the row's source says where it was read from.
 
     python benchmarks/bench_train.py [--config experiments/configs/shakespeare_char_cpu.toml] [--run DIR]
-                                     [--results-dir benchmarks/results] [--shared no]
+                                     [--device cpu] [--quick] [--results-dir benchmarks/results] [--shared no]
 
 Rows go to benchmarks/results/bench_train.csv (table "throughput"; benchmarks/results.py).
 """
@@ -28,12 +31,27 @@ from pathlib import Path
 from results import REPOSITORY, Recorder, add_arguments
 
 CONFIG = REPOSITORY / "experiments" / "configs" / "shakespeare_char_cpu.toml"
+QUICK_STEPS = 4
 
 
-def train(config, out):
-    """Run the training command of this checkout into `out`; its summary.json as a dictionary."""
+def settings(device, quick):
+    """The training command's --set options for `device` and, with quick, a run of QUICK_STEPS steps."""
+    values = {"train.device": device}
+    if quick:
+        values |= {
+            "train.max_iters": QUICK_STEPS,
+            "train.warmup_iters": 1,
+            "train.eval_interval": QUICK_STEPS // 2,
+            "train.eval_iters": 2,
+            "train.checkpoint_interval": QUICK_STEPS,
+        }
+    return [word for key, value in values.items() for word in ("--set", f"{key}={value}")]
+
+
+def train(config, out, options):
+    """Run the training command of this checkout into `out` with `options`; its summary.json as a dictionary."""
     subprocess.run(
-        [sys.executable, "-m", "experiments", "train", str(config.resolve()), "--out", str(out.resolve())],
+        [sys.executable, "-m", "experiments", "train", str(config.resolve()), "--out", str(out.resolve()), *options],
         cwd=REPOSITORY,
         check=True,
     )
@@ -61,6 +79,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=CONFIG, help="the run's config (TOML)")
     parser.add_argument("--run", type=Path, help="a finished run directory to read instead of training")
+    parser.add_argument("--device", default="cpu", help="the device to train on (default cpu)")
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run of {QUICK_STEPS} steps")
     add_arguments(parser)
     args = parser.parse_args()
     recorder = Recorder("bench_train", args.results_dir, args.shared)  # before any work: load at start
@@ -68,13 +88,14 @@ def main():
         summary = finished_run(recorder, args.run)
     else:
         with tempfile.TemporaryDirectory() as directory:
-            summary = train(args.config, Path(directory) / "run")
+            summary = train(args.config, Path(directory) / "run", settings(args.device, args.quick))
     ms = 1e3 * summary["seconds_per_step"]
     loss = summary.get("final", {}).get("val_loss")
     print(f"params {summary['params']:,}, {ms:.1f} ms per step, {summary['tokens_per_second']:,.0f} tokens/s")
     print(f"wall {summary['wall_seconds']:.0f} s, validation loss {loss} at step {summary['steps']}")
     recorder.add(
         "throughput",
+        device=args.device if args.run is None else "not recorded",
         config=str(args.config) if args.run is None else str(args.run),
         params=summary["params"],
         steps=summary["steps"],

@@ -35,13 +35,18 @@ def describe():
     return ", ".join(parts)
 
 
-def timed(fn, k, device):
-    """Seconds per call of fn, over k calls, with the device synchronised before both clock reads."""
+def synchronize(device):
+    """Wait for the work queued on `device` (a torch.device or its name); nothing to wait for on the CPU."""
+    device = torch.device(device)
     if device.type != "cpu":
         torch.accelerator.synchronize(device)
+
+
+def timed(fn, k, device):
+    """Seconds per call of fn, over k calls, with the device synchronised before both clock reads."""
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(k):
         fn()
-    if device.type != "cpu":
-        torch.accelerator.synchronize(device)
+    synchronize(device)
     return (time.perf_counter() - start) / k

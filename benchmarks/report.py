@@ -214,9 +214,14 @@ def render(results: Path = RESULTS, page: Path = PAGE, figures: Path = FIGURES) 
         "and command line). Each section shows the latest run of each command; earlier runs stay in the",
         "CSVs, and earlier versions of this page are in git's history. Do not edit it by hand: run the",
         "script, then regenerate the page. Ratios are measured side by side in one run. The project",
-        "machine has 2 cores and 24 GiB; no GPU has been lent to the project so far, so no CUDA figure is",
-        "recorded (bench_pdmm, bench_network and bench_attention take `--device cuda`). Runs marked",
-        "*transcribed* were copied, values as recorded, from the hand-written page of commit fd7629f.",
+        "machine has 2 cores and 24 GiB. Runs marked *transcribed* were copied, values as recorded, from the",
+        "hand-written page of commit fd7629f.",
+        "",
+        "CUDA: no CUDA figure has been recorded yet (no GPU has been lent to the project so far). On a",
+        "machine with one GPU, `bash benchmarks/gpu.sh` records the CUDA rows of bench_pdmm (10^7 and 10^8",
+        "directed edges), bench_decentralised, bench_attention (a GPT-sized layer), bench_seeds, bench_train",
+        "and bench_first_iteration, each step under a time limit (8 minutes in all on one H200), and",
+        "regenerates this page; `bash benchmarks/gpu.sh --device cpu --quick` is its smoke run.",
         "",
     ]
     for section in SECTIONS:
@@ -360,16 +365,16 @@ farm-bench's) used the machine's farm-bench tool the same way, the measured one 
         "One PDMM iteration: the solve loop against its bare step, a naive loop and memory",
         "bench_pdmm",
         """
-Plain PDMM (theta = 1) on distributed averaging, consensus constraints, float64, CPU, one instance, on random
-4-regular and random geometric graphs (average degree 2 ln n), sampled as arrays and numbered at random.
-*naive* is the four-line torch loop of the script's docstring (docs/theory/pdmm.md section 8) on the graph as
-numbered, checked to give the step's iterates; *given* one bare `PDMM.step` on the graph as numbered; *step*
-the step as `pdmm.solve` runs it (from 2^16 directed edges on renumbered by reverse Cuthill-McKee and in the
-node form, docs/guide/solve.md, "Node form"; below, the edge step as given); *solve* one iteration of
-`pdmm.solve(problem, max_iter=K, tol=0)` with its defaults, K = 200-2,000. Medians per iteration; ns/edge is
-per directed edge. The first table shows eager rows only (`--compile`'s torch.compile rows stay in the CSV).
-The allocator table runs first: glibc's default allocator, then `pdmm.tune_allocator()`, beside a step into
-buffers allocated once. Single rows vary by 10-20 % between runs: read ratios within a row.
+Plain PDMM (theta = 1) on distributed averaging, consensus constraints, float64, one instance, on the CPU (unless
+the CSV's device column says cuda), on random 4-regular and random geometric graphs (average degree 2 ln n),
+sampled as arrays and numbered at random. *naive* is the four-line torch loop of the script's docstring
+(docs/theory/pdmm.md section 8) on the graph as numbered, checked to give the step's iterates; *given* one bare
+`PDMM.step` on the graph as numbered; *step* the step as `pdmm.solve` runs it (from 2^16 directed edges on
+renumbered by reverse Cuthill-McKee and in the node form, docs/guide/solve.md, "Node form"; below, the edge step
+as given); *solve* one iteration of `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults (renumbered once
+for all calls), K = 200-2,000. Medians per iteration; ns/edge per directed edge. Eager rows only (`--compile`'s
+stay in the CSV). The allocator table runs first: glibc's default allocator, then `pdmm.tune_allocator()`, beside
+a step into buffers allocated once. Single rows vary by 10-20 % between runs: read ratios within a row.
 """,
         [
             Table(
@@ -748,6 +753,34 @@ also times plain PDMM steps on the compiled graph (d = 1, float64) and the peak 
         ],
         graph_build_figure,
         "build + compile time and peak memory against graph size",
+    ),
+    Section(
+        "Time to the first iteration",
+        "bench_first_iteration",
+        """
+From edge arrays to the first iteration of `pdmm.solve`: a torus (4-regular, numbered row by row) handed
+over as its right and down neighbour arrays, then `pdmm.Graph.from_edges`, `pdmm.averaging` (which
+compiles the graph), `pdmm.plan(problem, max_iter=1, tol=0)` (checks, node order, the method built) and
+`Plan.run()` (the first iteration), each phase the least of the passes (one process; *total* the least
+pass, *first pass* the first pass's total with its first imports). The torus's own numbering is local
+already, so solve keeps it without running reverse Cuthill-McKee (docs/guide/solve.md, "Node order").
+`--profile FILE` writes a cProfile of one more pass.
+""",
+        [
+            Table(
+                "phases",
+                [
+                    Column("device", "device", "{}", False),
+                    Column("directed edges", "directed_edges", "{:,.0f}"),
+                    Column("from_edges s", "from_edges_s", "{:.2f}"),
+                    Column("averaging s", "averaging_s", "{:.2f}"),
+                    Column("plan s", "plan_s", "{:.2f}"),
+                    Column("first iteration s", "first_s", "{:.2f}"),
+                    Column("total s", "total_s", "{:.2f}"),
+                    Column("first pass s", "first_pass_s", "{:.2f}"),
+                ],
+            )
+        ],
     ),
     Section(
         "Seeds as one batched model",

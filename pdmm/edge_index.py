@@ -27,6 +27,7 @@ import torch
 from .array_graph import Graph, GraphLike, as_graph
 
 LOCALITY_GAIN = 1.25  # locality_order renumbers when reverse Cuthill-McKee shortens the mean |i - j| this much
+LOCAL_ENOUGH = 64  # locality_order keeps, without running RCM, an order whose mean |i - j| is at most n / this
 
 
 @dataclass(frozen=True)
@@ -308,22 +309,27 @@ class CompiledGraph(EdgeList):
 def locality_order(graph):
     """A renumbering of a CompiledGraph's nodes that puts neighbours close together: reverse
     Cuthill-McKee (scipy.sparse.csgraph), as (n,) int64 with new node k = old node order[k]; None
-    when it does not shorten the mean index distance |i - j| over the edges by at least
-    1/LOCALITY_GAIN of the given order's (that order is as local already).
+    when the given order is local already: its mean index distance |i - j| over the edges is at most
+    n / LOCAL_ENOUGH (RCM is then not run: a grid numbered row by row, a geometric graph numbered by
+    position), or RCM does not shorten it by at least 1/LOCALITY_GAIN of the given order's.
 
     Why: the exchange v[rev] and the gathers read edge rows at the other end of each edge; with
     neighbours numbered close together those reads stay in cache (BENCHMARKS.md, the step at d = 1).
+    What RCM costs and when it is skipped: docs/guide/solve.md, "Node order".
     """
     from scipy.sparse import csr_array
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
     n, src, dst = graph.n, graph.src.cpu().numpy(), graph.dst.cpu().numpy()
+    given = np.abs(src - dst).mean()
+    if given * LOCAL_ENOUGH <= n:
+        return None
     start = np.concatenate([[0], np.cumsum(graph.degree.cpu().numpy())])
     adjacency = csr_array((np.ones(len(src), dtype=np.int8), dst, start), shape=(n, n))  # edges sorted by src
     order = reverse_cuthill_mckee(adjacency, symmetric_mode=True).astype(np.int64)
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
-    given, renumbered = np.abs(src - dst).mean(), np.abs(position[src] - position[dst]).mean()
+    renumbered = np.abs(position[src] - position[dst]).mean()
     return order if renumbered * LOCALITY_GAIN <= given else None
 
 

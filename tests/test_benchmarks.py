@@ -7,6 +7,8 @@ provenance (tmp_path only, nothing under benchmarks/results/ is touched).
 """
 
 import csv
+import resource
+import subprocess
 import sys
 from pathlib import Path
 
@@ -207,3 +209,50 @@ def test_every_benchmark_script_writes_rows_that_a_section_shows():
     for script in scripts:
         text = (ROOT / "benchmarks" / f"{script}.py").read_text(encoding="utf-8")
         assert f'Recorder("{script}"' in text and "add_arguments(parser)" in text, script
+
+
+GPU_SCRIPTS = [
+    "bench_attention",
+    "bench_decentralised",
+    "bench_first_iteration",
+    "bench_pdmm",
+    "bench_seeds",
+    "bench_train",
+]
+
+
+def test_gpu_script_quick(tmp_path):
+    """benchmarks/gpu.sh --device cpu --quick: every step's rows land in the results directory, marked device=cpu, and
+    the page is regenerated there, within 60 s of CPU time (its processes' own; wall time grows with the load)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--device", "cpu", "--quick", "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu_seconds < 60, f"gpu.sh --quick took {cpu_seconds:.0f} s of CPU"
+    for script in GPU_SCRIPTS:
+        rows = results.read_rows(tmp_path / f"{script}.csv")
+        assert rows, f"{script}: no rows"
+        assert {row["device"] for row in rows} == {"cpu"}, script
+        assert all(f"python benchmarks/{script}.py --device cpu" in row["command"] for row in rows), script
+    page = (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert "benchmarks/bench_first_iteration.py --device cpu --quick" in page
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--devices", "cpu"], "unknown option --devices"), (["--quick", "--device"], "--device needs a value")],
+)
+def test_gpu_script_names_a_bad_command_line(args, message):
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"gpu.sh: {message} (takes --device DEVICE, --quick, --results-dir DIR, --shared NOTE)"
+    ]

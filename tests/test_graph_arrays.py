@@ -110,6 +110,24 @@ def test_from_scipy_takes_the_union_of_the_matrix_and_its_transpose():
     assert_same_compiled(pdmm.CompiledGraph.from_graph(looped), want)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_triangle_adjacency_and_components_equal_a_plain_reference(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 60))
+    m = int(rng.integers(1, 2 * n))
+    src = rng.integers(n - 3, size=m)
+    dst = (src + rng.integers(1, n - 3, size=m)) % (n - 3)  # no self loops; nodes n-3..n-1 have no edges
+    graph = pdmm.Graph.from_edges(src, dst, n=n)
+    i, j = graph.edges[:, 0], graph.edges[:, 1]
+    want = sp.coo_array((np.ones(len(i)), (i, j)), shape=(n, n)).toarray()  # one entry per edge, above the diagonal
+    got = graph.adjacency(triangle=True)
+    assert got.dtype == np.float64 and got.nnz == len(i)
+    np.testing.assert_array_equal(got.toarray(), want)
+    G = nx.empty_graph(n)
+    G.add_edges_from(graph.edges.tolist())
+    assert graph.components == nx.number_connected_components(G)
+
+
 def test_graph_round_trips_to_networkx_and_scipy():
     G = pdmm.topology("small_world", n=25, seed=7)
     graph = pdmm.Graph.from_networkx(G)

@@ -9,7 +9,7 @@ import torch
 from test_inequality import mixed_constraints
 
 import pdmm
-from pdmm.edge_index import CompiledGraph, locality_order
+from pdmm.edge_index import LOCAL_ENOUGH, CompiledGraph, locality_order
 from pdmm.solve import LARGE_GRAPH_EDGES, _node_order
 
 N, D = 40, 2
@@ -41,6 +41,24 @@ def test_reverse_cuthill_mckee_numbers_a_shuffled_ring_as_a_band_and_leaves_a_pa
     assert mean_distance(ring) > 100  # shuffled: neighbours far apart
     assert mean_distance(ring, order) <= 2  # a ring numbered outwards from one node: band 2
     assert locality_order(CompiledGraph.from_networkx(nx.path_graph(500))) is None  # mean distance 1 already
+
+
+def test_an_order_local_already_is_kept_without_running_rcm(monkeypatch):
+    import scipy.sparse.csgraph
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("reverse Cuthill-McKee ran on a graph numbered locally already")
+
+    monkeypatch.setattr(scipy.sparse.csgraph, "reverse_cuthill_mckee", refuse)
+    n = 400  # a path visited in blocks of 4 numbered backwards (3, 2, 1, 0, 7, 6, ...): mean |i - j| 2.5 = n / 160
+    visit = (np.arange(n) // 4) * 4 + 3 - np.arange(n) % 4
+    blocks = CompiledGraph.from_graph(pdmm.Graph.from_edges(visit[:-1], visit[1:]))
+    assert mean_distance(blocks) * LOCAL_ENOUGH <= n  # RCM would number it 0..n-1 (mean 1): kept as given
+    torus = CompiledGraph.from_graph(pdmm.Graph.grid(30, 30, periodic=True))  # row by row: mean |i - j| 30 = n / 30
+    assert mean_distance(torus) * LOCAL_ENOUGH > torus.n  # not local enough to skip: RCM runs and is refused
+    with pytest.raises(AssertionError, match="reverse Cuthill-McKee ran"):
+        locality_order(torus)
+    assert locality_order(blocks) is None
 
 
 def test_the_relabelled_graph_is_the_graph_of_the_relabelled_nodes(graph):

@@ -30,8 +30,11 @@ The events draw counter-based numbers (pdmm.draws): trial i B + b of an event (n
 instance b; edges by the receiving edge, an undirected edge by its place in compiled.forward) at
 iteration k is a function of (seed, the event's stream, k, i B + b), so every run is reproducible
 and the same on every device; each probability is exact to 2^-32. The dither, the stochastic
-rounding and the privacy perturbation draw from one torch.Generator on the state's device, seeded
-by `seed`. A schedule draws nothing.
+rounding and the privacy perturbation draw per entry too: entry k of edge e's row of instance b is
+trial (e B + b) w + k (w numbers per row) of its stream, keyed by the seed and the quantisation's
+number in the run (privacy: the seed alone). A schedule draws nothing. Every i and e is a global id
+(GlobalIds), so a rank's part of the graph draws what one process draws for it
+(docs/guide/network.md, "Partitioned runs").
 """
 
 import math
@@ -57,7 +60,17 @@ ROUNDINGS = {
 }
 HEADER_BITS = 64  # an adaptive range travels with the message as one float64
 ONE = "one"  # wake="one": one node, uniform, awake per iteration
-STREAMS = {"wake": 0, "up": 1, "drop": 2, "burst": 3, "one": 4}  # each kind of event draws its own numbers
+STREAMS = {  # each kind of event draws its own numbers
+    "wake": 0,
+    "up": 1,
+    "drop": 2,
+    "burst": 3,
+    "one": 4,
+    "dither": 5,
+    "round": 6,
+    "privacy": 7,
+    "privacy angle": 8,
+}
 
 
 def _probability(name, value):
@@ -333,6 +346,50 @@ class Network:
         return replace(self, **changes) if changes else self
 
 
+@dataclass(frozen=True)
+class GlobalIds:
+    """Where a part of a graph (a rank's own nodes and the directed edges out of them, pdmm.distributed.PartGraph)
+    sits in the whole compiled graph. A Channel given them draws every event of the part's nodes and edges by
+    their global ids, so the parts' channels together draw exactly the events one process's Channel draws for
+    the whole graph, bit for bit (docs/guide/network.md, "Partitioned runs"). Build them with `GlobalIds.of`
+    where the whole graph is at hand.
+
+    Parameters
+    ----------
+    nodes : torch.Tensor
+        (n_r,) int64: local node k is global node nodes[k].
+    edges : torch.Tensor
+        (E_r,) int64: local directed edge e is the whole compiled graph's edge edges[e].
+    reverse : torch.Tensor
+        (E_r,) int64: the global id of edge e's reverse (per-edge drop sequences are indexed by sender).
+    undirected : torch.Tensor
+        (E_r,) int64: edge e's undirected edge, its (or its reverse's) place in the whole compiled.forward.
+    n : int
+        The whole graph's nodes (wake="one" draws one of them).
+    num_edges : int
+        The whole graph's directed edges.
+    whole : CompiledGraph or None
+        The whole graph, needed only for the settings that name node labels (wake or drop dicts, edge_up
+        schedules); None where a rank holds only its part (those settings are then a ValueError).
+    """
+
+    nodes: torch.Tensor
+    edges: torch.Tensor
+    reverse: torch.Tensor
+    undirected: torch.Tensor
+    n: int
+    num_edges: int
+    whole: "CompiledGraph | None" = None
+
+    @classmethod
+    def of(cls, whole: "CompiledGraph", nodes: Any, edges: Any) -> "GlobalIds":
+        """The global ids of a part of `whole`: its nodes (n_r,) and its directed edges (E_r,), global ids in
+        the part's local order (any int arrays or tensors); reverse and undirected ids read off `whole`."""
+        nodes, edges = (torch.as_tensor(a, dtype=torch.int64).cpu() for a in (nodes, edges))
+        rev = whole.rev.cpu()
+        return cls(nodes, edges, rev[edges], _undirected(whole).cpu()[edges], whole.n, whole.num_edges, whole)
+
+
 class Channel:
     """One run's network: draw() the iteration's events, then the methods call keep_asleep and exchange.
 
@@ -347,31 +404,45 @@ class Channel:
     (pdmm.masked: numba kernels on the CPU, torch.where elsewhere and under autograd).
 
     Counts per instance: `messages` delivered and `bits` sent (a lost message is sent, a sleeping
-    node or a down edge sends nothing), cumulative, (B,), taken by the exchange once per draw.
-    A transmission of `vectors` stacked vectors of `width` numbers each (gradient tracking's x and y,
-    docs/decentralised.md section 9) counts as that many messages, each quantised with its own range.
+    node or a down edge sends nothing), cumulative, (B,), taken by the exchange once per draw, over the
+    channel's own receiving edges. A transmission of `vectors` stacked vectors of `width` numbers each
+    (gradient tracking's x and y, docs/decentralised.md section 9) counts as that many messages, each
+    quantised with its own range.
+
+    A part of a graph (`ids`, GlobalIds; graph then the part's graph, dst holding global node ids and
+    exchange the partitioned v[rev]) draws each of its events by global ids: trial i B + b of the same
+    stream and key as one process, i the node's, the edge's or the undirected edge's global id, and the
+    dither, rounding and privacy numbers of edge e's entries by its global id too. Every rank's awake rows,
+    edge masks, quantised messages and perturbed z are then the rows of one process's for its nodes and edges,
+    and the sums over the ranks of `messages` and `bits` (each rank counts its own receiving edges) are one
+    process's counts: the engine all-reduces them (sum).
     """
 
-    def __init__(self, network, graph, batch, width, dtype, vectors=1):
-        self.network, self.graph, self.batch, self.dtype = network, graph, batch, dtype
+    def __init__(self, network, graph, batch, width, dtype, vectors=1, ids: GlobalIds | None = None):
+        self.network, self.graph, self.batch, self.dtype, self.ids = network, graph, batch, dtype, ids
         device, E = graph.src.device, graph.num_edges
-        self.generator = torch.Generator(device=device).manual_seed(network.seed)  # dither and privacy
+        index = torch.int32 if (E if ids is None else ids.num_edges) < 2**31 else torch.int64  # half the traffic
+        self.n = graph.n if ids is None else ids.n  # the whole graph's nodes
+        # the items the draws are of: the whole graph's counts, or a part's global ids
+        self.node_items: int | torch.Tensor = graph.n if ids is None else ids.nodes.to(device, index)
+        self.edge_items: int | torch.Tensor = E if ids is None else ids.edges.to(device, index)
         self.listed = network.wake == ONE
-        self.wake = None
-        if not self.listed:
-            wake = network.wake if isinstance(network.wake, numbers.Real) else _node_probabilities(network.wake, graph)
-            self.wake = _bounds(wake, batch, device)
-        drop = network.drop if isinstance(network.drop, numbers.Real) else _edge_probabilities(network.drop, graph)
+        self.wake = self.sender_wake = None  # bounds of the own nodes' trials, and of each edge's sender's
+        if not self.listed and isinstance(network.wake, numbers.Real):
+            self.wake = self.sender_wake = _bounds(network.wake, batch, device)
+        elif not self.listed:
+            q = _node_probabilities(network.wake, graph, ids)  # by global node id
+            self.wake = _bounds(q if ids is None else q[ids.nodes.cpu().numpy()], batch, device)
+            self.sender_wake = self.wake if ids is None else _bounds(q[graph.dst.cpu().numpy()], batch, device)
+        drop = network.drop if isinstance(network.drop, numbers.Real) else _edge_probabilities(network.drop, graph, ids)
         self.kept = _bounds(1 - np.asarray(drop, dtype=np.float64), batch, device)
-        self.schedule = _schedule(network.edge_up, graph) if network.scheduled else None
+        self.schedule = _schedule(network.edge_up, graph, ids) if network.scheduled else None
         self.up = None if network.scheduled else _bounds(network.edge_up, batch, device)
-        index = torch.int32 if E < 2**31 else torch.int64  # half the index traffic of the masks and exchange
-        self.dst, self.rev, self.undirected = graph.dst.to(index), graph.rev.to(index), None
+        self.dst = graph.dst.to(index)
+        self.rev = graph.rev.to(index) if ids is None else None  # a part exchanges through graph.exchange
+        self.undirected = None
         if self.up is not None:  # each directed edge's undirected one: its place among the forward edges
-            places = torch.arange(len(graph.forward), dtype=index, device=device)
-            self.undirected = torch.empty(E, dtype=index, device=device)
-            self.undirected[graph.forward] = places
-            self.undirected[graph.rev[graph.forward]] = places
+            self.undirected = (_undirected(graph) if ids is None else ids.undirected).to(device, index)
         if network.burst is not None:
             p_gb, p_bg = network.burst
             self.chain = tuple(draws.bound(p) for p in (p_gb / (p_gb + p_bg), 1 - p_bg, p_gb))  # first, stay, enter
@@ -381,46 +452,61 @@ class Channel:
         self.message_bits = vectors * (width * number + header)
         self.messages = torch.zeros(batch, dtype=torch.float64, device=device)
         self.bits = torch.zeros(batch, dtype=torch.float64, device=device)
-        self.iteration = 0
-        self.awake = self.bad = self.sent = self._kept = self._masks = None
+        self.iteration = self.quantisations = 0
+        self.awake = self.bad = self.sent = self._kept = self._masks = self._chosen = self._wake_key = None
         self._edge_draws, self._uncounted, self._dropped = (None, None), False, None
 
-    def _uniform(self, *shape):
-        return torch.rand(shape, generator=self.generator, dtype=self.dtype, device=self.graph.src.device)
+    def _key(self, stream, iteration=None):
+        return draws.stream_key(self.network.seed, STREAMS[stream], self.iteration if iteration is None else iteration)
 
-    def _key(self, stream):
-        return draws.stream_key(self.network.seed, STREAMS[stream], self.iteration)
+    def _below(self, key, items, bounds):
+        """(count, B) bool: the trials of `items` below their bounds (one int, or one per trial): items a count
+        (the whole graph's items 0..count-1, pdmm.draws.below) or a tensor of global ids (draws.below_at,
+        draws.below_each_at): the same draws for the same item."""
+        B, device = self.batch, self.graph.src.device
+        if isinstance(items, int):
+            return draws.below(key, items * B, bounds, device).view(items, B)
+        if torch.is_tensor(bounds):
+            return draws.below_each_at(key, items, bounds, B, device).view(-1, B)
+        return draws.below_at(key, items, bounds, B, device).view(-1, B)
 
-    def _below(self, stream, count, bounds):
-        """(count, B) bool: this iteration's trials of `stream` below their bounds (pdmm.draws.below)."""
-        return draws.below(self._key(stream), count * self.batch, bounds, self.graph.src.device).view(count, -1)
+    def _entries(self, draw, keys, like):
+        """draws.fractions_at or draws.normals_at (`draw`) shaped and typed like the edge tensor `like` (E, B, ...):
+        entry (e, b, k) is trial (i B + b) w + k, i the edge's global id and w the numbers per row, so a part
+        numbers its entries as one process does."""
+        E, B, w, device = like.shape[0], like.shape[1], math.prod(like.shape[2:]), like.device
+        items = torch.arange(E, device=device) if isinstance(self.edge_items, int) else self.edge_items
+        return draw(*keys, items, B, w, like.dtype, device).view(like.shape)
 
     def draw(self):
         """This iteration's events (module docstring): the node mask `awake`, the per-edge draws of the senders'
         wake and the links' state (`_edge_draws`), kept (not lost, not in a bad spell) as a mask."""
-        g, B, E = self.graph, self.batch, self.graph.num_edges
+        g, B = self.graph, self.batch
         device, awake, sender, link = g.src.device, None, None, None
-        if self.listed:  # wake="one": exactly one node per instance
+        if self.listed:  # wake="one": exactly one node per instance, chosen among all n
             key = self._key("one")
-            chosen = torch.tensor([draws.index(key, b, g.n) * B + b for b in range(B)], device=device)
-            awake = torch.zeros(g.n * B, dtype=torch.bool, device=device).index_fill_(0, chosen, True).view(g.n, B)
-        elif self.wake is not None:
-            key = self._key("wake")
-            awake = draws.below(key, g.n * B, self.wake, device).view(g.n, B)
-            if not torch.is_tensor(self.wake):  # one probability: each edge draws its sender's trial itself
-                sender = key, self.dst, self.wake
+            self._chosen = torch.tensor([draws.index(key, b, self.n) for b in range(B)], device=device)
+            nodes = torch.arange(g.n, device=device) if self.ids is None else self.node_items
+            awake = nodes.unsqueeze(1) == self._chosen
+        elif self.sender_wake is not None:
+            key = self._wake_key = self._key("wake")
+            awake = None if self.wake is None else self._below(key, self.node_items, self.wake)
+            if not torch.is_tensor(self.sender_wake):  # one probability: each edge draws its sender's trial itself
+                sender = key, self.dst, self.sender_wake
+        elif self.wake is not None:  # a part whose senders all wake
+            awake = self._below(self._key("wake"), self.node_items, self.wake)
         if self.up is not None:  # both directions of an edge draw its trial, by its place in compiled.forward
             link = self._key("up"), self.undirected, self.up
         kept, dropped = None, None
         if self.network.burst is not None:  # one draw per link: below the bound of the state it is in
             first, stay, enter = self.chain
             bounds = first if self.bad is None else torch.where(self.bad.view(-1), stay, enter)
-            self.bad = self._below("burst", E, bounds)
+            self.bad = self._below(self._key("burst"), self.edge_items, bounds)
             kept = ~self.bad
         if self.kept is not None and kept is None and not torch.is_tensor(self.kept):
             dropped = self._key("drop"), self.kept  # one probability: drawn where it is applied (_edge_masks)
         elif self.kept is not None:
-            kept = _both(self._below("drop", E, self.kept), kept)
+            kept = _both(self._below(self._key("drop"), self.edge_items, self.kept), kept)
         self.awake, self._edge_draws, self._kept, self._dropped = awake, (sender, link), kept, dropped
         self._masks = None
         self._uncounted = True  # the exchange counts what this iteration sends and delivers
@@ -447,8 +533,12 @@ class Channel:
             sender, link = self._edge_draws
             if sender is not None:
                 sender = draws.below_at(*sender, B, self.graph.src.device).view(E, B)
-            elif self.awake is not None:
+            elif self.listed:
+                sender = self.dst.unsqueeze(1) == self._chosen
+            elif self.ids is None and self.awake is not None:  # every sender is a row of awake
                 sender = masked.gathered(self.awake, self.dst)
+            elif self.sender_wake is not None:  # a part: the senders' own trials, by their global ids
+                sender = self._below(self._wake_key, self.dst, self.sender_wake)
             if self.schedule is not None:
                 link = self.schedule[(self.iteration - 1) % len(self.schedule)].unsqueeze(1).expand(E, B)
             elif link is not None:
@@ -457,7 +547,7 @@ class Channel:
             kept = self._kept
             if self._dropped is not None:
                 key, bound = self._dropped
-                kept = draws.below(key, E * B, bound, self.graph.src.device).view(E, B)
+                kept = self._below(key, self.edge_items, bound)
             self._masks = sending, _both(sending, kept)
         return self._masks
 
@@ -483,7 +573,9 @@ class Channel:
         if self.network.privacy is not None:
             self.sent = y  # for the privacy measures
         message = y if self.network.bits is None else self.quantise(y)
-        drawn = self.schedule is None and (self.awake is None or self._edge_draws[0] is not None)  # no mask to read
+        drawn = (  # no mask to read, and the reverses at hand (a part's come through graph.exchange)
+            self.rev is not None and self.schedule is None and (self.awake is None or self._edge_draws[0] is not None)
+        )
         events = self._edge_draws != (None, None) or self._kept is not None or self._dropped is not None
         if reflect is None and self._masks is None and events and masked.drawn_in_kernel(message, held, drawn):
             out, sending, delivered = masked.exchanged_drawn(
@@ -494,7 +586,7 @@ class Channel:
         sending, delivered = self._edge_masks()
         sent = None if sending is None else masked.count(sending)
         self._count(sent, sent if delivered is sending else None if delivered is None else masked.count(delivered))
-        if reflect is None and delivered is not None:
+        if reflect is None and delivered is not None and self.rev is not None:
             return masked.exchanged(delivered, message, self.rev, held)
         received = self.graph.exchange(message)
         if reflect is not None:
@@ -512,20 +604,28 @@ class Channel:
         else:
             R = torch.as_tensor(net.limit, dtype=y.dtype, device=y.device)
         step = 2 * R / levels
+        self.quantisations += 1
         if net.rounding == "subtractive":
-            u = (self._uniform(*y.shape) - 0.5) * step
+            u = (self._fractions("dither", y) - 0.5) * step
             q = torch.round((y + u + R) / step).clamp(0, levels) * step - R - u
         elif net.rounding == "stochastic":
-            q = torch.floor((y + R) / step + self._uniform(*y.shape)).clamp(0, levels) * step - R
+            q = torch.floor((y + R) / step + self._fractions("round", y)).clamp(0, levels) * step - R
         else:
             q = torch.round((y + R) / step).clamp(0, levels) * step - R
         return q.flatten(-2)
 
+    def _fractions(self, stream, y):
+        """Uniform numbers in [0, 1), shaped and typed like the edge tensor y (E, B, ...): the draws of `stream`
+        keyed by this quantisation's number (1, 2, ... in the run), entry by entry (_entry_trials)."""
+        return self._entries(draws.fractions_at, (self._key(stream, self.quantisations),), y)
+
     def perturb(self, z):
-        """z^0 + N(0, privacy^2) per entry (subspace perturbation); z unchanged without privacy."""
+        """z^0 + N(0, privacy^2) per entry (subspace perturbation), the normals drawn per entry of z (E, B, ...)
+        by its edge's global id (draws.normals, keyed by the seed alone); z unchanged without privacy."""
         if not self.network.privacy:
             return z
-        return z + self.network.privacy * torch.randn(z.shape, generator=self.generator, dtype=z.dtype, device=z.device)
+        keys = self._key("privacy", 0), self._key("privacy angle", 0)
+        return z + self.network.privacy * self._entries(draws.normals_at, keys, z)
 
 
 def _bounds(p, batch, device):
@@ -547,30 +647,54 @@ def _both(a, b):
     return b if a is None else a if b is None else a & b
 
 
-def _node_probabilities(wake, graph):
-    """(n,) float64: each node's wake probability, from a sequence in node order or a {node: q} dict (others 1)."""
+def _undirected(graph):
+    """(E,) int64: each directed edge's undirected edge, its (or its reverse's) place in graph.forward."""
+    places = torch.arange(len(graph.forward), device=graph.src.device)
+    undirected = torch.empty(graph.num_edges, dtype=torch.int64, device=graph.src.device)
+    undirected[graph.forward] = places
+    undirected[graph.rev[graph.forward]] = places
+    return undirected
+
+
+def _labelled(graph, ids, setting):
+    """The graph whose node labels `setting` names: the channel's own, or a part's whole graph (GlobalIds.whole)."""
+    if ids is None:
+        return graph
+    if ids.whole is None:
+        raise ValueError(
+            f"{setting} names node labels, which a part of a graph places only with the whole graph (GlobalIds.whole)"
+        )
+    return ids.whole
+
+
+def _node_probabilities(wake, graph, ids=None):
+    """(n,) float64: each node's wake probability by (global) node id, from a sequence in node order or a
+    {node: q} dict (others 1); graph the whole graph, or a part's with its GlobalIds."""
     if isinstance(wake, dict):
-        q = np.ones(graph.n)
-        index = {v: k for k, v in enumerate(graph.nodes)}
+        whole = _labelled(graph, ids, "a wake dict")
+        q = np.ones(whole.n)
+        index = {v: k for k, v in enumerate(whole.nodes)}
         for node, p in wake.items():
             if node not in index:
                 raise ValueError(f"wake names {node!r}, which is not a node of the graph")
             q[index[node]] = p
         return q
-    if len(wake) != graph.n:
-        raise ValueError(f"wake has {len(wake)} per-node probabilities, but the graph has {graph.n} nodes")
+    n = graph.n if ids is None else ids.n
+    if len(wake) != n:
+        raise ValueError(f"wake has {len(wake)} per-node probabilities, but the graph has {n} nodes")
     return np.asarray(wake, dtype=np.float64)
 
 
-def _edge_probabilities(drop, graph):
-    """(E,) float64: the loss probability of what each edge receives, indexed by the receiving edge e (its
-    sender is dst[e], so the transmission is rev[e]); from a sequence in compiled order (entry e for
-    src[e] -> dst[e]) or a {(i, j): p} dict of node labels (others 0)."""
-    E = graph.num_edges
+def _edge_probabilities(drop, graph, ids=None):
+    """(E,) float64: the loss probability of what each edge of `graph` receives, indexed by the receiving edge e
+    (its sender is dst[e], so the transmission is its reverse); from a sequence in the whole graph's compiled
+    order (entry e for src[e] -> dst[e]) or a {(i, j): p} dict of node labels (others 0); graph the whole
+    graph, or a part's with its GlobalIds."""
+    E = graph.num_edges if ids is None else ids.num_edges
     if isinstance(drop, dict):
         sent = np.zeros(E)
         if drop:
-            sent[_edge_positions(graph, list(drop), "drop")] = list(drop.values())
+            sent[_edge_positions(_labelled(graph, ids, "a drop dict"), list(drop), "drop")] = list(drop.values())
     elif len(drop) != E:
         raise ValueError(
             f"drop has {len(drop)} per-edge probabilities, but the graph has {E} directed edges "
@@ -578,7 +702,7 @@ def _edge_probabilities(drop, graph):
         )
     else:
         sent = np.asarray(drop, dtype=np.float64)
-    return sent[graph.rev.cpu().numpy()]
+    return sent[(graph.rev if ids is None else ids.reverse).cpu().numpy()]
 
 
 def _edge_positions(graph, pairs, name):
@@ -602,8 +726,12 @@ def _edge_positions(graph, pairs, name):
     return found
 
 
-def _schedule(schedule, graph):
-    """(S, E) bool: entry s marks both directions of its edges; an edge not in the graph is an error."""
+def _schedule(schedule, graph, ids=None):
+    """(S, E) bool: entry s marks both directions of its edges of `graph` (the whole graph, or a part's with its
+    GlobalIds: the whole graph's masks at the part's edges); an edge not in the graph is an error."""
+    if ids is not None:
+        whole = _schedule(schedule, _labelled(graph, ids, "an edge_up schedule")).cpu()
+        return whole[:, ids.edges.cpu()].to(graph.src.device)
     index = {v: k for k, v in enumerate(graph.nodes)}
     position = {(s, d): e for e, (s, d) in enumerate(zip(graph.src.tolist(), graph.dst.tolist(), strict=False))}
     masks = torch.zeros(len(schedule), graph.num_edges, dtype=torch.bool)

@@ -11,14 +11,30 @@ from .splitmix import C1, C2, GAMMA, SHIFTS
 
 
 @numba.njit(inline="always")
-def uniform(key, t):
-    """u(key, t) of pdmm.draws.uniform on uint64 key and int t: the draw's upper 32 bits as an int64."""
+def mixed(key, t):
+    """All 64 bits of draw t from key (uint64 key, int t), as a uint64."""
     u64 = numba.uint64
     z = u64(key) + u64(t + 1) * u64(GAMMA)
     z = (z ^ (z >> u64(SHIFTS[0]))) * u64(C1)
     z = (z ^ (z >> u64(SHIFTS[1]))) * u64(C2)
-    z = z ^ (z >> u64(SHIFTS[2]))
-    return numba.int64(z >> u64(32))
+    return z ^ (z >> u64(SHIFTS[2]))
+
+
+@numba.njit(inline="always")
+def uniform(key, t):
+    """u(key, t) of pdmm.draws.uniform on uint64 key and int t: the draw's upper 32 bits as an int64."""
+    return numba.int64(mixed(key, t) >> numba.uint64(32))
+
+
+@numba.njit(nogil=True, cache=True)
+def fractions_at(out, key, index, batch, width, p):
+    """pdmm.draws.fractions_at: out[(e B + b) w + k] from trial (index[e] B + b) w + k, top p bits over 2^p."""
+    shift, scale = numba.uint64(64 - p), 2.0**-p
+    for e in range(len(index)):
+        for b in range(batch):
+            trial, at = (index[e] * batch + b) * width, (e * batch + b) * width
+            for k in range(width):
+                out[at + k] = numba.float64(mixed(key, trial + k) >> shift) * scale
 
 
 @numba.njit(nogil=True, cache=True)
@@ -45,6 +61,15 @@ def below_each(out, key, limits):
     """pdmm.draws.below with one bound per trial."""
     for t in range(len(out)):
         out[t] = uniform(key, t) < limits[t]
+
+
+@numba.njit(nogil=True, cache=True)
+def below_each_at(out, key, index, limits, batch):
+    """pdmm.draws.below_each_at."""
+    for e in range(len(index)):
+        for b in range(batch):
+            t = e * batch + b
+            out[t] = uniform(key, index[e] * batch + b) < limits[t]
 
 
 @numba.njit(nogil=True, cache=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from extras import needs_extra
-from scipy.stats import binomtest, chisquare
+from scipy.stats import binomtest, chisquare, kstest
 
 import pdmm
 from pdmm import draws
@@ -62,6 +62,57 @@ def test_below_at_reads_the_trials_of_below_per_index(kernel, batch):
     whole = np.array([draws.uniform(key, t) < bound for t in range(50 * batch)]).reshape(50, batch)
     at = draws.below_at(key, index, bound, batch, "cpu", kernel=kernel).view(-1, batch).numpy()
     assert np.array_equal(at, whole[index.numpy()])
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_below_each_at_reads_the_trials_of_below_per_index_against_their_own_bounds(kernel, batch):
+    """Trial index[e] B + b against bounds[e B + b]: the draws of `below` over the items' trials, the per-node wake
+    and per-edge loss of a part of a graph."""
+    key = draws.stream_key(4, 2, 7)
+    index = torch.randint(40, (200,), generator=torch.Generator().manual_seed(batch), dtype=torch.int32)
+    bounds = torch.from_numpy(np.random.default_rng(batch).integers(0, 2**32 + 1, 200 * batch))
+    u = np.array([[draws.uniform(key, i * batch + b) for b in range(batch)] for i in index.tolist()])
+    at = draws.below_each_at(key, index, bounds, batch, "cpu", kernel=kernel).view(-1, batch).numpy()
+    assert np.array_equal(at, u < bounds.numpy().reshape(-1, batch))
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("dtype, bits", [(torch.float64, 53), (torch.float32, 24)])
+def test_fractions_and_normals_are_the_reference_bits_of_each_entry(dtype, bits, kernel, monkeypatch):
+    """Entry (e, b, k) of rows of w numbers is trial (index[e] B + b) w + k: the top p bits of the 64 of
+    SplitMix64's output, over 2^p; normals: Box-Muller of two streams' at the same entry."""
+    if not kernel:
+        monkeypatch.setattr(draws, "NUMBA", False)
+    key, angle, B, w = draws.stream_key(3, 7, 0), draws.stream_key(3, 8, 0), 2, 3
+    index = torch.tensor([5, 0, 2**30 + 7, 5], dtype=torch.int32)
+
+    def fraction(k, t):
+        return (draws.mix((k + (t + 1) * draws.GAMMA) & draws.MASK) >> (64 - bits)) / 2**bits
+
+    trials = [[[(i * B + b) * w + k for k in range(w)] for b in range(B)] for i in index.tolist()]
+    expected = [[[fraction(key, t) for t in row] for row in item] for item in trials]
+    assert draws.fractions_at(key, index, B, w, dtype, "cpu", kernel=kernel).tolist() == expected
+    assert draws.fractions(key, torch.tensor(trials), dtype).tolist() == expected
+    normal = [
+        [
+            [np.sqrt(-2 * np.log1p(-fraction(key, t))) * np.cos(2 * np.pi * fraction(angle, t)) for t in row]
+            for row in item
+        ]
+        for item in trials
+    ]
+    tolerance = 1e-6 if bits == 24 else 1e-14  # float32's cos near a zero: absolute
+    normals = draws.normals_at(key, angle, index, B, w, dtype, "cpu").numpy()
+    np.testing.assert_allclose(normals, normal, rtol=tolerance, atol=tolerance)
+
+
+def test_fractions_are_uniform_below_one_and_normals_standard():
+    index = torch.arange(2**14)
+    u = draws.fractions_at(draws.stream_key(1, 5, 3), index, 2, 2, torch.float32, "cpu")
+    assert u.dtype == torch.float32 and 0 <= u.min() and u.max() < 1
+    assert kstest(u.flatten().numpy(), "uniform").pvalue > 1e-4
+    z = draws.normals_at(draws.stream_key(1, 7, 0), draws.stream_key(1, 8, 0), index, 2, 2, torch.float64, "cpu")
+    assert kstest(z.flatten().numpy(), "norm").pvalue > 1e-4
 
 
 def test_the_kernel_is_the_path_taken_on_the_cpu():

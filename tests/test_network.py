@@ -8,7 +8,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from scipy.stats import binomtest
+from scipy.stats import binomtest, kstest
 from test_loop_reference import loop_pdmm_z
 
 import pdmm
@@ -17,6 +17,7 @@ from bridge.statistics import paired_interval
 from experiments.cli import main
 from experiments.common import package_version
 from experiments.network_sweep import network_sweep
+from pdmm import draws as keyed
 from pdmm.methods import ADMM, PDMM
 from pdmm.network import Channel, Network
 from pdmm.synthetic import make_data, make_problem
@@ -207,6 +208,52 @@ def test_the_quantiser_levels_dither_and_stochastic_rounding(problems):
     adaptive = quantised(Network(bits=8), y, graph)
     scale = graph.gather(graph.aggregate_max(y.abs().amax(-1, keepdim=True)))
     assert ((adaptive - y).abs() <= scale / 255 + 1e-12).all()
+
+
+def keyed_fraction(seed, stream, number, t):
+    """The reference of a dither, rounding or privacy number: the top 53 bits of SplitMix64 output t + 1 from the
+    key of (seed, stream, number), over 2^53 (pdmm.network.STREAMS: dither 5, round 6, privacy 7 and 8)."""
+    key = keyed.stream_key(seed, stream, number)
+    return (keyed.mix((key + (t + 1) * keyed.GAMMA) & keyed.MASK) >> 11) / 2**53
+
+
+@pytest.mark.parametrize("rounding, stream", [(True, 5), ("stochastic", 6)])
+def test_dither_and_stochastic_rounding_draw_each_entry_by_its_edge_instance_and_place(rounding, stream):
+    """A plain loop over the entries (e, b, k) of the c-th quantisation: trial (e B + b) w + k of its stream."""
+    graph = pdmm.averaging(pdmm.topology("ring", n=5), np.zeros(5)).compiled
+    E, B, w, R, levels = graph.num_edges, 2, 3, 3.0, 15
+    step = 2 * R / levels
+    channel = Channel(Network(bits=4, limit=R, dither=rounding, seed=9), graph, B, w, torch.float64)
+    for c in (1, 2):
+        y = torch.randn(E, B, w, dtype=torch.float64, generator=torch.Generator().manual_seed(c))
+        expected = np.empty((E, B, w))
+        for e, b, k in np.ndindex(E, B, w):
+            u, v = keyed_fraction(9, stream, c, (e * B + b) * w + k), float(y[e, b, k])
+            if rounding is True:
+                d = (u - 0.5) * step
+                expected[e, b, k] = min(max(np.round((v + d + R) / step), 0), levels) * step - R - d
+            else:
+                expected[e, b, k] = min(max(np.floor((v + R) / step + u), 0), levels) * step - R
+        np.testing.assert_array_equal(channel.quantise(y).numpy(), expected)
+
+
+def test_privacy_noise_is_drawn_per_entry_and_is_normal_with_the_given_scale(problems):
+    graph = pdmm.averaging(pdmm.topology("ring", n=4), np.zeros(4)).compiled
+    E, B, w = graph.num_edges, 2, 3
+    z = torch.randn(E, B, w, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    expected = np.empty((E, B, w))
+    for e, b, k in np.ndindex(E, B, w):
+        t = (e * B + b) * w + k
+        radius = np.sqrt(-2 * np.log1p(-keyed_fraction(3, 7, 0, t)))
+        expected[e, b, k] = float(z[e, b, k]) + 2.5 * radius * np.cos(2 * np.pi * keyed_fraction(3, 8, 0, t))
+    perturbed = Channel(Network(privacy=2.5, seed=3), graph, B, w, torch.float64).perturb(z)
+    np.testing.assert_allclose(perturbed.numpy(), expected, rtol=1e-13, atol=1e-13)
+    big = problems["averaging"][0].compiled
+    noise = Channel(Network(privacy=2.5, seed=1), big, 40, 5, torch.float64).perturb(
+        torch.zeros(big.num_edges, 40, 5, dtype=torch.float64)
+    )
+    assert abs(float(noise.mean())) < 0.05 and float(noise.std()) == pytest.approx(2.5, rel=0.02)
+    assert kstest(noise.flatten().numpy() / 2.5, "norm").pvalue > 1e-4
 
 
 def test_history_counts_messages_and_bits(problems):

@@ -61,7 +61,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import attention
 from attention.kernels import softmax_attention
 from attention.sparse import block_size
-from pdmm import tune_allocator
+from pdmm import keep_freed_memory
 
 # (residual, kernel, symmetric, target ratio or None)
 ROWS = [
@@ -142,7 +142,7 @@ def main():
     add_arguments(parser)
     args = parser.parse_args()
     recorder = Recorder("bench_attention", args.results_dir, args.shared)  # before any work: load at start
-    tuned = args.allocator == "tuned" and tune_allocator()
+    tuned = args.allocator == "tuned" and keep_freed_memory()
     device = torch.device(args.device)
     load = float(recorder.provenance["load_at_start"])
     print(

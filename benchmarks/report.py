@@ -368,7 +368,7 @@ the step as `pdmm.solve` runs it (from 2^16 directed edges on renumbered by reve
 node form, docs/guide/solve.md, "Node form"; below, the edge step as given); *solve* one iteration of
 `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults, K = 200-2,000. Medians per iteration; ns/edge is
 per directed edge. The first table shows eager rows only (`--compile`'s torch.compile rows stay in the CSV).
-The allocator table runs first: glibc's default allocator, then `pdmm.tune_allocator()`, beside a step into
+The allocator table runs first: glibc's default allocator, then `pdmm.keep_freed_memory()`, beside a step into
 buffers allocated once. Single rows vary by 10-20 % between runs: read ratios within a row.
 """,
         [

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from . import rundir
-from .common import UsageError, first_line
 from .config import TrainConfig, load_config, to_tables
+from .errors import UsageError, first_line
 from .memory import available_bytes
 from .runs import is_number, parse_metrics, read_meta
 from .stopping import plateaued

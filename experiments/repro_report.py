@@ -60,7 +60,7 @@ from .config import load_config
 from .plots import plot_against, plot_log_steps, plot_probe_layers
 from .results_doc import replace_section
 from .runs import flat_config, label
-from .train import lower_is_better
+from .stopping import lower_is_better
 
 SUMMARY_SECTION = "repro-summary"
 

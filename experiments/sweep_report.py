@@ -16,7 +16,7 @@ from .errors import UsageError
 from .options import DEFAULT_METRICS
 from .repro_report import setting
 from .runs import IGNORED_KEYS, differing_keys, flat_config, group_runs, label
-from .train import lower_is_better
+from .stopping import lower_is_better
 
 Run = Any  # an experiments.runs.Run (its summary and config are read as the JSON they hold)
 DEFAULT_FIGURES = ("val_loss", "val_acc")

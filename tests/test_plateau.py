@@ -13,11 +13,12 @@ import torch
 from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
 from tiny_runs import stub_plots
 
+from experiments.checkpoints import best_weights, has_checkpoint, load_checkpoint
 from experiments.cli import main
 from experiments.config import load_config
 from experiments.plots import plot_training
 from experiments.runs import load_run
-from experiments.train import best_weights, has_checkpoint, load_checkpoint, plateau, train
+from experiments.train import plateau, train
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
 TINY = [

@@ -18,7 +18,9 @@ from torch import Tensor
 from .sparse import block_size, edge_aggregate, edge_scores, edge_softmax
 
 if TYPE_CHECKING:
-    from .token_graph import EdgeList, TokenGraph
+    from pdmm.edge_index import EdgeList
+
+    from .token_graph import TokenGraph
 
 
 def softmax_attention(

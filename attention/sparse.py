@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from .token_graph import EdgeList
+    from pdmm.edge_index import EdgeList
 
 MIN_BLOCK_ELEMENTS = 2**16  # a block's gathered (edges, B, nh, hs) tensor holds at least this many numbers
 MAX_BLOCK_ELEMENTS = 2**24  # ... and at most this many (64 MB in float32)

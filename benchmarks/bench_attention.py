@@ -63,7 +63,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import attention
 from attention.kernels import softmax_attention
 from attention.sparse import block_size
-from pdmm import tune_allocator
+from pdmm import keep_freed_memory
 
 # (residual, kernel, symmetric, target ratio or None)
 ROWS = [
@@ -148,7 +148,7 @@ def main():
         args.batch, args.tokens, args.d_model, args.heads, args.repeats, args.warmup = 2, 32, 32, 4, 3, 0
         args.sparse_tokens = "64"
     recorder = Recorder("bench_attention", args.results_dir, args.shared)  # before any work: load at start
-    tuned = args.allocator == "tuned" and tune_allocator()
+    tuned = args.allocator == "tuned" and keep_freed_memory()
     device = torch.device(args.device)
     load = float(recorder.provenance["load_at_start"])
     print(

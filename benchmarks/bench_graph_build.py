@@ -99,7 +99,7 @@ def iterate(compiled, iterations):
     from pdmm.local import Quadratic
     from pdmm.methods import PDMM
 
-    pdmm.tune_allocator()
+    pdmm.keep_freed_memory()
     a = torch.randn(compiled.n, 1, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     method = PDMM(compiled, Quadratic(torch.ones(compiled.n, 1, dtype=torch.float64), a, y=a), Consensus(compiled), 1.0)
     state = method.init(torch.zeros_like(a))

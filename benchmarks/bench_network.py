@@ -10,7 +10,7 @@ one iteration is `channel.draw()` (the iteration's random events) plus `PDMM.ste
 channel; *plain* is the bare step without a channel (what pdmm.solve runs without a network).
 Per-edge and per-node rows draw their probabilities once (seed 0) for the graph.
 Each repetition times every row in turn (K iterations each); the table reports medians over
---repeats after one warm-up, and the ratio to plain. The allocator is tuned as pdmm-bridge does.
+--repeats after one warm-up, and the ratio to plain. The allocator keeps freed memory, as pdmm-bridge does.
 
     python benchmarks/bench_network.py [--edges 1000000] [--dims 1 16] [--repeats 5] [--device cpu] [--as-given]
                                        [--results-dir benchmarks/results] [--shared no]
@@ -26,7 +26,7 @@ import torch
 from machine import cpu_model, timed
 from results import Recorder, add_arguments
 
-from pdmm import tune_allocator
+from pdmm import keep_freed_memory
 from pdmm.array_graph import Graph
 from pdmm.constraints import Consensus
 from pdmm.edge_index import CompiledGraph, locality_order
@@ -91,7 +91,7 @@ def main():
     args = parser.parse_args()
     recorder = Recorder("bench_network", args.results_dir, args.shared)  # before any work: load at start
     device = torch.device(args.device)
-    tune_allocator()
+    keep_freed_memory()
     graph = scattered_regular(args.edges // 4)
     order = None if args.as_given else locality_order(graph)
     if order is not None:

@@ -40,7 +40,7 @@ Each repetition times every variant in turn (solve's step and solve over K itera
 over about 2 10^7 edge-values), so all see the same machine state; the table reports the median
 over --repeats after one warm-up repetition. Graph building is not timed. First, at the largest
 size and dimension, the step runs with glibc's default allocator and then after
-pdmm.tune_allocator() (which pdmm.solve applies on such runs), beside a step that writes into
+pdmm.keep_freed_memory() (which pdmm.solve applies on such runs), beside a step that writes into
 preallocated buffers (`out=`), to show whether buffers would make the setting moot.
 --compile adds rows at the largest size with the step under torch.compile and solve(compile=True)
 (the warm-up repetition compiles; the solve rows then reuse the compiled step).
@@ -206,7 +206,7 @@ def bench(G, d, device, repeats, compiled=False):
 
 
 def allocator_rows(G, d, device, repeats):
-    """Step and buffered step with glibc's default allocator, then after pdmm.tune_allocator()."""
+    """Step and buffered step with glibc's default allocator, then after pdmm.keep_freed_memory()."""
     problem, graph, local, edges = setup(G, d, device)
     if bool((graph.degree != graph.degree[0]).any()):
         raise ValueError("the allocator comparison needs a regular graph")
@@ -224,7 +224,7 @@ def allocator_rows(G, d, device, repeats):
 
     rows = []
     for allocator in ("default", "tuned"):
-        if allocator == "tuned" and not pdmm.tune_allocator():
+        if allocator == "tuned" and not pdmm.keep_freed_memory():
             print("(no glibc: the tuned rows use the default allocator)")
         samples = [(timed(step, k, device), timed(buffered.step, k, device)) for _ in range(repeats + 1)]
         rows.append((allocator, *[1e3 * statistics.median(column) for column in zip(*samples[1:], strict=False)]))

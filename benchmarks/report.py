@@ -373,7 +373,7 @@ sampled as arrays and numbered at random. *naive* is the four-line torch loop of
 renumbered by reverse Cuthill-McKee and in the node form, docs/guide/solve.md, "Node form"; below, the edge step
 as given); *solve* one iteration of `pdmm.solve(problem, max_iter=K, tol=0)` with its defaults (renumbered once
 for all calls), K = 200-2,000. Medians per iteration; ns/edge per directed edge. Eager rows only (`--compile`'s
-stay in the CSV). The allocator table runs first: glibc's default allocator, then `pdmm.tune_allocator()`, beside
+stay in the CSV). The allocator table runs first: glibc's default allocator, then `pdmm.keep_freed_memory()`, beside
 a step into buffers allocated once. Single rows vary by 10-20 % between runs: read ratios within a row.
 """,
         [

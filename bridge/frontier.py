@@ -30,7 +30,7 @@ from attention import GraphTransformer, TokenGraph
 
 from .consensus import GraphFamily, disagreement_error, sample_instances
 from .fitting import FitLog, adam_keep_best
-from .pdmm_transformer import pdmm_features, pdmm_transformer, prepare
+from .pdmm_transformer import pdmm_features, pdmm_transformer, prepare_instances
 
 MIXTURE = (
     GraphFamily("erdos_renyi"),
@@ -77,8 +77,8 @@ def fit_rounds(
     def features(G: nx.Graph, a: Tensor) -> Tensor:
         return pdmm_features(G, a, rho)
 
-    train = prepare(model, [(G, a) for G, a, *_ in instances], features, self_loops=False)
-    held = prepare(model, [(G, a) for G, a, *_ in validation], features, self_loops=False)
+    train = prepare_instances(model, [(G, a) for G, a, *_ in instances], features, self_loops=False)
+    held = prepare_instances(model, [(G, a) for G, a, *_ in validation], features, self_loops=False)
     return adam_keep_best(
         model, lambda: log_error_loss(model, train, rounds), steps, lr, lambda: log_error_loss(model, held, rounds)
     )

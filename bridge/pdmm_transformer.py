@@ -192,7 +192,7 @@ def pdmm_features(G: nx.Graph, a: npt.ArrayLike | Tensor, rho: float) -> Tensor:
     return torch.stack([a, d, 1 / (1 + rho * d)], dim=-1)
 
 
-def prepare(
+def prepare_instances(
     model: torch.nn.Module,
     instances: Sequence[tuple[nx.Graph, Any]],
     features_fn: FeaturesFn,
@@ -242,7 +242,7 @@ def graph_errors(
         When a graph is not a networkx graph.
     """
     with torch.no_grad():
-        return errors(model, prepare(model, instances, features_fn, self_loops))
+        return errors(model, prepare_instances(model, instances, features_fn, self_loops))
 
 
 def fit_graph_model(
@@ -296,8 +296,8 @@ def fit_graph_model(
         raise ValueError(f"lr must be > 0, got {lr!r}")
     if not instances:
         raise ValueError("fit_graph_model needs at least one (graph, a) instance")
-    prepared = prepare(model, instances, features_fn, self_loops)
-    held = None if validation is None else prepare(model, validation, features_fn, self_loops)
+    prepared = prepare_instances(model, instances, features_fn, self_loops)
+    held = None if validation is None else prepare_instances(model, validation, features_fn, self_loops)
     return adam_keep_best(
         model,
         lambda: errors(model, prepared).square().mean(),

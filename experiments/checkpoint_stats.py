@@ -22,12 +22,12 @@ from attention import MultiHeadAttention
 from bridge.probe import STATISTICS
 
 from . import rundir
-from .common import UsageError
+from .checkpoints import CHECKPOINT, load_weights
 from .config import load_config
+from .errors import UsageError
 from .probing import probe_layers
 from .runs import read_json
 from .tasks import build_task
-from .train import CHECKPOINT, load_weights
 
 STATS_FILE = "checkpoint_stats.json"
 MAX_LAYERS = 1000  # a longer list in a file is not something a report wrote

@@ -22,8 +22,8 @@ import torch
 from bridge.fitting import plateaued
 
 from . import rundir
-from .common import UsageError, first_line
 from .config import TrainConfig, load_config, to_tables
+from .errors import UsageError, first_line
 from .memory import available_bytes
 from .runs import is_number, parse_metrics, read_meta
 

@@ -20,7 +20,7 @@ from bridge.probe import STATISTICS
 from bridge.statistics import holm, one_sample_test, paired_test, significant
 
 from .checkpoint_stats import run_probe
-from .common import UsageError
+from .errors import UsageError
 from .runs import differing_keys, flat_config, label, relevant
 from .stopping import lower_is_better
 

@@ -96,7 +96,7 @@ def main(argv=None):
         culprit.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = argv  # for commands that relaunch themselves
     if args.command != "configs":  # every other command computes (configs lists files and needs no allocator)
-        importlib.import_module("pdmm").tune_allocator()
+        importlib.import_module("pdmm").keep_freed_memory()
     try:
         return args.run(args)
     except BrokenPipeError:  # the reader of stdout went away (pdmm-bridge configs | head): stop quietly, as cat does

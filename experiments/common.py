@@ -1,5 +1,5 @@
-"""Pieces every pdmm-bridge command shares: the usage error, the device argument, graphs, the version (the
-argument types that need no torch are experiments/options.py's)."""
+"""Pieces every pdmm-bridge command shares that need torch: the device argument and graphs (the error classes and
+the version are experiments/errors.py's, the argument types that need no torch experiments/options.py's)."""
 
 import argparse
 from pathlib import Path
@@ -8,9 +8,7 @@ import torch
 
 import pdmm
 
-from .errors import RunFailure, UsageError, WriteError, first_line, package_version  # noqa: F401  (shared here)
-
-tune_allocator = pdmm.tune_allocator  # moved to pdmm (pdmm.solve applies it on large runs); kept importable here
+from .errors import UsageError
 
 
 def device(text):

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from bridge.comparison import TUNED, SeedResult, Setting, evaluate_seed
 
 from . import rundir
+from .checkpoints import best_weights, load_weights
 from .compare_report import CURVE_COLUMNS, check_fitted
 from .comparing import Row, run_config
 from .config import load_config
@@ -25,7 +26,8 @@ from .grid import run_name
 from .progress import job_bar, stages
 from .runs import is_number, read_json, read_metrics, read_summary
 from .tasks import build_task
-from .train import best_weights, finished, load_weights, train
+from .train import train
+from .train_files import finished
 
 
 def evaluation_stages(rows: list[Row]) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .common import UsageError
+from .errors import UsageError
 from .runs import Run, differing_keys, expand, flat_config
 
 

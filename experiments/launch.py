@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 from . import memory
-from .common import RunFailure, UsageError
+from .errors import RunFailure, UsageError
 
 REPORTS = "PDMM_BRIDGE_REPORTS"  # the directory where a process of the job writes its failure
 PARENT = "PDMM_BRIDGE_PARENT"  # the launcher's process id

@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from .common import UsageError
+from .errors import UsageError
 
 VOCAB = 256  # embedding rows of a char_lm alphabet (modular's are p + 2)
 PARAMETER_COPIES = 4  # weights, gradients, AdamW exp_avg and exp_avg_sq

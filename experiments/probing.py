@@ -9,10 +9,11 @@ from attention import uses_knob
 from bridge.probe import probe_model
 
 from . import rundir
+from .checkpoints import CHECKPOINT, load_weights
 from .config import load_config
 from .errors import UsageError
 from .tasks import build_task
-from .train import CHECKPOINT, load_weights, step_generator
+from .train import step_generator
 
 PROBE_STREAM = 3  # generator stream of probe batches (0: training, 1: evaluation, 2: samples)
 

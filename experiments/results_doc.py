@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from . import rundir
-from .common import UsageError
+from .errors import UsageError
 from .runs import is_number
 
 

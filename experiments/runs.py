@@ -31,8 +31,8 @@ import numpy as np
 from attention import RESIDUAL_KNOBS, uses_knob
 
 from . import rundir
-from .common import UsageError
 from .config import TABLES, attention_keys, checked
+from .errors import UsageError
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
 ONLY_WHEN = {  # the residuals' knobs (gamma, beta) come from attention's residual table instead

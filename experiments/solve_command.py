@@ -96,36 +96,36 @@ def run(args):
 
 
 def _run(args):
-    from . import launch, solve_job, solve_outputs, solving
+    from . import launch, solve_job, solve_outputs, solve_runs
 
     if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process torchrun started
         args.nproc = int(os.environ["WORLD_SIZE"])
     specs = args.compare or [args.method]
-    params = solving.method_params(args, specs)
-    to_tune = solving.to_tune(args, specs)
-    network = solving.network_of(args)
-    G = solving.graph_of(args)
-    problem = solving.problem_of(args, G)
-    solving.check_methods(problem, specs, params, args, network)
+    params = solve_runs.method_params(args, specs)
+    to_tune = solve_runs.to_tune(args, specs)
+    network = solve_runs.network_of(args)
+    G = solve_runs.graph_of(args)
+    problem = solve_runs.problem_of(args, G)
+    solve_runs.check_methods(problem, specs, params, args, network)
     rank = solve_job.rank(args)
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
         launch.check(args.nproc)
         rundir.claim(args.out, "solve", args.force, writes=solve_job.FILES)
         rundir.release(args.out)  # process 0 of the job claims (and locks) it again
         return launch.launch([*args.argv, "--force"], args.nproc)  # --out already claimed, hence --force
-    x_star = solving.reference_of(problem, args)
+    x_star = solve_runs.reference_of(problem, args)
     out = solve_job.claim(args, rank)
     try:
         tunings = {
-            label: solving.tune_run(problem, label, method, params[label], x_star, args, network)
+            label: solve_runs.tune_run(problem, label, method, params[label], x_star, args, network)
             for label, method, _ in specs
             if label in to_tune
         }
     except KeyboardInterrupt:
         print("pdmm-bridge solve: interrupted (Ctrl-C) while tuning; no results written", file=sys.stderr)
         return 130
-    specs, params, tunings = solving.with_tuned_values(specs, params, tunings)
-    results, failures, interrupted = solving.solve_all(problem, specs, params, x_star, args, network)
+    specs, params, tunings = solve_runs.with_tuned_values(specs, params, tunings)
+    results, failures, interrupted = solve_runs.solve_all(problem, specs, params, x_star, args, network)
     if rank:  # process 0 writes and reports
         return 130 if interrupted else 1 if failures else 0
 

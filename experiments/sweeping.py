@@ -16,12 +16,14 @@ from typing import Any
 from tqdm import tqdm
 
 from . import rundir
+from .checkpoints import has_checkpoint
 from .config import TABLES, RunConfig, apply_override, load_config, load_plan, overrides_with_data, toml_value
 from .errors import RunFailure, UsageError, package_version
 from .grid import check_names, parse_seeds, run_name
 from .progress import job_bar
 from .tasks import check_config
-from .train import finished, has_checkpoint, train
+from .train import train
+from .train_files import finished
 
 Spec = tuple[dict[str, list[Any]], list[dict[str, Any]], list[int]]  # (grid, variants, seeds)
 

@@ -59,16 +59,12 @@ from .checkpoints import (
     run_identity,
     usable_checkpoint,
 )
-from .checkpoints import best_weights as best_weights  # re-exported: train's public names stay where they were
-from .checkpoints import load_checkpoint as load_checkpoint
-from .checkpoints import load_weights as load_weights
-from .common import RunFailure, UsageError, WriteError, first_line
 from .config import RunConfig, TrainConfig, to_tables
+from .errors import RunFailure, UsageError, WriteError, first_line
 from .plots import plot_training
 from .runs import read_metrics
 from .stopping import lower_is_better, reached, stop_reason
 from .tasks import build_task
-from .train_files import finished as finished
 from .train_files import prepare_directory, reopen, resume_changes, start_run, write_json
 from .world import DataParallel, World
 

@@ -115,7 +115,9 @@ def run(args):
 
 def interrupted_line(err, args, out, world):
     """What Ctrl-C left and the command that carries on: --resume from a checkpoint, else --force."""
-    from .train import Interrupted, finished, has_checkpoint
+    from .checkpoints import has_checkpoint
+    from .train import Interrupted
+    from .train_files import finished
 
     how = " (under torchrun, with any number of processes)" if world.size > 1 else ""
     if isinstance(err, Interrupted):

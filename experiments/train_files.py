@@ -17,8 +17,8 @@ import torch.distributed as dist
 
 from . import rundir
 from .checkpoints import BEST, CHECKPOINT, EXTENDABLE, PREVIOUS, has_checkpoint, run_identity
-from .common import UsageError, package_version
 from .config import from_tables, to_tables, to_toml
+from .errors import UsageError, package_version
 from .runs import read_meta, read_summary, read_toml
 from .stopping import stop_reason
 

@@ -24,7 +24,7 @@ from .problem import Problem, averaging, lasso, least_squares, logistic, quadrat
 from .protocol import Capabilities, Method
 from .reference import reference
 from .settings import Engine, Recording, Stopping
-from .solve import Plan, plan, solve, tune_allocator
+from .solve import Plan, keep_freed_memory, plan, solve
 from .topologies import TOPOLOGIES, topology
 from .tuning import Tuning, tune
 
@@ -58,7 +58,7 @@ __all__ = [
     "Engine",
     "Capabilities",
     "Method",
-    "tune_allocator",
+    "keep_freed_memory",
     "Graph",
     "mixing_matrix",
     "check_mixing",

@@ -25,7 +25,7 @@ import torch
 from .loop import RunOptions, expand_instances
 from .problem import Problem, node_data
 from .settings import Engine, Recording, Stopping
-from .solve import Prepared, checked_options, checked_rho, local_curvature, prepare
+from .solve import Prepared, _prepare, checked_options, checked_rho, local_curvature
 
 Outcome = tuple[int, bool, float, bool]  # (iterations, reached, worst error there (inf: diverged), diverged)
 BATCH_BYTES = 2**21  # a batch's edge state at most, E B d numbers per value: about a core's cache (BENCHMARKS.md)
@@ -158,7 +158,7 @@ def batch_outcomes(
             kept = replace(kept, rho=grid)
         else:
             kept = replace(kept, method_params={**params, parameter: grid})
-        return prepare(problem.tiled(len(live)), kept)
+        return _prepare(problem.tiled(len(live)), kept)
 
     live = list(range(G))
     run = start(live)

@@ -51,10 +51,10 @@ CHECK_EVERY_NODES = 50  # the same in the node form, where the test's edge resid
 LARGE_GRAPH_EDGES = 2**16  # directed edges from which solve renumbers nodes (reorder=None) and sums the edge state
 # out (form=None) by default; smaller graphs stay in cache whatever the order and keep today's edge form bit for bit
 MMAP_LIMIT = 32 * 2**20  # bytes; glibc maps every allocation above this afresh by default (its mmap threshold cap)
-_tuned = False  # whether solve has applied tune_allocator() in this process
+_memory_kept = False  # whether solve has applied keep_freed_memory() in this process
 
 
-def tune_allocator() -> bool:
+def keep_freed_memory() -> bool:
     """Make glibc keep freed memory for reuse instead of returning it to the OS.
 
     Large graphs allocate edge tensors of many MB every iteration; by default glibc maps each one
@@ -228,7 +228,7 @@ def solve(
     ``solve(problem, **kw)`` is ``pdmm.plan(problem, **kw).run()``: every argument is checked there, once, before any
     iteration (docs/guide/solve.md, "Plan and run").
 
-    On the CPU, a run whose edge state takes >= 32 MB calls tune_allocator() once (docs/guide/solve.md, "Large
+    On the CPU, a run whose edge state takes >= 32 MB calls keep_freed_memory() once (docs/guide/solve.md, "Large
     graphs"). The loop, its bookkeeping and the Result live in pdmm/loop.py, shared by both backends
     (docs/guide/solve.md, "Where the code lives").
 
@@ -401,7 +401,7 @@ def plan(
             compile=compile,
         ),
     )
-    ready = [] if options.engine.backend != "local" else [prepare(problem, options)]
+    ready = [] if options.engine.backend != "local" else [_prepare(problem, options)]
     return Plan(problem, options, METHODS[method].capabilities, ready)
 
 
@@ -420,7 +420,7 @@ class Plan:
     capabilities : pdmm.protocol.Capabilities
         What the method takes and does.
     ready : list of Prepared
-        The local run plan built (prepare), which the first run() takes; empty for the distributed backend and
+        The local run plan built (_prepare), which the first run() takes; empty for the distributed backend and
         once taken.
     """
 
@@ -452,9 +452,9 @@ class Plan:
                 from . import distributed
 
                 bits = torch.finfo(options.engine.dtype).bits
-                _tune_for(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.engine.device)
+                _keep_freed(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.engine.device)
                 return _warned(distributed.run(problem, options), options.stopping.tol, problem, options.rho)
-            return _run_local(problem, self.ready.pop() if self.ready else prepare(problem, options))
+            return _run_local(problem, self.ready.pop() if self.ready else _prepare(problem, options))
         except DivergenceError as err:
             if options.stopping.on_divergence == "raise":
                 raise
@@ -477,7 +477,7 @@ def checked_options(
     """pdmm.plan's checks of a run's settings, before any work, resolved into one RunOptions (rho, tol,
     check_every, record_every and the history names filled in; the problem's curvature and scale computed). Each
     group has checked its own fields when made (pdmm.settings); here are the checks that need the method, the
-    problem or two groups at once. The method itself is built and checked by prepare (docs/guide/solve.md, "Plan
+    problem or two groups at once. The method itself is built and checked by _prepare (docs/guide/solve.md, "Plan
     and run")."""
     if recording.callback is not None and engine.backend != "local":
         raise ValueError("callback= applies to backend='local'; the distributed engine's ranks each hold a part of x")
@@ -552,7 +552,7 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 def _run_local(problem: Problem, run: "Prepared") -> Result:
-    """The local engine: the method built on this process (prepare) run by pdmm.loop.iterate; the Result, after a
+    """The local engine: the method built on this process (_prepare) run by pdmm.loop.iterate; the Result, after a
     ConvergenceWarning where one is due."""
     options, book, callback, stopping = run.options, run.book, run.options.recording.callback, run.options.stopping
     so_far = Progress((run.state, 0, 0))
@@ -606,7 +606,7 @@ def _watcher(callback, order, batched):
 
 @dataclass
 class Prepared:
-    """A local run ready to iterate (prepare): its options, the step, the state x^0 and the method's, the
+    """A local run ready to iterate (_prepare): its options, the step, the state x^0 and the method's, the
     bookkeeping, the reference point (in the run's node order), the run's node order (None: the graph's own), the
     simulated network's channel and whether that network biases the method's limit (pdmm.decentralised.
     network_biases)."""
@@ -621,7 +621,7 @@ class Prepared:
     biased: bool = False
 
 
-def prepare(problem: Problem, options: RunOptions) -> Prepared:
+def _prepare(problem: Problem, options: RunOptions) -> Prepared:
     """The local engine up to its first step: the method built on this process (renumbered, in the node form or over
     a simulated network as options say), its initial state and the bookkeeping of its history and tests.
 
@@ -658,7 +658,7 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
         order = torch.from_numpy(order).to(device)
     graph, local, edges = ran.compile(device, dtype)
     width = edges.state_shape(problem.batch, problem.dim)[2]
-    _tune_for(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
+    _keep_freed(graph.num_edges * problem.batch * max(width, problem.dim) * torch.finfo(dtype).bits // 8, device)
     channel = (
         None
         if network is None
@@ -706,15 +706,15 @@ def prepare(problem: Problem, options: RunOptions) -> Prepared:
     return Prepared(options, step, state, book, x_star, order, channel, biased)
 
 
-def _tune_for(nbytes, device):
-    """tune_allocator() once, for a CPU run whose edge state takes nbytes >= MMAP_LIMIT, unless the
+def _keep_freed(nbytes, device):
+    """keep_freed_memory() once, for a CPU run whose edge state takes nbytes >= MMAP_LIMIT, unless the
     environment already chose glibc's settings."""
-    global _tuned
-    if _tuned or nbytes < MMAP_LIMIT or torch.device(device).type != "cpu":
+    global _memory_kept
+    if _memory_kept or nbytes < MMAP_LIMIT or torch.device(device).type != "cpu":
         return
     if not any(name in os.environ for name in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")):
-        tune_allocator()
-    _tuned = True
+        keep_freed_memory()
+    _memory_kept = True
 
 
 def _history_names(history, reference, network):

@@ -20,11 +20,11 @@ from tiny_runs import MODULAR, TINY, TRAIN, forge
 
 import pdmm
 from experiments import memory
+from experiments.checkpoints import load_weights
 from experiments.cli import main
-from experiments.common import UsageError
 from experiments.config import load_config
+from experiments.errors import UsageError
 from experiments.tasks import TASKS, build_task
-from experiments.train import load_weights
 
 CHAR = [  # a char_lm run of a second on the shipped corpus
     "train",

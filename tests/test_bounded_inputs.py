@@ -13,8 +13,8 @@ from numpy.lib import format as npy
 import pdmm
 from experiments import memory
 from experiments.cli import main, out_of_memory
-from experiments.common import UsageError
 from experiments.config import load_config
+from experiments.errors import UsageError
 from experiments.tasks import build_task
 from pdmm.npz import NpzError, check_npz, read_npz
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from experiments.checkpoint_stats import STATS_FILE, run_lambdas, run_probe
-from experiments.common import UsageError
+from experiments.errors import UsageError
 from experiments.runs import Run
 
 LAYERS = [{"phi_ratio": 0.5, "delta_ratio": float("nan")}, {"phi_ratio": 0.25, "delta_ratio": 1.0}]

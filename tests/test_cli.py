@@ -9,7 +9,7 @@ import pytest
 
 import pdmm
 from experiments.cli import COMMANDS, main
-from experiments.common import package_version
+from experiments.errors import package_version
 from pdmm.synthetic import KINDS, make_data, make_problem
 
 

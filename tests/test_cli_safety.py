@@ -13,8 +13,8 @@ import pytest
 from test_plot_report import write_run
 
 from experiments.cli import main
-from experiments.common import UsageError, package_version
 from experiments.config import load_config
+from experiments.errors import UsageError, package_version
 from experiments.results_doc import replace_section, stored_scale
 from experiments.runs import expand, group_runs
 

@@ -17,10 +17,11 @@ from tiny_runs import forge, stub_plots
 
 import experiments.rundir_descriptors as descriptors
 import experiments.train as train_module
+from experiments.checkpoints import has_checkpoint, load_checkpoint
 from experiments.cli import main
 from experiments.config import load_config
 from experiments.runs import TornLine, load_run
-from experiments.train import has_checkpoint, learning_rate, load_checkpoint, train
+from experiments.train import learning_rate, train
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
 TINY = [

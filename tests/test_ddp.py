@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from experiments.checkpoints import has_checkpoint, load_checkpoint
 from experiments.cli import main
-from experiments.common import UsageError
 from experiments.config import load_config
+from experiments.errors import UsageError
 from experiments.runs import load_run
-from experiments.train import has_checkpoint, load_checkpoint, train
+from experiments.train import train
 from experiments.world import World
 
 pytestmark = pytest.mark.skipif(

@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 import pdmm
 import pdmm.distributed
 from experiments import launch
-from experiments.common import UsageError
+from experiments.errors import UsageError
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from extras import needs_extra
 
-from experiments.common import UsageError
+from experiments.errors import UsageError
 from experiments.frames import metrics_frame, summary_frame
 from experiments.runs import read_metrics
 

@@ -11,7 +11,7 @@ from attention import TokenGraph
 from bridge import frontier
 from bridge.comparison import Setting, classical_errors, compiled
 from bridge.consensus import GraphFamily, disagreement_error, sample_instances
-from bridge.pdmm_transformer import prepare
+from bridge.pdmm_transformer import prepare_instances
 
 FAMILY = GraphFamily("random_geometric", 12, 16, 0.5)
 
@@ -49,7 +49,7 @@ def test_fits_keep_the_best_validation_loss_and_move_the_weights():
     model, logs = frontier.one_number_untied(rho, 3, tuning, validation, steps=15, lr=3e-4)
     assert len(logs) == 1 and len(logs[0].validation) >= 2
     features = lambda G, a: bridge.pdmm_features(G, a, rho)  # noqa: E731
-    held = prepare(model, [(G, a) for G, a, _ in validation], features)
+    held = prepare_instances(model, [(G, a) for G, a, _ in validation], features)
     with torch.no_grad():
         kept = float(frontier.log_error_loss(model, held, 3))
         first = float(frontier.log_error_loss(start, held, 3))

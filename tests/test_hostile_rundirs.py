@@ -17,8 +17,8 @@ from tiny_runs import CONFIGS, TINY, TRAIN, fails, forge
 
 import experiments.rundir_descriptors as descriptors
 from experiments.cli import main, out_of_memory
-from experiments.common import UsageError
 from experiments.compare_seeds import check_seed_file, saved_seed
+from experiments.errors import UsageError
 from experiments.grid import run_name
 from experiments.results_doc import replace_section
 from experiments.rundir import MARKER

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from experiments.cli import main
-from experiments.common import UsageError
 from experiments.config import TABLES, builtin_configs, load_config
+from experiments.errors import UsageError
 from experiments.memory import check_memory
 
 KEYS = [f"{table}.{name}" for table, cls in TABLES.items() if table != "task" for name in cls.__dataclass_fields__]

@@ -87,7 +87,7 @@ def test_replace_section_keeps_other_sections(tmp_path):
 def test_replace_section_refuses_a_lone_marker(tmp_path):
     import pytest
 
-    from experiments.common import UsageError
+    from experiments.errors import UsageError
 
     path = tmp_path / "R.md"
     path.write_text("<!-- begin a -->\nhalf a section\n")

@@ -15,7 +15,7 @@ import pdmm
 from bridge import UnrolledPDMM
 from bridge.statistics import paired_interval
 from experiments.cli import main
-from experiments.common import package_version
+from experiments.errors import package_version
 from experiments.network_sweep import network_sweep
 from pdmm import draws as keyed
 from pdmm.methods import ADMM, PDMM

@@ -24,8 +24,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from experiments.cli import HelpFormatter, main
-from experiments.common import UsageError, package_version
 from experiments.config import CONFIG_DIR, builtin_configs, config_path, load_config
+from experiments.errors import UsageError, package_version
 from experiments.tasks.char_lm import DATA_DIR, read_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

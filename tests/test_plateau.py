@@ -18,11 +18,12 @@ from test_crash_safety import Crash, Faults  # the same simulated kills at the r
 from tiny_runs import stub_plots
 
 from bridge.fitting import FitLog, adam_keep_best, plateau
+from experiments.checkpoints import best_weights, has_checkpoint, load_checkpoint
 from experiments.cli import main
 from experiments.config import load_config
 from experiments.plots import plot_training
 from experiments.runs import load_run
-from experiments.train import best_weights, has_checkpoint, load_checkpoint, train
+from experiments.train import train
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "modular97.toml")
 TINY = [

@@ -11,8 +11,8 @@ from extras import needs_extra
 from attention import RESIDUALS, AttentionConfig, MultiHeadAttention, TokenGraph
 from bridge.probe import STATISTICS, layer_statistics, output_projection
 from experiments.cli import main
-from experiments.common import package_version
 from experiments.config import load_config
+from experiments.errors import package_version
 from experiments.train import train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"

@@ -15,8 +15,8 @@ from attention import AttentionConfig, TokenGraph, ViT
 from bridge.statistics import holm, paired_test
 from experiments.claims import comparison_tests, first_step, verdict
 from experiments.cli import main
-from experiments.common import UsageError
 from experiments.config import load_config, load_plan, toml_value
+from experiments.errors import UsageError
 from experiments.repro_report import summary_lines, threshold_table, verdict_lines, wall_lines
 from experiments.runs import Run, group_runs
 from experiments.train import train

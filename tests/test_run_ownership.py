@@ -22,12 +22,13 @@ from tiny_runs import MODULAR, TINY, TRAIN, fails, relink_after_step, stub_plots
 
 import experiments.rundir as rundir
 import experiments.train as train_module
+from experiments.checkpoints import load_checkpoint
 from experiments.cli import main
-from experiments.common import UsageError
 from experiments.config import load_config
+from experiments.errors import UsageError
 from experiments.rundir import LOCK, MARKER
 from experiments.runs import read_metrics
-from experiments.train import load_checkpoint, train
+from experiments.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = [sys.executable, "-m", "experiments"]

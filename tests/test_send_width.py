@@ -9,8 +9,8 @@ import torch
 
 from attention import KERNELS, RESIDUALS, AttentionConfig, GraphTransformer, MultiHeadAttention, TokenGraph
 from attention.mha import SignalMemory
-from experiments.common import UsageError
 from experiments.config import load_config
+from experiments.errors import UsageError
 from experiments.tasks import build_task
 
 B, T, C = 2, 8, 16

@@ -11,11 +11,12 @@ import pytest
 import torch
 from extras import needs_extra
 
+from experiments.checkpoints import load_weights
 from experiments.cli import main
-from experiments.common import UsageError
 from experiments.config import RunConfig, from_tables, load_config, to_toml
+from experiments.errors import UsageError
 from experiments.tasks import TASKS, build_task
-from experiments.train import learning_rate, load_weights, train
+from experiments.train import learning_rate, train
 
 CORPUS = "builtin:tinyshakespeare"  # the corpus shipped in experiments/data
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"

@@ -15,12 +15,13 @@ import torch
 from tiny_runs import forge
 
 import pdmm
+from experiments.checkpoints import CHECKPOINT, best_weights, load_checkpoint
 from experiments.cli import main
-from experiments.common import UsageError
 from experiments.config import load_config, to_tables
+from experiments.errors import UsageError
 from experiments.grid import run_name
 from experiments.runs import sweep_runs
-from experiments.train import CHECKPOINT, best_weights, load_checkpoint, train
+from experiments.train import train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
 TINY = [

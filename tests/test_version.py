@@ -11,8 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from experiments.common import package_version
 from experiments.config import load_config
+from experiments.errors import package_version
 from experiments.train import train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """The task registry: name -> Task class. Other packages add theirs with `register`."""
 
-from ..common import UsageError
+from ..errors import UsageError
 from ..memory import check_memory
 from .base import Task
 from .char_lm import CharLM

@@ -5,8 +5,8 @@ from typing import Any
 
 import torch
 
-from ..common import UsageError
 from ..config import checked
+from ..errors import UsageError
 
 
 class Task:

@@ -13,8 +13,8 @@ import torch
 
 import attention
 
-from ..common import UsageError
 from ..config import attention_config
+from ..errors import UsageError
 from .base import Task
 
 BUILTIN = "builtin:"

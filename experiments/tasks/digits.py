@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 import attention
 
-from ..common import UsageError
 from ..config import attention_config
+from ..errors import UsageError
 from .base import Task, classification_metrics, sample_rows
 
 

@@ -17,8 +17,8 @@ import torch
 import attention
 from bridge.consensus import GraphFamily, disagreement_error, node_features, sample_values
 
-from ..common import UsageError
 from ..config import attention_config
+from ..errors import UsageError
 from .base import Task
 
 GRAPH_OVERHEAD = 4096  # bytes of Python objects around each held-out graph's tensors

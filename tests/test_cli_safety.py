@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_plot_report import write_run
+from fake_runs import write_run
 
 from experiments.cli import main
 from experiments.config import load_config

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_runs import forge, stub_plots
+from tiny_runs import Crash, Faults, forge, stub_plots
 
 import experiments.rundir_descriptors as descriptors
 import experiments.train as train_module
@@ -38,33 +38,6 @@ TINY = [
 ARGV = ["train", CONFIG, *[f"--set={s}" for s in TINY], "--no-progress"]
 PYTHON = [sys.executable, "-m", "experiments"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-class Crash(BaseException):
-    """A simulated kill: no handler in the code under test catches it (only `finally` blocks run)."""
-
-
-class Faults:
-    """Counts a run's write points (os.replace, os.fsync, metrics rows) and kills the run at the `at`-th.
-
-    A kill at a rename or fsync happens just before it; a kill at a metrics row leaves half the row on disk."""
-
-    def __init__(self, monkeypatch, at=None):
-        self.calls, self.at = 0, at
-        replace, fsync, write_row = os.replace, os.fsync, train_module.write_row
-        monkeypatch.setattr(os, "replace", lambda *args, **kwargs: self.point(replace, *args, **kwargs))
-        monkeypatch.setattr(os, "fsync", lambda fd: self.point(fsync, fd))
-        monkeypatch.setattr(train_module, "write_row", lambda file, row: self.point(write_row, file, row))
-
-    def point(self, real, *args, **kwargs):
-        self.calls += 1
-        if self.calls == self.at:
-            if real.__name__ == "write_row":
-                file, row = args
-                file.write(json.dumps(row)[:20])  # a torn line, as SIGKILL mid-write leaves
-                file.flush()
-            raise Crash(f"killed at write point {self.at}")
-        return real(*args, **kwargs)
 
 
 quick_plots = pytest.fixture(autouse=True)(stub_plots)

@@ -154,3 +154,21 @@ def test_the_import_check_catches_a_name_borrowed_from_a_module_that_imports_it(
         "experiments/tasks/base.py:1: UsageError from experiments.common",
         "tests/test_x.py:7: UsageError from experiments.common",
     ]
+
+
+def test_modules_imported_from_tests_are_helper_modules():
+    """A test module imports no other test module (a test_*.py that moves a name then breaks collection
+    elsewhere): what tests share lives in helper modules beside them (tests/tiny_runs.py, *_reference.py, ...)."""
+    tests = sorted((ROOT / "tests").glob("*.py"))
+    local = {path.stem for path in tests}
+    found = [
+        f"{path.name}:{node.lineno}: {name}"
+        for path in tests
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for name in (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])]
+        )
+        if isinstance(node, ast.Import | ast.ImportFrom) and name in local and name.startswith("test_")
+    ]
+    assert len(local) > 50 and {"tiny_runs", "test_names"} <= local
+    assert found == []

@@ -8,8 +8,8 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
+from pdmm_loop_reference import loop_pdmm_z
 from scipy.stats import binomtest, kstest
-from test_loop_reference import loop_pdmm_z
 
 import pdmm
 from bridge import UnrolledPDMM

@@ -14,8 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_crash_safety import Crash, Faults  # the same simulated kills at the run's write points
-from tiny_runs import stub_plots
+from tiny_runs import Crash, Faults, stub_plots  # Crash, Faults: the same simulated kills at the run's write points
 
 from bridge.fitting import FitLog, adam_keep_best, plateau
 from experiments.checkpoints import best_weights, has_checkpoint, load_checkpoint

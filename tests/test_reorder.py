@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from test_inequality import mixed_constraints
+from inequality_problems import mixed_constraints
 
 import pdmm
 from pdmm.edge_index import LOCAL_ENOUGH, CompiledGraph, locality_order

@@ -36,7 +36,7 @@ def test_layers_equal_pdmm_solve_iterate_by_iterate(kind, topology, params, meth
 @pytest.mark.parametrize("consensus,start", [(False, False), (True, False), (True, True)])
 def test_per_layer_rho_equals_lambda_form_pdmm_with_rho_k_in_iteration_k(consensus, start):
     """Changing rho between layers keeps the multipliers: the lambda-form loop with rho_k per iteration."""
-    from test_loop_reference import loop_pdmm_lambda, setup
+    from pdmm_loop_reference import loop_pdmm_lambda, setup
 
     G, P, q, edges = setup(seed=2, consensus=consensus)
     x0 = np.random.default_rng(1).normal(size=q.shape) if start else np.zeros_like(q)

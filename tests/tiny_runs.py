@@ -1,11 +1,12 @@
-"""What the run-directory tests share: a modular training run of about a second (checkpoints at steps 2 and 4);
-`fails`, which runs the command line expecting one error line; `relink_after_step`, which moves a run's
-directory mid-run and links its name elsewhere; `forge`, which records a crafted file in a run's
-marker as a hostile sender can (the marker is plain JSON); and `stub_plots`, which makes a run's curves.png a
-stub file."""
+"""What the run-directory tests share: `Crash` and `Faults`, simulated kills at a run's write points; a modular
+training run of about a second (checkpoints at steps 2 and 4); `fails`, which runs the command line expecting one
+error line; `relink_after_step`, which moves a run's directory mid-run and links its name elsewhere; `forge`, which
+records a crafted file in a run's marker as a hostile sender can (the marker is plain JSON); and `stub_plots`,
+which makes a run's curves.png a stub file."""
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,30 @@ def relink_after_step(monkeypatch, out: Path, moved: Path, elsewhere: Path, step
             out.symlink_to(elsewhere, target_is_directory=True)
 
     monkeypatch.setattr(train_module, "write_row", relink)
+
+
+class Crash(BaseException):
+    """A simulated kill: no handler in the code under test catches it (only `finally` blocks run)."""
+
+
+class Faults:
+    """Counts a run's write points (os.replace, os.fsync, metrics rows) and kills the run at the `at`-th.
+
+    A kill at a rename or fsync happens just before it; a kill at a metrics row leaves half the row on disk."""
+
+    def __init__(self, monkeypatch, at=None):
+        self.calls, self.at = 0, at
+        replace, fsync, write_row = os.replace, os.fsync, train_module.write_row
+        monkeypatch.setattr(os, "replace", lambda *args, **kwargs: self.point(replace, *args, **kwargs))
+        monkeypatch.setattr(os, "fsync", lambda fd: self.point(fsync, fd))
+        monkeypatch.setattr(train_module, "write_row", lambda file, row: self.point(write_row, file, row))
+
+    def point(self, real, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            if real.__name__ == "write_row":
+                file, row = args
+                file.write(json.dumps(row)[:20])  # a torn line, as SIGKILL mid-write leaves
+                file.flush()
+            raise Crash(f"killed at write point {self.at}")
+        return real(*args, **kwargs)

@@ -33,13 +33,32 @@ LOCAL_WORLD_SIZE; OMP_NUM_THREADS 1 unless set), and waits for them:
 
 Started by hand under torchrun (no report directory) a process prints its failure itself: bad input and
 Ctrl-C by local process 0 only (every process finds the same), a runtime failure by each process that has
-one; torchrun then adds its own report and exits 1.
+one; torchrun then adds its own report and exits 1. A task of a Slurm job step (srun) takes torch's variables
+from Slurm's (slurm_environment) and is otherwise a process torchrun started (docs/guide/distributed.md).
+
+Why subprocess.Popen and not torch.distributed.elastic.multiprocessing.start_processes (torchrun's engine, torch
+2.13), checked against the guarantees above:
+    - start_processes calls PContext.start(), which installs in the main thread its own handler for SIGINT,
+      SIGTERM, SIGHUP and SIGQUIT (unless TORCHELASTIC_SIGNALS_TO_HANDLE says otherwise), one that raises
+      SignalException, and never puts the previous ones back: the launcher's Ctrl-C (SIGINT passed once to
+      every process, then the job's outcome) and SIGTERM (passed on, then the launcher ends by it) would be
+      replaced by an exception in the launcher.
+    - PContext.wait() closes the job as soon as one process exits non-zero: SIGTERM to every other process at
+      once, SIGKILL 30 s later. A process that ends 130 after writing what an interrupted run did, or 2 for bad
+      input, would have the others killed by SIGTERM before they end or write their report, so the one line
+      would become "killed by signal SIGTERM", and the GRACE / QUICK policy (`_wait`) could not be kept.
+      Keeping it means never calling wait(), and reading each rank's exit from its private
+      `subprocess_handlers[rank].proc`: Popen with extra steps.
+What it would bring is here already: env:// variables, one process group per process (start_processes starts a
+session per process), and log redirection, which the command does not want (each process writes to the
+terminal; failures go through REPORTS). So the processes are started with Popen below.
 """
 
 import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -47,6 +66,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import memory
@@ -60,6 +80,12 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 ENDING = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
 PROCESS_BYTES = 600 * 2**20  # memory one process of a job needs before its problem: Python, torch, cvxpy (~0.4 GB)
 _armed = []  # die_with_parent has run in this process
+TORCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+SLURM_PORT = 20000  # MASTER_PORT of a Slurm job step: SLURM_PORT + its job id modulo SLURM_PORT, unless set
+_NUMBER = r"[0-9]+"
+_RANGES = rf"\[{_NUMBER}(?:-{_NUMBER})?(?:,{_NUMBER}(?:-{_NUMBER})?)*\]"
+_HOST = rf"(?:[^\[\],\s]+|{_RANGES})+"  # one item of a Slurm host list: "gpu[01-04,07]", "cpu3", "r[1-2]-n[1-8]"
+_COUNTS = r"([0-9]+)(?:\(x([0-9]+)\))?"  # one item of SLURM_TASKS_PER_NODE: "2" or "2(x3)" (3 nodes of 2)
 
 
 def check(nproc, available=None):
@@ -353,3 +379,101 @@ def _watch(parent):
     while os.getppid() == parent:
         time.sleep(0.5)
     os._exit(1)
+
+
+def slurm_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """torch's env:// variables for one task of a Slurm job step (`srun`), from Slurm's own (docs/guide/
+    distributed.md, "Slurm").
+
+    RANK = SLURM_PROCID, WORLD_SIZE = SLURM_NTASKS, LOCAL_RANK = SLURM_LOCALID, LOCAL_WORLD_SIZE =
+    SLURM_NTASKS_PER_NODE or this node's count in SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE ("2(x3),1":
+    three nodes of 2 tasks, then one of 1; this node is SLURM_NODEID), MASTER_ADDR = the first host of
+    SLURM_STEP_NODELIST / SLURM_JOB_NODELIST / SLURM_NODELIST ("gpu[01-04,07],cpu3" -> "gpu01", where task 0 runs
+    under srun's block distribution), MASTER_PORT = 20000 + SLURM_JOB_ID % 20000. Every one of the six already in
+    `environ` is kept as it is (and its Slurm source not read, but for RANK and WORLD_SIZE, which are always
+    read). A pure function: `environ` is only read.
+
+    Parameters
+    ----------
+    environ : Mapping[str, str]
+        The process's environment (os.environ).
+
+    Returns
+    -------
+    dict
+        The six variables of TORCH_VARIABLES.
+
+    Raises
+    ------
+    UsageError
+        Naming the Slurm variable that is missing or cannot be read, and its value.
+    """
+    given = {name: environ[name] for name in TORCH_VARIABLES if name in environ}
+    rank, tasks = _count(environ, "SLURM_PROCID"), _count(environ, "SLURM_NTASKS", least=1)
+    if rank >= tasks:
+        raise UsageError(f"SLURM_PROCID={rank} is not below SLURM_NTASKS={tasks}")
+    mapped = {"RANK": str(rank), "WORLD_SIZE": str(tasks)}
+    if "LOCAL_RANK" not in given:
+        mapped["LOCAL_RANK"] = str(_count(environ, "SLURM_LOCALID"))
+    if "LOCAL_WORLD_SIZE" not in given:
+        mapped["LOCAL_WORLD_SIZE"] = str(_tasks_here(environ))
+    if "MASTER_ADDR" not in given:
+        mapped["MASTER_ADDR"] = _first_host(environ)
+    if "MASTER_PORT" not in given:
+        mapped["MASTER_PORT"] = str(SLURM_PORT + _count(environ, "SLURM_JOB_ID") % SLURM_PORT)
+    return {**mapped, **given}
+
+
+def slurm_task(environ: Mapping[str, str]) -> bool:
+    """Whether this process is one task of a Slurm job step of several (srun) that no launcher has given torch's
+    variables: SLURM_PROCID set, SLURM_NTASKS not "1", RANK not set. `--nproc` inside a one-task allocation, and
+    torchrun under srun, are not."""
+    return "SLURM_PROCID" in environ and environ.get("SLURM_NTASKS", "1") != "1" and "RANK" not in environ
+
+
+def _variable(environ, name):
+    """The value of Slurm variable `name`; UsageError where it is not set."""
+    if name not in environ:
+        raise UsageError(f"{name} is not set; run the command as a task of `srun` (docs/guide/distributed.md)")
+    return environ[name]
+
+
+def _count(environ, name, least=0):
+    """Slurm variable `name` as an int >= least; UsageError naming it and its value otherwise."""
+    value = _variable(environ, name)
+    if not re.fullmatch(_NUMBER, value.strip()) or int(value) < least:
+        raise UsageError(f"{name}={value!r} is not a whole number >= {least}")
+    return int(value)
+
+
+def _tasks_here(environ):
+    """This node's number of tasks: SLURM_NTASKS_PER_NODE, else its entry of the step's (or job's) tasks per node."""
+    if "SLURM_NTASKS_PER_NODE" in environ:
+        return _count(environ, "SLURM_NTASKS_PER_NODE", least=1)
+    name = next((n for n in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if n in environ), None)
+    if name is None:
+        raise UsageError("neither SLURM_NTASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set; set LOCAL_WORLD_SIZE")
+    value = environ[name]
+    items = value.split(",")
+    parsed = [re.fullmatch(_COUNTS, item.strip()) for item in items]
+    if not all(parsed) or any(int(m[1]) < 1 or m[2] is not None and int(m[2]) < 1 for m in parsed if m):
+        raise UsageError(f"{name}={value!r} is not a list of task counts such as '2(x3),1'")
+    counts = [int(m[1]) for m in parsed if m for _ in range(int(m[2] or 1))]
+    node = _count(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
+    if node >= len(counts):
+        raise UsageError(f"SLURM_NODEID={node} has no entry in {name}={value!r}")
+    return counts[node]
+
+
+def _first_host(environ):
+    """The first host of the step's (or job's) node list: "gpu[01-04,07],cpu3" -> "gpu01"."""
+    names = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    name = next((n for n in names if n in environ), None)
+    if name is None:
+        raise UsageError("SLURM_JOB_NODELIST is not set; set MASTER_ADDR to the host of task 0")
+    value = environ[name]
+    if not re.fullmatch(rf"{_HOST}(?:,{_HOST})*", value):
+        raise UsageError(f"{name}={value!r} is not a Slurm host list such as 'gpu[01-04,07],cpu3'")
+    first = re.match(_HOST, value)
+    assert first is not None  # the whole value matched
+    return re.sub(r"\[([0-9]+)[^\]]*\]", r"\1", first[0])

@@ -47,7 +47,9 @@ P copies of the same command as one job (experiments/launch.py, torchrun's env:/
 process builds the same graph and data from --seed, and process 0 writes the outputs. Ctrl-C stops
 every process at the same iteration and process 0 writes what ran, as one process does; a failure
 prints one line for the job (exit 2 for bad input, 1 for a runtime failure); the processes die with
-the launcher (kill -9 of it ends them at once).
+the launcher (kill -9 of it ends them at once). Started by torchrun (one machine or several, c10d rendezvous) or as
+the tasks of a Slurm job step (`srun`, Slurm's variables taken for torch's), each process is one of such a job
+without --nproc (docs/guide/distributed.md, "Launching a solve job").
 """
 
 import argparse
@@ -98,7 +100,9 @@ def run(args):
 def _run(args):
     from . import launch, solve_job, solve_outputs, solve_runs
 
-    if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process torchrun started
+    if launch.slurm_task(os.environ):  # a task of srun: torch's env:// variables from Slurm's, before any rendezvous
+        os.environ.update(launch.slurm_environment(os.environ))
+    if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process torchrun or srun started
         args.nproc = int(os.environ["WORLD_SIZE"])
     specs = args.compare or [args.method]
     params = solve_runs.method_params(args, specs)
@@ -106,7 +110,7 @@ def _run(args):
     network = solve_runs.network_of(args)
     G = solve_runs.graph_of(args)
     problem = solve_runs.problem_of(args, G)
-    solve_runs.check_methods(problem, specs, params, args, network)
+    plans = solve_runs.check_methods(problem, specs, params, args, network)  # each run's method built once, here
     rank = solve_job.rank(args)
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
         launch.check(args.nproc)
@@ -124,8 +128,9 @@ def _run(args):
     except KeyboardInterrupt:
         print("pdmm-bridge solve: interrupted (Ctrl-C) while tuning; no results written", file=sys.stderr)
         return 130
+    plans = {label: plan for label, plan in plans.items() if label not in tunings}  # tuned: planned again
     specs, params, tunings = solve_runs.with_tuned_values(specs, params, tunings)
-    results, failures, interrupted = solve_runs.solve_all(problem, specs, params, x_star, args, network)
+    results, failures, interrupted = solve_runs.solve_all(problem, specs, params, x_star, args, network, plans)
     if rank:  # process 0 writes and reports
         return 130 if interrupted else 1 if failures else 0
 

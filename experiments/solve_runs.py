@@ -78,8 +78,11 @@ def solve_all(
     x_star: np.ndarray | None,
     args: argparse.Namespace,
     network: pdmm.Network | None,
+    plans: dict[str, pdmm.Plan],
 ) -> tuple[dict[str, Any], dict[str, str], str | None]:
-    """Solve the problem with every run in turn (pdmm.solve; docs/guide/solve.md).
+    """Solve the problem with every run in turn: the plan check_methods built for it, given the reference
+    (pdmm.Plan.with_reference), or for a run without one (tuned, or of a --nproc job) a plan made here (plan_run);
+    docs/guide/solve.md, "Plan and run".
 
     Every run records every iteration: residual, objective, error (with a reference), messages and bits (and
     the privacy measures under --privacy). The runs after an interrupted one are not started.
@@ -98,6 +101,8 @@ def solve_all(
         The solve command's arguments (iters, tol, device, dtype, nproc, no_progress).
     network : pdmm.Network or None
         The simulated network, None for the ideal one.
+    plans : dict
+        {label: pdmm.Plan} of the runs check_methods planned with these settings (each is run once, then dropped).
 
     Returns
     -------
@@ -111,34 +116,15 @@ def solve_all(
     Raises
     ------
     UsageError
-        When pdmm.solve refuses a run's input (a ValueError), naming the run.
+        When pdmm refuses a run's input (a ValueError), naming the run.
     """
     results, failures = {}, {}
-    history = ["residual", "objective", "messages", "bits"]
-    if x_star is not None:
-        history.append("error")
-    if network is not None and network.privacy is not None:
-        history += ["privacy_x", "privacy_messages"]
     for label, method, _ in specs:
         try:
             with warnings.catch_warnings():  # the summary line says "not converged" or "stalled" itself
                 warnings.simplefilter("ignore", pdmm.ConvergenceWarning)
-                results[label] = pdmm.solve(
-                    problem,
-                    method=method,
-                    max_iter=args.iters,
-                    tol=args.tol,
-                    reference=x_star,
-                    device=args.device,
-                    dtype=DTYPES[args.dtype],
-                    progress=not args.no_progress and not solve_job.rank(args),
-                    network=network,
-                    history=history,
-                    record_every=1,
-                    backend="distributed" if args.nproc > 1 else "local",
-                    on_divergence="return",
-                    **params[label],
-                )
+                run = plans.pop(label) if label in plans else plan_run(problem, method, params[label], args, network)
+                results[label] = (run if x_star is None else run.with_reference(x_star)).run()
         except ValueError as err:  # what check_methods did not foresee: still one line, bad input
             raise UsageError(f"{label}: {err}") from None
         except KeyboardInterrupt:  # before its first iteration
@@ -148,6 +134,60 @@ def solve_all(
         if results[label].interrupted:
             return results, failures, label
     return results, failures, None
+
+
+def plan_run(
+    problem: pdmm.Problem,
+    method: str,
+    params: dict[str, Any],
+    args: argparse.Namespace,
+    network: pdmm.Network | None,
+) -> pdmm.Plan:
+    """One run as solve_all runs it, planned (pdmm.plan, which builds its method on the local backend): every
+    iteration recorded (residual, objective, messages, bits, and the privacy measures under --privacy; the error
+    comes with the reference, Plan.with_reference), --iters, --tol, --device, --dtype, a divergence returned, the
+    partitioned engine for --nproc.
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The problem.
+    method : str
+        The run's method.
+    params : dict
+        The run's parameters.
+    args : argparse.Namespace
+        The solve command's arguments (iters, tol, device, dtype, nproc, no_progress).
+    network : pdmm.Network or None
+        The simulated network.
+
+    Returns
+    -------
+    pdmm.Plan
+
+    Raises
+    ------
+    ValueError, TypeError
+        As pdmm.plan raises them.
+    """
+    history = ["residual", "objective", "messages", "bits"]
+    if network is not None and network.privacy is not None:
+        history += ["privacy_x", "privacy_messages"]
+    return pdmm.plan(
+        problem,
+        method=method,
+        max_iter=args.iters,
+        tol=args.tol,
+        device=args.device,
+        dtype=DTYPES[args.dtype],
+        progress=not args.no_progress and not solve_job.rank(args),
+        network=network,
+        history=history,
+        record_every=1,
+        backend="distributed" if args.nproc > 1 else "local",
+        on_divergence="return",
+        **params,
+    )
 
 
 def method_params(args: argparse.Namespace, specs: Sequence[Spec]) -> dict[str, dict[str, Any]]:
@@ -360,10 +400,13 @@ def check_methods(
     params: dict[str, dict[str, Any]],
     args: argparse.Namespace,
     network: pdmm.Network | None,
-) -> None:
+) -> dict[str, pdmm.Plan]:
     """Check each run once with pdmm.plan (which builds its method), so that whatever pdmm.solve would refuse is an
-    error before anything is written (docs/guide/solve.md, "Plan and run"); with
-    --nproc, also check what the partitioned engine does not implement.
+    error before anything is written (docs/guide/solve.md, "Plan and run"). In one process each run is planned as
+    it runs (plan_run) and its plan returned, for solve_all to run: the method is built once per run, and the runs'
+    built methods are held together until they run. With --nproc, each method is built whole here, in the graph's
+    own order and the edge form (the partitioned engine builds each rank's part when it runs), and what that engine
+    does not implement is refused; no plan is returned.
 
     Parameters
     ----------
@@ -374,9 +417,14 @@ def check_methods(
     params : dict
         {label: the run's parameters}.
     args : argparse.Namespace
-        The solve command's arguments (device, dtype, problem, data, nproc).
+        The solve command's arguments (iters, tol, device, dtype, problem, data, nproc, no_progress).
     network : pdmm.Network or None
         The simulated network.
+
+    Returns
+    -------
+    dict
+        {label: pdmm.Plan} in one process, empty with --nproc.
 
     Raises
     ------
@@ -388,13 +436,17 @@ def check_methods(
         problem_scale(problem, dtype)
     except ValueError as err:
         raise UsageError(f"{args.problem} from {args.data or 'synthetic data'}: {err}") from None
+    plans = {}
     for label, method, _ in specs:
         capabilities = pdmm.METHODS[method].capabilities
         if network is not None and network.privacy is not None and capabilities.rho and not capabilities.privacy:
             raise UsageError(
                 f"{label}: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for {method}"
             )
-        try:  # pdmm.plan's checks, the method built as its run builds it (in the graph's own order, edge form)
+        try:
+            if args.nproc == 1:
+                plans[label] = plan_run(problem, method, params[label], args, network)
+                continue
             pdmm.plan(
                 problem,
                 method=method,
@@ -405,13 +457,13 @@ def check_methods(
                 form="edges",
                 **params[label],
             )
-            if args.nproc > 1:
-                values = {key: value for key, value in params[label].items() if key != "rho"}
-                pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
+            values = {key: value for key, value in params[label].items() if key != "rho"}
+            pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
         except (ValueError, TypeError) as err:
             raise UsageError(f"{label}: {err}") from None
     if args.nproc > problem.n:
         raise UsageError(f"--nproc {args.nproc} is more than the graph's {problem.n} nodes")
+    return plans
 
 
 def graph_of(args: argparse.Namespace) -> Any:

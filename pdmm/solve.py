@@ -460,6 +460,56 @@ class Plan:
                 raise
             return err.result
 
+    def with_reference(self, reference: Any) -> "Plan":
+        """The same run, measuring history["error"] against `reference`, without building its method again: for a
+        reference known only after the run was checked (the solve command checks its runs, then solves cvxpy's x*;
+        docs/guide/solve.md, "Plan and run").
+
+        The new plan records the history of this one and "error"; its run() returns what pdmm.plan with the same
+        arguments and `reference` (history with "error") returns, bit for bit. It takes over the method this plan
+        built, state and step as they are, with its bookkeeping made afresh; this plan, if run, builds its own.
+
+        Parameters
+        ----------
+        reference : str or array_like
+            "cvxpy" or an array x*, as pdmm.solve's `reference`.
+
+        Returns
+        -------
+        Plan
+            The plan with the reference.
+
+        Raises
+        ------
+        ValueError
+            For a reference that is not "cvxpy" nor shaped like x (local backend; the distributed one checks it
+            when the plan runs).
+        """
+        names = {*(self.options.recording.history or ()), "error"}  # resolved by pdmm.plan: a tuple of names
+        recording = replace(
+            self.options.recording, reference=reference, history=tuple(name for name in HISTORY if name in names)
+        )
+        options = replace(self.options, recording=recording)
+        ready = [self._referenced(self.ready.pop(), options)] if self.ready else []
+        return replace(self, options=options, ready=ready)
+
+    def _referenced(self, run: "Prepared", options: RunOptions) -> "Prepared":
+        """The prepared run with options' reference point (in the run's node order) and bookkeeping made for it."""
+        x_star = _renumbered(reference_point(self.problem, options), run.order)
+        old = run.book
+        book = Bookkeeping(
+            options,
+            local=old.local,
+            edges=old.edges,
+            per_round=old.per_round,
+            channel=old.channel,
+            x_star=x_star,
+            private=old.private,
+            silent=old.silent,
+            certificate=old.certificate,
+        )
+        return replace(run, options=options, book=book, x_star=x_star)
+
 
 def checked_options(
     problem: Problem,

@@ -111,6 +111,7 @@ def test_a_huge_batch_fails_in_one_line_with_exit_1(tmp_path, capsys, monkeypatc
         )
 
     monkeypatch.setattr(pdmm, "solve", refuse)
+    monkeypatch.setattr(pdmm.Plan, "run", refuse)  # the command runs the plans its checks built
     with pytest.raises(SystemExit) as caught:
         main(["solve", "--no-progress", "--nodes", "10", "--reference", "none", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err

@@ -406,8 +406,7 @@ def check_methods(
                 **params[label],
             )
             if args.nproc > 1:
-                values = {key: value for key, value in params[label].items() if key != "rho"}
-                pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
+                pdmm.distributed.check_supported(problem, method, args.device, network, False)
         except (ValueError, TypeError) as err:
             raise UsageError(f"{label}: {err}") from None
     if args.nproc > problem.n:

@@ -67,7 +67,8 @@ def worker(rank, world, port, edges, degree, d, batch, queue):
             elapsed[iterations] = min(elapsed[iterations], time.perf_counter() - start)
     compiled = pdmm.CompiledGraph.from_graph(graph)
     owner = pdmm.distributed.partition(compiled, world)
-    part, _ = pdmm.distributed.local_part(compiled, owner, rank, torch.float64)
+    collectives = pdmm.distributed.GroupCollectives(None, world)
+    part, _ = pdmm.distributed.local_part(compiled, owner, rank, world, collectives)
     v = torch.randn(part.num_edges, batch, d, dtype=torch.float64)
     swap = {K1: math.inf, K2: math.inf}
     for _ in range(TRIES):

@@ -457,8 +457,7 @@ def check_methods(
                 form="edges",
                 **params[label],
             )
-            values = {key: value for key, value in params[label].items() if key != "rho"}
-            pdmm.distributed.check_supported(problem, method, args.device, network, False, values)
+            pdmm.distributed.check_supported(problem, method, args.device, network, False)
         except (ValueError, TypeError) as err:
             raise UsageError(f"{label}: {err}") from None
     if args.nproc > problem.n:

@@ -11,8 +11,10 @@ lambda_min(W): half of the method's step bound (docs/decentralised.md section 6)
 computed once per run (pdmm.spectral_interval) and refused unless -1 < lambda_min(W) and
 lambda_2(W) < 1 (section 1).
 
-No penalty parameter (their Capabilities, pdmm.protocol); pdmm.plan refuses rho, backend="distributed", network
-privacy and wake="one" for them (pdmm.methods.check_mixing_options), and accepts x0. Over a simulated network
+No penalty parameter (their Capabilities, pdmm.protocol); pdmm.plan refuses rho, network privacy and wake="one" for
+them (pdmm.methods.check_mixing_options), and accepts x0. On a rank's part of the graph (backend="distributed",
+pdmm.halo.PartGraph) W is the whole graph's, multiplied by the rank's rows, its spectrum computed by rank 0 and
+max_i L_i taken over every rank (docs/guide/distributed.md, "What runs on the engine"). Over a simulated network
 (`channel`, a pdmm.network.Channel) every product with W becomes one with the round's W^k
 (section 9): a node's lost message is replaced by the receiver's own value, quantised messages are
 what the neighbours use, and a sleeping node sends nothing and keeps its whole state.
@@ -30,8 +32,9 @@ import torch
 
 from .constraints import Consensus
 from .edge_index import CompiledGraph
+from .halo import largest
 from .local import LocalFunction
-from .mixing import MixingProduct, as_mixing, spectral_interval
+from .mixing import as_mixing, mixing_product, run_interval
 from .network import ONE, Channel, Network
 from .protocol import STEP, Capabilities
 
@@ -85,9 +88,9 @@ class Decentralised:
             )
         self.smooth_part, self.prox_r = _split(local, self.name, self.proximal)
         self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
-        self.lowest = _lowest_eigenvalue(self.W, self.name)
+        self.lowest = _lowest_eigenvalue(self.W, graph, self.name)
         self.product = NetworkMixing(self.W, graph, channel)
-        self.alpha = _step_size(alpha, self.default_alpha, self.smooth_part, local.shape[1], graph.sign)
+        self.alpha = _step_size(alpha, self.default_alpha, self.smooth_part, local.shape[1], graph)
 
     def default_alpha(self, L):
         """alpha="auto" from L = max_i L_i per instance, (B,) -> (B,)."""
@@ -120,7 +123,7 @@ class NetworkMixing:
     it holds, and counts messages and bits (Channel.exchange)."""
 
     def __init__(self, W: "scipy.sparse.csr_array", graph: CompiledGraph, channel: Channel | None):
-        self.product, self.graph, self.channel = MixingProduct(W, graph.sign), graph, channel
+        self.product, self.graph, self.channel = mixing_product(W, graph), graph, channel
         self.weights = None if channel is None else _edge_weights(W, graph)
 
     def __call__(self, m: torch.Tensor, base: torch.Tensor | None = None, alpha: float = 1.0) -> torch.Tensor:
@@ -335,10 +338,11 @@ def _split(local, name, proximal):
     raise ValueError(f"{name} needs smooth local functions; {type(local).__name__} is not smooth{hint}")
 
 
-def _lowest_eigenvalue(W, name):
-    """lambda_min(W), after refusing a W whose nonzeros do not connect the nodes (spectral_interval), or with
-    lambda_min <= -1 or another eigenvalue >= 1 (up to SPECTRUM_MARGIN): none of the methods converges then."""
-    low, high = spectral_interval(W)
+def _lowest_eigenvalue(W, graph, name):
+    """lambda_min(W), after refusing a W whose nonzeros do not connect the nodes (spectral_interval, on rank 0 for
+    a rank's part: pdmm.mixing.run_interval), or with lambda_min <= -1 or another eigenvalue >= 1 (up to
+    SPECTRUM_MARGIN): none of the methods converges then."""
+    low, high = run_interval(W, graph)
     if low <= -1 + SPECTRUM_MARGIN:
         raise ValueError(
             f"{name} needs the mixing matrix's smallest eigenvalue above -1, got {low:.6g} "
@@ -352,13 +356,15 @@ def _lowest_eigenvalue(W, name):
     return low
 
 
-def _step_size(alpha, rule, smooth, batch, like):
-    """alpha as a (1, B, 1) tensor on the run's device and dtype (those of like): rule(L) for "auto", with
-    L = max_i L_i per instance (at least the dtype's tiny, so that f = 0 gives a finite step), else the number
+def _step_size(alpha, rule, smooth, batch, graph):
+    """alpha as a (1, B, 1) tensor on the run's device and dtype (those of graph.sign): rule(L) for "auto", with
+    L = max_i L_i per instance over every node (every rank's, pdmm.halo.largest, on a part; at least the dtype's
+    tiny, so that f = 0 gives a finite step), else the number
     given (> 0, finite) or one such number per instance, a tensor of B values (a grid of step sizes run as one
     batch, docs/decentralised.md section 8)."""
+    like = graph.sign
     if isinstance(alpha, str) and alpha == "auto":
-        L = smooth.smoothness().amax(0)
+        L = largest(smooth.smoothness().amax(0), graph)
         value = rule(L.clamp(min=torch.finfo(L.dtype).tiny))
     elif isinstance(alpha, numbers.Real) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0:
         value = torch.full((batch,), float(alpha), dtype=like.dtype, device=like.device)

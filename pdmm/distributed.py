@@ -1,12 +1,12 @@
-"""Partitioned PDMM on torch.distributed: `pdmm.solve(problem, backend="distributed")` (docs/theory/pdmm.md
-section 4).
+"""Every method of pdmm.METHODS on torch.distributed: `pdmm.solve(problem, backend="distributed")`
+(docs/guide/distributed.md, "What runs on the engine"; docs/theory/pdmm.md section 4).
 
 Run the same script on P processes, each calling `pdmm.distributed.init_process_group()` and then
 `pdmm.solve(..., backend="distributed")` with the same problem::
 
     # torchrun --standalone --nproc-per-node 4 script.py
     import numpy as np, pdmm, pdmm.distributed
-    pdmm.distributed.init_process_group()            # gloo, env:// from torchrun, 120 s timeout
+    pdmm.distributed.init_process_group()            # gloo (cpu:gloo,cuda:nccl with CUDA), env://, 120 s timeout
     G = pdmm.Graph.random_geometric(1000, seed=0)
     a = np.random.default_rng(0).normal(size=(1000, 3))    # the same data on every rank
     result = pdmm.solve(pdmm.averaging(G, a), backend="distributed")   # the same Result on every rank
@@ -20,11 +20,14 @@ The nodes are split into P parts::
     ownership  rank r holds x_i of its nodes and the directed edges OUT of them, i->j with i its own:
                the edge state z_{i|j} it aggregates, and the message y_{i|j} it computes. Since edges
                are sorted by (src, dst) a rank's edges are its nodes' contiguous blocks, so aggregate,
-               fuse and the messages run unchanged (pdmm.methods.PDMM) on the rank's local graph.
-    exchange   z_{j|i} <- y_{i|j} lives at the owner of j. Once per iteration the messages of the edges
-               that cross the cut are packed per neighbouring rank, in the global order of the edge
-               that receives them, and swapped with one torch.distributed.all_to_all_single (split
-               sizes per rank; gloo supports it on the CPU); the other edges are served locally.
+               fuse and the messages run unchanged (pdmm.methods) on the rank's pdmm.halo.PartGraph; the
+               method is built as on one process (pdmm.solve.build_method).
+    exchange   z_{j|i} <- y_{i|j} lives at the owner of j: once per iteration the messages of the edges
+               that cross the cut are swapped with one torch.distributed.all_to_all_single (pdmm.halo.
+               EdgeSwap: pdmm, qa-pdmm, admm); a product with a mixing matrix W takes its neighbours' rows
+               of x through one all_to_all_single too (pdmm.halo.NodeHalo: gossip, chebyshev, dgd, extra,
+               nids, gradient tracking), each rank multiplying by its rows of W. W's spectrum is computed
+               by rank 0 and broadcast.
     tests      the residual, the change of x, the objective and the error are sums over nodes or edges,
                all-reduced; every rank then takes the same stopping / divergence decision.
     reference  reference="cvxpy" is solved once, by rank 0, and broadcast (shared_reference), the other ranks
@@ -32,9 +35,10 @@ The nodes are split into P parts::
     result     x is all-gathered and reassembled in the original node order: every rank returns the
                same pdmm.Result as the single-process engine (to rounding: sums are taken in another order).
 
-Supported: method="pdmm" (theta=1 or averaged theta in (0, 1)), consensus constraints, quadratic
-local functions (pdmm.averaging, pdmm.least_squares, pdmm.lasso, pdmm.quadratic), batched problems,
-float64/float32 on the CPU; anything else raises ValueError naming it. Every rank checks that all
+Supported: every method, consensus constraints, any local function the method takes, batched
+problems, float64/float32, on the CPU (gloo) or on CUDA (cuda:LOCAL_RANK, NCCL for the iterations'
+collectives, gloo for the set-up's); edge-matrix constraints, network= and compile=True raise
+ValueError naming them. Every rank checks that all
 ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
 iteration. Collectives time out after the timeout given when the process group was initialised:
 `init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes; a collective
@@ -48,10 +52,11 @@ Result so far with result.interrupted = True (status "interrupted"); one after t
 """
 
 import hashlib
+import os
 import signal
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -60,12 +65,10 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .certificate import optimality_certificate
 from .constraints import Consensus
-from .edge_index import CompiledGraph, EdgeList
-from .local import Quadratic
+from .halo import local_part
 from .loop import Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
-from .methods import METHODS, PDMM
+from .methods import METHODS
 
 if TYPE_CHECKING:
     from .loop import Result
@@ -95,11 +98,37 @@ def _collective(op, *args, **kwargs):
         ) from err
 
 
-def init_process_group(backend="gloo", timeout=DEFAULT_TIMEOUT, **kwargs):
-    """torch.distributed.init_process_group with a collective timeout of `timeout` seconds (env:// under torchrun)."""
+def init_process_group(backend: str | None = None, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> None:
+    """torch.distributed.init_process_group with a collective timeout of `timeout` seconds (env:// under torchrun;
+    docs/guide/distributed.md). backend None: "cpu:gloo,cuda:nccl" where CUDA is available, one group whose
+    collectives torch dispatches by the tensors' device (the set-up's on the CPU with gloo, the iterations' on the
+    GPU with NCCL), after making cuda:LOCAL_RANK this process's device; else "gloo". Other keywords go to torch's."""
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if backend is None:
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available() and "nccl" in backend:
+        torch.cuda.set_device(local_rank())
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout), **kwargs)
+
+
+def local_rank() -> int:
+    """This process's rank on its machine: LOCAL_RANK (set by torchrun), 0 where it is not set."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def rank_device(device: Any) -> torch.device:
+    """The device of this rank's part for the engine's `device`: "cuda" (no index) is cuda:LOCAL_RANK, one GPU per
+    process on its machine; a CUDA device with another index is a ValueError; any other device as given."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device
+    if device.index is not None and device.index != local_rank():
+        raise ValueError(
+            f"device={str(device)!r} but this process has LOCAL_RANK={local_rank()}: the distributed engine runs "
+            "each process on its own GPU, cuda:LOCAL_RANK (give device='cuda')"
+        )
+    return torch.device("cuda", local_rank())
 
 
 def partition(graph, parts):
@@ -128,77 +157,6 @@ def blocks(n, parts):
     return np.repeat(np.arange(parts, dtype=np.int64), [len(b) for b in np.array_split(np.arange(n), parts)])
 
 
-@dataclass(frozen=True)
-class PartGraph(CompiledGraph):
-    """A rank's part of a CompiledGraph: its own nodes (local indices 0..n-1, global labels in `nodes`) and the
-    directed edges out of them. dst holds GLOBAL node indices and sign the global one; rev is unused (-1);
-    exchange(v) is the partitioned v[rev], served by `swap`."""
-
-    swap: "Swap | None" = None
-
-    def exchange(self, v):
-        return self.swap(v)
-
-
-class Swap:
-    """v -> v[rev] over the whole graph for a rank's edge tensor v (E_r, ...): local reverses are read in place,
-    the cut edges' values come from the neighbouring ranks through one all_to_all_single."""
-
-    def __init__(self, send, counts, source, group=None):
-        self.send, self.counts, self.source, self.group = send, counts, source, group
-        self.total = sum(counts)
-
-    def __call__(self, v):
-        received = v.new_empty((self.total, *v.shape[1:]))
-        if dist.get_world_size(self.group) > 1:
-            _collective(
-                dist.all_to_all_single,
-                received,
-                v.index_select(0, self.send).contiguous(),
-                self.counts,
-                self.counts,
-                group=self.group,
-            )
-        return torch.cat([v, received]).index_select(0, self.source)
-
-
-def local_part(graph, owner, rank, dtype, group=None):
-    """(PartGraph of rank's nodes and out-edges, own node indices) from the global CompiledGraph and the owners."""
-    src, dst, rev = (t.cpu().numpy() for t in (graph.src, graph.dst, graph.rev))
-    own = np.flatnonzero(owner == rank)
-    local_id = np.full(graph.n, -1, dtype=np.int64)
-    local_id[own] = np.arange(len(own))
-    edges = np.flatnonzero(owner[src] == rank)  # global edge ids, still sorted by (src, dst)
-    edge_id = np.full(len(src), -1, dtype=np.int64)
-    edge_id[edges] = np.arange(len(edges))
-    peer = owner[dst[edges]]  # the rank holding each edge's reverse
-    source = np.empty(len(edges), dtype=np.int64)
-    inside = peer == rank
-    source[inside] = edge_id[rev[edges[inside]]]
-    send, counts, at = [], [], len(edges)
-    for r in range(int(owner.max()) + 1):
-        mine = np.flatnonzero(peer == r) if r != rank else np.empty(0, dtype=np.int64)
-        # send in the order of the receiving edges' global ids; receive in the order of my own edges' global ids:
-        # rank r receives on the reverses of what this rank sends, so both lists name the same edges in one order
-        send.append(mine[np.argsort(rev[edges[mine]], kind="stable")])
-        source[mine] = at + np.arange(len(mine))
-        counts.append(len(mine))
-        at += len(mine)
-    swap = Swap(torch.from_numpy(np.concatenate(send)), counts, torch.from_numpy(source), group)
-    lsrc, gdst = local_id[src[edges]], dst[edges]
-    fields = EdgeList.arrays(len(own), lsrc, gdst, "cpu", dtype)
-    ahead = src[edges] < gdst
-    part = PartGraph(
-        **fields,
-        nodes=own.tolist(),
-        rev=torch.full((len(edges),), -1, dtype=torch.int64),
-        sign=torch.where(torch.from_numpy(ahead), 1.0, -1.0).to(dtype),
-        forward=torch.from_numpy(np.flatnonzero(ahead)),
-        swap=swap,
-    )
-    return part, own
-
-
 def shared_reference(problem: "Problem", options: RunOptions, group: Any = None) -> torch.Tensor | None:
     """x*, (n, B, d), the same on every rank and solved once: for reference="cvxpy" rank 0 alone solves the
     problem centrally (pdmm.reference) and broadcasts x*, while the other ranks wait for it up to
@@ -208,11 +166,24 @@ def shared_reference(problem: "Problem", options: RunOptions, group: Any = None)
     reference = options.recording.reference
     if not (isinstance(reference, str) and reference == "cvxpy") or dist.get_world_size(group) == 1:
         return reference_point(problem, options)  # None, an array, or a ValueError for another string on every rank
-    x_star, failure, error = None, b"", None
+    shape = (problem.n, problem.batch, problem.dim)
+    return _from_root(
+        lambda: reference_point(problem, options).cpu(),
+        torch.empty(shape, dtype=options.engine.dtype),
+        "solve the centralised reference",
+        group,
+    ).to(options.engine.device)
+
+
+def _from_root(compute: Callable[[], torch.Tensor], empty: torch.Tensor, what: str, group: Any = None) -> torch.Tensor:
+    """compute() (a CPU tensor of empty's shape and dtype) run by the group's rank 0 alone and broadcast, the other
+    ranks waiting for it up to REFERENCE_TIMEOUT seconds (_patient_broadcast). Where compute raises, rank 0 raises
+    its error and every other rank a RuntimeError "rank 0 could not {what}: {type}: {message}" on one line."""
+    value, failure, error = empty, b"", None
     root = dist.get_rank(group) == 0
     if root:
         try:
-            x_star = reference_point(problem, options)
+            value = compute()
         except Exception as err:  # every rank is told, then rank 0 raises it
             error, failure = err, " ".join(f"{type(err).__name__}: {err}".split()).encode()
     size = _patient_broadcast(torch.tensor([len(failure)], dtype=torch.int64), group)
@@ -220,15 +191,35 @@ def shared_reference(problem: "Problem", options: RunOptions, group: Any = None)
         message = torch.tensor(list(failure), dtype=torch.uint8) if root else torch.empty(int(size), dtype=torch.uint8)
         _patient_broadcast(message, group)
     else:
-        if not root:
-            x_star = torch.empty(problem.n, problem.batch, problem.dim, dtype=options.engine.dtype)
-        assert x_star is not None
-        _patient_broadcast(x_star, group)
+        _patient_broadcast(value, group)
     if error is not None:
         raise error
     if int(size):
-        raise RuntimeError(f"rank 0 could not solve the centralised reference: {bytes(message.tolist()).decode()}")
-    return x_star
+        raise RuntimeError(f"rank 0 could not {what}: {bytes(message.tolist()).decode()}")
+    return value
+
+
+class GroupCollectives:
+    """The collectives of a part's ranks on a process group (pdmm.halo.Collectives): the halos' all_to_all (None
+    at world 1 unless `always`), an element-wise max, and floats computed by rank 0 and broadcast."""
+
+    def __init__(self, group: Any, world: int, always: bool = False) -> None:
+        self.group = group
+        self.all_to_all = self._all_to_all if world > 1 or always else None
+
+    def _all_to_all(self, output, input, output_sizes, input_sizes):
+        _collective(dist.all_to_all_single, output, input, output_sizes, input_sizes, group=self.group)
+
+    def maximum(self, t: torch.Tensor) -> torch.Tensor:
+        """On the CPU (gloo, a set-up collective), whatever t's device."""
+        values = t.detach().cpu().contiguous()
+        _collective(lambda: dist.all_reduce(values, dist.ReduceOp.MAX, group=self.group))
+        return values.to(t.device)
+
+    def once(self, compute: Callable[[], tuple[float, ...]], count: int) -> tuple[float, ...]:
+        empty = torch.empty(count, dtype=torch.float64)
+        computed = lambda: torch.tensor(compute(), dtype=torch.float64)  # noqa: E731
+        return tuple(_from_root(computed, empty, "compute the mixing matrix's spectrum", self.group).tolist())
 
 
 def _patient_broadcast(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
@@ -251,6 +242,9 @@ def fingerprint(problem, arguments):
     def add(value):
         if torch.is_tensor(value):
             value = value.detach().cpu().numpy()
+        if hasattr(value, "tocsr"):  # a scipy sparse matrix (a user's mixing matrix): its arrays, not its repr
+            csr = value.tocsr()
+            value = (csr.shape, csr.indptr, csr.indices, csr.data)
         if isinstance(value, np.ndarray):
             h.update(f"{value.dtype}{value.shape}".encode())
             h.update(np.ascontiguousarray(value).tobytes())
@@ -287,27 +281,22 @@ def check_group(group=None):
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def check_supported(problem, method, device, network, compile, method_params):
-    """ValueError naming what the distributed backend does not implement."""
+def check_supported(problem, method, device, network, compile):
+    """ValueError naming what the distributed backend does not implement (docs/guide/distributed.md, "What runs on
+    the engine"): a method whose Capabilities say so, edge-matrix constraints, a simulated network, compile=True
+    and devices other than the CPU and CUDA."""
     unsupported = []
     if not METHODS[method].capabilities.distributed:
-        unsupported.append(f"method={method!r} (only 'pdmm', with theta=1 or averaged theta < 1)")
-    extra = sorted(set(method_params) - {"theta"})
-    if extra:
-        unsupported.append(f"method parameters {extra}")
+        runs = sorted(name for name, kind in METHODS.items() if kind.capabilities.distributed)
+        unsupported.append(f"method={method!r} (it runs {', '.join(runs)})")
     if not problem.is_consensus:
         unsupported.append("edge-matrix constraints (only constraints='consensus')")
-    if not isinstance(problem.local, Quadratic):
-        unsupported.append(
-            f"{type(problem.local).__name__} local functions (only Quadratic and Lasso: averaging, "
-            "least_squares, lasso, quadratic)"
-        )
     if network is not None:
         unsupported.append("network= (only the ideal network)")
     if compile:
         unsupported.append("compile=True")
-    if torch.device(device).type != "cpu":
-        unsupported.append(f"device={device!r} (only 'cpu', with gloo)")
+    if torch.device(device).type not in ("cpu", "cuda"):
+        unsupported.append(f"device={device!r} (only 'cpu', with gloo, and 'cuda', with NCCL)")
     if unsupported:
         raise ValueError("backend='distributed' does not implement " + "; ".join(unsupported))
 
@@ -315,24 +304,21 @@ def check_supported(problem, method, device, network, compile, method_params):
 def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
     """pdmm.solve's loop (pdmm.loop.iterate) on this rank's part of the graph, with the options pdmm.solve checked
     (options.engine.partition: the rank of each node or None; options.recording.progress: a tqdm bar on this rank;
-    options.scale: the problem's scale, the stopping test's floor as one process has it). The same Result on every
+    options.scale: the problem's scale, the stopping test's floor as one process has it). The method is built as
+    the local engine builds it (pdmm.solve.build_method) on the rank's pdmm.halo.PartGraph. The same Result on every
     rank."""
+    from .solve import build_method
+
     rank, world = check_group(group)
     stopping, recording, engine = options.stopping, options.recording, options.engine
     assert stopping.tol is not None and isinstance(recording.history, tuple)  # resolved by pdmm.plan
-    method, rho, device, dtype, method_params = (
-        options.method,
-        options.rho,
-        engine.device,
-        engine.dtype,
-        options.method_params,
-    )
+    method, dtype = options.method, engine.dtype
     # a Ctrl-C from here to the end is only flagged, and agreed on at the next stopping test: no rank leaves the
     # others in a collective, and one that comes after the last test is dropped (the run has ended)
     with _DeferredInterrupts() as asked:
         arguments = dict(
             method=method,
-            rho=rho,
+            rho=options.rho,
             max_iter=stopping.max_iter,
             tol=stopping.tol,
             reference=recording.reference,
@@ -343,7 +329,7 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             names=list(recording.history),
             record_every=recording.record_every,
             check_every=stopping.check_every,
-            method_params=dict(method_params),
+            method_params=dict(options.method_params),
             partition=engine.partition,
             world=world,
         )
@@ -356,42 +342,44 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
                 f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
                 "(every rank must call pdmm.solve with the same data)"
             )
-        check_supported(problem, method, device, options.network, engine.compile, method_params)
+        check_supported(problem, method, engine.device, options.network, engine.compile)
+        device = rank_device(engine.device)
+        options = replace(options, engine=replace(engine, device=device))  # "cuda" is this rank's GPU from here
         if world > problem.n:
             raise ValueError(
                 f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes"
             )
         owner = _owners(problem, engine.partition, world, group)
-
-        graph, own = local_part(problem.compiled, owner, rank, dtype, group)
-        local = problem.local.to("cpu", dtype).nodes(torch.from_numpy(own))
+        collectives = GroupCollectives(group, world)
+        graph, own = local_part(problem.compiled, owner, rank, world, collectives, device=device, dtype=dtype)
+        rows = torch.from_numpy(own)
+        local = problem.local.to(device, dtype).nodes(rows.to(device))
         edges = Consensus(graph)
-        assert rho is not None  # pdmm.solve resolves rho for PDMM, the only method this engine runs
-        algorithm = PDMM(graph, local, edges, float(rho), **method_params)
-        x_star = shared_reference(problem, options, group)
-        state = algorithm.init(initial_x(problem, options)[torch.from_numpy(own)])
-        per_iteration = problem.compiled.num_edges, problem.compiled.num_edges * problem.dim * torch.finfo(dtype).bits
-        certificate = (  # consensus at the average of every rank's nodes: sums over the ranks (pdmm.certificate)
-            optimality_certificate(
-                local,
-                edges,
-                options.curvature,
-                options.scale,
-                count=problem.n,
-                summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
-            )
-            if stopping.tol > 0
-            else None
+        algorithm, certificate = build_method(  # consensus at every rank's nodes' average: sums over the ranks
+            problem,
+            graph,
+            local,
+            edges,
+            options,
+            _part_params(options.method_params, own, problem.n),
+            count=problem.n,
+            summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
         )
+        x_star = shared_reference(problem, options, group)
+        state = algorithm.init(initial_x(problem, options)[rows.to(device)])
+        capabilities = METHODS[method].capabilities
+        width = edges.state_shape(problem.batch, problem.dim)[2]
+        sent = problem.compiled.num_edges * capabilities.vectors_sent  # messages per round, every rank's
         book = _PartBookkeeping(
             options,
             local=_Summed(local, problem.n, group),
             edges=edges,
-            per_round=per_iteration,
+            per_round=(sent, sent * width * torch.finfo(dtype).bits),
             x_star=x_star,
+            silent=capabilities.silent_rounds,
             certificate=certificate,
         )
-        book.part(own, problem.compiled.num_edges // 2, group)
+        book.part(rows.to(device), problem.compiled.num_edges // 2, group)
 
         so_far = Progress((state, 0, 0))
         start = book.start_clock()
@@ -418,6 +406,16 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
         ):
             status = iterate(algorithm.step, so_far, book, options, finish, bar=bar if recording.progress else None)
         return finish(status)
+
+
+def _part_params(params: Mapping[str, Any], own: np.ndarray, n: int) -> dict[str, Any]:
+    """The method parameters for a rank's nodes: a per-node eta (first axis n) sliced to the rank's rows; the
+    others (a mixing kind or the whole graph's matrix, alpha, theta, interval) as given."""
+    eta = params.get("eta")
+    if eta is None or isinstance(eta, str) or np.ndim(eta) == 0 or len(eta) != n:
+        return dict(params)
+    eta = eta.detach().cpu() if torch.is_tensor(eta) else torch.as_tensor(np.asarray(eta, dtype=np.float64))
+    return {**params, "eta": eta.index_select(0, torch.from_numpy(own))}
 
 
 class _DeferredInterrupts:
@@ -505,7 +503,8 @@ class _PartBookkeeping(Bookkeeping):
     asked: Callable[[], bool]  # set by run(): whether this rank was asked to stop
 
     def part(self, own, undirected, group):
-        self.own, self.undirected, self.group = torch.from_numpy(own), undirected, group
+        """own: this rank's node ids (n_r,) int64 on the run's device; undirected: the whole graph's edge count."""
+        self.own, self.undirected, self.group = own, undirected, group
         self.star_own = None if self.x_star is None else self.x_star[self.own]
         graph = self.edges.graph
         self.ends = graph.src[graph.forward], graph.forward
@@ -518,7 +517,7 @@ class _PartBookkeeping(Bookkeeping):
     def residual(self, x, seen):
         if "residual" not in seen:
             graph = self.edges.graph
-            neighbour = graph.exchange(graph.gather(x))  # x_j at edge i->j
+            neighbour = graph.gather_neighbour(x)  # x_j at edge i->j, through the node halo
             r = x.index_select(0, self.ends[0]) - neighbour.index_select(0, self.ends[1])
             seen["residual"] = torch.sqrt(_all_sum((r * r).sum((0, 2)), self.group) / self.undirected)
         return seen["residual"]
@@ -531,7 +530,7 @@ class _PartBookkeeping(Bookkeeping):
 
     def sizes(self, x, x_old):
         """As Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one
-        all-reduce, which also sums the ranks' Ctrl-C flags into `interrupted`."""
+        all-reduce, which also sums the ranks' Ctrl-C flags into `asking` (check() reads it with the test)."""
         change = x - x_old
         sums = _all_sum(
             torch.cat(
@@ -545,7 +544,7 @@ class _PartBookkeeping(Bookkeeping):
             self.group,
         )
         B, n = x.shape[1], self.local.shape[0]
-        self.interrupted = bool(sums[-1] > 0)
+        self.asking = sums[-1]  # read by check() with its other values: no host sync here
         return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B : 2 * B] / n), sums[-2] == 0
 
     def state_sizes(self, t, t_old):
@@ -558,4 +557,14 @@ class _PartBookkeeping(Bookkeeping):
         return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B : 2 * B] / rows)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "CollectiveError", "init_process_group", "partition", "blocks", "run"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "CollectiveError",
+    "GroupCollectives",
+    "init_process_group",
+    "local_rank",
+    "rank_device",
+    "partition",
+    "blocks",
+    "run",
+]

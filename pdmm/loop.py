@@ -444,6 +444,7 @@ class Bookkeeping:
         self.last = None  # (row, iteration) of a final row off the record_every grid: only the last row can be
         self.checked = 0  # rows already seen by the divergence test
         self.interrupted = False  # set by a check that learns of a Ctrl-C (distributed: every rank's, all-reduced)
+        self.asking: torch.Tensor | None = None  # distributed: the ranks' Ctrl-C flags summed by sizes(), 0-dim
 
     def start_clock(self) -> float:
         """Start the clock of history["time"] (the iterations are about to begin); returns its time.perf_counter()."""
@@ -563,7 +564,8 @@ class Bookkeeping:
     def check(self, new, old, seen, first, rows, tol, target):
         """(stop, stalled, finite, grown, largest residual) after the step from state `old` to `new`: the
         stopping test, the stall test and the divergence test of every instance (tests), combined over the
-        instances in one read from the device; rows: those recorded up to this iteration's.
+        instances in one read from the device (with the ranks' Ctrl-C flags where sizes() summed them: `asking`,
+        then `interrupted`); rows: those recorded up to this iteration's.
 
         stop: every instance passes (or every instance reached the target); stalled: not stop, yet x and the
         whole state are frozen (a floating-point fixed point short of tol, or a step that changes nothing), tested
@@ -581,7 +583,11 @@ class Bookkeeping:
         finite = finite.all()
         if "objective" in self.columns:  # every objective recorded since the last test
             finite &= torch.isfinite(self.columns["objective"][self.checked : rows]).all()
-        stop, stalled, finite, grown, largest = read(stop, stalled, finite, grown.any(), residual.max())
+        asking = () if self.asking is None else (self.asking,)  # read with the rest: no second read per test
+        stop, stalled, finite, grown, largest, *asked = read(
+            stop, stalled, finite, grown.any(), residual.max(), *asking
+        )
+        self.interrupted = self.interrupted or any(flag > 0 for flag in asked)
         self.checked = rows
         return bool(stop), bool(stalled), bool(finite), bool(grown), largest
 

@@ -33,7 +33,7 @@ from .constraints import Consensus
 from .decentralised import DGD, EXTRA, NIDS, GradientTracking, check_network
 from .local import Quadratic
 from .local.base import add, is_scalar, spd_solver
-from .mixing import MixingProduct, add_product, as_mixing, spectral_interval
+from .mixing import add_product, as_mixing, mixing_product, run_interval
 from .network import private_point
 from .protocol import Capabilities, Method
 
@@ -65,7 +65,6 @@ class PDMM:
         edge_matrices=True,
         inequalities=True,
         node_form=True,
-        distributed=True,
     )
 
     def __init__(self, graph, local, edges, rho, theta=1.0, *, channel=None):
@@ -129,7 +128,7 @@ class QAPDMM(PDMM):
     a number, or one value per node.
     """
 
-    capabilities = replace(PDMM.capabilities, family="qa-pdmm", parameters=("theta", "eta"), distributed=False)
+    capabilities = replace(PDMM.capabilities, family="qa-pdmm", parameters=("theta", "eta"))
 
     def __init__(self, graph, local, edges, rho, theta=1.0, eta="L", *, channel=None):
         if not local.smooth:
@@ -270,11 +269,9 @@ class ADMM:
         }
 
 
-def check_mixing_options(
-    method: str, rho=None, network=None, x0=None, backend: str = "local", compile: bool = False
-) -> None:
+def check_mixing_options(method: str, rho=None, network=None, x0=None, compile: bool = False) -> None:
     """ValueError for an option that a method on a mixing matrix does not take. None of them has a penalty
-    parameter or runs in several processes. dgd, extra, nids and gradient-tracking run on a simulated network,
+    parameter. dgd, extra, nids and gradient-tracking run on a simulated network,
     each round with its own W^k, but refuse its privacy and wake="one" (docs/decentralised.md section 9);
     gossip and chebyshev refuse the network, as they compute mean(a) through a fixed polynomial in W that a
     random W^k per round neither keeps (gossip's mean) nor has a recursion for (Chebyshev's). gossip and
@@ -296,8 +293,6 @@ def check_mixing_options(
         check_network(method, network)
     if x0 is not None and not capabilities.x0:
         raise ValueError(f"{method} starts from the node values, x^0 = a; x0= does not apply")
-    if backend != "local":
-        raise ValueError(f"backend={backend!r} is not implemented for {family}; use backend='local'")
     if compile and not capabilities.compile:
         raise ValueError(
             "compile=True is not implemented for chebyshev (each round's omega would recompile the "
@@ -322,7 +317,7 @@ class Gossip:
         check_mixing_options(self.name, rho=rho, network=channel)
         self.a = _node_values(local, edges)
         self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
-        self.product = MixingProduct(self.W, graph.sign)
+        self.product = mixing_product(self.W, graph)
 
     def init(self, x0):
         """x^0 = a, whatever x0 holds (it only has the shape of x: pdmm.solve refuses x0= here)."""
@@ -356,7 +351,7 @@ class Chebyshev(Gossip):
 
     def __init__(self, graph, local, edges, rho, mixing="metropolis", interval=None, *, channel=None):
         super().__init__(graph, local, edges, rho, mixing, channel=channel)
-        self.low, self.high = _interval(interval, self.W)
+        self.low, self.high = _interval(interval, self.W, graph)
         self.t1 = (2 - self.low - self.high) / (self.high - self.low)
         self.omegas = [1.0, 2 * self.t1 * self.t1 / (2 * self.t1 * self.t1 - 1)]  # omega_1 (no x^{-1}), omega_2
 
@@ -404,11 +399,11 @@ def _is_identity(P):
     return bool((P == one).all())
 
 
-def _interval(interval, W):
+def _interval(interval, W, graph):
     """(low, high) of Chebyshev's interval, checked: -1 <= low < high < 1 (docs/averaging.md section 5); each end a
     number, or a float64 tensor (1, B, 1) where it was given per instance."""
     if interval is None:
-        low, high = spectral_interval(W)
+        low, high = run_interval(W, graph)
         if low >= -1 - 1e-12:  # else refused below; -1 up to rounding (a bipartite W) counts as -1
             pad = max(MIN_WIDTH - (high - max(low, -1.0)), 0) / 2
             low, high = max(low - pad, -1.0), high + pad

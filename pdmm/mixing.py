@@ -19,6 +19,7 @@ import torch
 
 from .array_graph import Graph, GraphLike, as_graph
 from .edge_index import CompiledGraph
+from .halo import PartGraph, computed_once, whole_graph
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -125,7 +126,9 @@ def check_mixing(W: Any, graph: "GraphLike | CompiledGraph") -> "scipy.sparse.cs
 
 def as_mixing(mixing, graph) -> "scipy.sparse.csr_array":
     """The mixing matrix a method runs with: mixing_matrix(graph, mixing) for a kind (a string), else
-    check_mixing(mixing, graph) for a user's matrix."""
+    check_mixing(mixing, graph) for a user's matrix; of the whole graph where graph is a rank's part
+    (pdmm.halo.whole_graph)."""
+    graph = whole_graph(graph)
     return mixing_matrix(graph, mixing) if isinstance(mixing, str) else check_mixing(mixing, graph)
 
 
@@ -184,13 +187,21 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
     return float(smallest - EIGSH_TOL * abs(smallest)), float(second + EIGSH_TOL * abs(second))
 
 
+def run_interval(W: "scipy.sparse.csr_array", graph: CompiledGraph) -> tuple[float, float]:
+    """spectral_interval(W) of a run's mixing matrix: on a rank's part (pdmm.halo.PartGraph) computed by rank 0
+    alone and the same on every rank (docs/guide/distributed.md, "What runs on the engine")."""
+    low, high = computed_once(lambda: spectral_interval(W), 2, graph)
+    return low, high
+
+
 class MixingProduct:
     """x -> base + alpha W x over (n, B, d) tensors, W a mixing matrix (scipy CSR): one torch sparse CSR
     product on the graph's device and dtype (like), with x and base seen as (n, B d) matrices (add_product); the
-    matrix is converted once, here."""
+    matrix is converted once, here. halo: where W holds a rank's rows of the whole matrix (n_r x (n_r + h_r),
+    pdmm.halo.PartGraph.mixing_rows), x -> cat(x, its ghosts' rows) (pdmm.halo.NodeHalo), one exchange per product."""
 
-    def __init__(self, W, like):
-        W = W.sorted_indices()
+    def __init__(self, W, like, halo=None):
+        W, self.halo = W.sorted_indices(), halo
         with warnings.catch_warnings():  # "sparse CSR support is in beta"
             warnings.simplefilter("ignore", UserWarning)
             self.W = torch.sparse_csr_tensor(
@@ -202,13 +213,23 @@ class MixingProduct:
             ).to(like.device, like.dtype)
 
     def __call__(self, x, base=None, alpha=1.0):
+        wide = x if self.halo is None else self.halo(x)
         if base is None:
-            return (self.W @ x.reshape(len(x), -1)).view(x.shape)
-        return add_product(base, self.W, x, alpha)
+            return (self.W @ wide.reshape(len(wide), -1)).view(x.shape)
+        return add_product(base, self.W, wide, alpha)
+
+
+def mixing_product(W: "scipy.sparse.csr_array", graph: CompiledGraph) -> MixingProduct:
+    """The product with the mixing matrix W (of the whole graph) on the run's graph: W itself, or on a rank's part
+    (pdmm.halo.PartGraph) its rows, with the node halo (docs/guide/distributed.md, "What runs on the engine")."""
+    if isinstance(graph, PartGraph):
+        return MixingProduct(graph.mixing_rows(W), graph.sign, graph.halo)
+    return MixingProduct(W, graph.sign)
 
 
 def add_product(base: torch.Tensor, matrix: torch.Tensor, x: torch.Tensor, alpha: Any) -> torch.Tensor:
-    """base + alpha M x over node tensors (n, B, w), M a sparse (n, n) matrix and x seen as an (n, B w) matrix.
+    """base + alpha M x over node tensors (n, B, w), M a sparse (n, n') matrix and x (n', B, w) seen as an (n', B w)
+    matrix (n' > n where x carries a rank's ghost rows after its own, pdmm.halo.NodeHalo).
 
     A number alpha: one torch.addmm. One alpha per instance, a tensor (1, B, 1) (a grid of values run as one batch,
     docs/decentralised.md section 8): the product scaled and added, which on the CPU rounds as addmm does.
@@ -220,7 +241,7 @@ def add_product(base: torch.Tensor, matrix: torch.Tensor, x: torch.Tensor, alpha
     matrix : torch.Tensor
         (n, n) sparse CSR.
     x : torch.Tensor
-        (n, B, w) the node values multiplied.
+        (n', B, w) the node values multiplied.
     alpha : float or torch.Tensor
         A number, or (1, B, 1) one per instance.
 
@@ -231,8 +252,8 @@ def add_product(base: torch.Tensor, matrix: torch.Tensor, x: torch.Tensor, alpha
     """
     rows = x.reshape(len(x), -1)
     if torch.is_tensor(alpha):
-        return base + alpha * (matrix @ rows).view(x.shape)
-    return torch.addmm(base.reshape(rows.shape), matrix, rows, alpha=alpha).view(x.shape)
+        return base + alpha * (matrix @ rows).view(base.shape)
+    return torch.addmm(base.reshape(len(base), -1), matrix, rows, alpha=alpha).view(base.shape)
 
 
 def _undirected(graph):

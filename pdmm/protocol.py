@@ -75,7 +75,7 @@ class Capabilities:
     inequalities: bool = False
     averaging_only: bool = False
     node_form: bool = False
-    distributed: bool = False
+    distributed: bool = True
     compile: bool = True
 
     @property

@@ -14,9 +14,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .certificate import optimality_certificate
+from .certificate import Certificate, node_sum, optimality_certificate
 from .decentralised import network_biases
-from .edge_index import locality_order
+from .edge_index import CompiledGraph, locality_order
+from .halo import largest
+from .local import LocalFunction
 from .loop import (
     HISTORY,
     Bookkeeping,
@@ -221,7 +223,7 @@ def solve(
     DIVERGENCE_GROWTH-fold from iteration 1's. Ctrl-C during the iterations returns the Result so far, status
     "interrupted".
 
-    The methods on a mixing matrix refuse rho and backend="distributed"; gossip and chebyshev also refuse network
+    The methods on a mixing matrix refuse rho; gossip and chebyshev also refuse network
     and x0 (they start from x^0 = a, docs/averaging.md section 6); dgd, extra, nids and gradient-tracking take a
     network, but not its privacy nor wake="one" (docs/decentralised.md sections 7 and 9).
 
@@ -536,9 +538,7 @@ def checked_options(
     capabilities = METHODS[method].capabilities
     dtype, target, reference = engine.dtype, stopping.target, recording.reference
     curvature = local_curvature(problem)
-    rho = checked_rho(
-        method, rho, problem, dtype, curvature, network=network, x0=x0, backend=engine.backend, compile=engine.compile
-    )
+    rho = checked_rho(method, rho, problem, dtype, curvature, network=network, x0=x0, compile=engine.compile)
     if target is not None and not (is_real(target) and 0 < target < math.inf and reference is not None):
         raise ValueError(
             f"target must be a finite number > 0 and needs a reference, got target={target!r}, "
@@ -696,7 +696,7 @@ def _prepare(problem: Problem, options: RunOptions) -> Prepared:
     ValueError
         For a step beyond what the dtype resolves (check_steps_resolved).
     """
-    method, rho, network = options.method, options.rho, options.network
+    method, network = options.method, options.network
     device, dtype = options.engine.device, options.engine.dtype
     capabilities = METHODS[method].capabilities
     assert options.stopping.tol is not None  # resolved by pdmm.plan
@@ -714,25 +714,8 @@ def _prepare(problem: Problem, options: RunOptions) -> Prepared:
         if network is None
         else Channel(run_network, graph, problem.batch, width, dtype, vectors=capabilities.vectors_sent)
     )
-    algorithm: Any = METHODS[method](  # its capabilities say which of the attributes read below it has
-        graph,
-        local,
-        edges,
-        None if rho is None else rho.view(1, -1, 1) if torch.is_tensor(rho) else float(rho),
-        channel=channel,
-        **_renumbered_params(options.method_params, order, problem),
-    )
-    check_steps_resolved(algorithm, problem, dtype, options.curvature)
-    certificate = (  # tol <= 0 applies no stopping test: nothing to certify
-        optimality_certificate(
-            local,
-            edges,
-            options.curvature,
-            options.scale,
-            multipliers=algorithm.multipliers if capabilities.multipliers else None,
-        )
-        if options.stopping.tol > 0
-        else None
+    algorithm, certificate = build_method(
+        problem, graph, local, edges, options, _renumbered_params(options.method_params, order, problem), channel
     )
     if options.node_form:
         algorithm = NodeForm(algorithm)
@@ -754,6 +737,74 @@ def _prepare(problem: Problem, options: RunOptions) -> Prepared:
     step = torch.compile(algorithm.step) if options.engine.compile else algorithm.step
     biased = capabilities.biased_under_loss and network is not None and network_biases(network)
     return Prepared(options, step, state, book, x_star, order, channel, biased)
+
+
+def build_method(
+    problem: Problem,
+    graph: CompiledGraph,
+    local: LocalFunction,
+    edges: Any,
+    options: RunOptions,
+    params: dict[str, Any],
+    channel: Channel | None = None,
+    *,
+    count: int | None = None,
+    summed: Callable[[torch.Tensor], torch.Tensor] = node_sum,
+) -> tuple[Any, Certificate | None]:
+    """The run's method built on what this process runs, its steps checked against the dtype, and the run's
+    optimality certificate (None with tol=0, or where the problem has none): one construction for both engines
+    (docs/guide/solve.md, "Plan and run"; docs/guide/distributed.md, "What runs on the engine").
+
+    Parameters
+    ----------
+    problem : pdmm.Problem
+        The whole problem (the dtype checks read its degrees and curvature).
+    graph, local, edges
+        The compiled graph, local functions and edge operator of this process: the whole problem's (the local
+        engine, renumbered) or a rank's part (pdmm.halo.PartGraph, its nodes' rows).
+    options : RunOptions
+        What pdmm.plan checked and resolved; rho as a number, or one per instance (B,) given as (1, B, 1).
+    params : dict
+        The method's own parameters as this process runs them (renumbered, or a rank's rows).
+    channel : pdmm.network.Channel or None
+        The simulated network's channel.
+    count, summed
+        The problem's number of nodes and the sum over its nodes of a node tensor of this process
+        (pdmm.certificate.optimality_certificate), where this process holds a part.
+
+    Returns
+    -------
+    (method, Certificate or None)
+
+    Raises
+    ------
+    ValueError
+        For a parameter the method refuses, or a step beyond what the dtype resolves (check_steps_resolved).
+    """
+    rho, capabilities = options.rho, METHODS[options.method].capabilities
+    algorithm: Any = METHODS[options.method](  # its capabilities say which of the attributes read below it has
+        graph,
+        local,
+        edges,
+        None if rho is None else rho.view(1, -1, 1) if torch.is_tensor(rho) else float(rho),
+        channel=channel,
+        **params,
+    )
+    check_steps_resolved(algorithm, problem, options.engine.dtype, options.curvature)
+    certificate = (  # tol <= 0 applies no stopping test: nothing to certify
+        optimality_certificate(
+            local,
+            edges,
+            options.curvature,
+            options.scale,
+            multipliers=algorithm.multipliers if capabilities.multipliers else None,
+            count=count,
+            summed=summed,
+        )
+        if options.stopping.tol is not None and options.stopping.tol > 0
+        else None
+    )
+    return algorithm, certificate
 
 
 def _keep_freed(nbytes, device):
@@ -802,7 +853,6 @@ def checked_rho(
     *,
     network: Network | None = None,
     x0: Any = None,
-    backend: str = "local",
     compile: bool = False,
 ) -> float | None:
     """rho as the run uses it, after every check of it (the one place pdmm.plan checks rho; docs/guide/solve.md,
@@ -822,7 +872,7 @@ def checked_rho(
         The run's dtype, float64 or float32.
     curvature : torch.Tensor or None
         local_curvature(problem), where already computed.
-    network, x0, backend, compile
+    network, x0, compile
         The run's, as pdmm.solve takes them: what a method on a mixing matrix may refuse with rho.
 
     Returns
@@ -835,7 +885,7 @@ def checked_rho(
         Naming rho and its value, or the option the method does not take.
     """
     if not METHODS[method].capabilities.rho:
-        check_mixing_options(method, rho, network, x0, backend, compile)
+        check_mixing_options(method, rho, network, x0, compile)
         return None
     rho = 1.0 if rho is None else rho
     if not (is_real(rho) and math.isfinite(rho) and rho > 0):
@@ -936,7 +986,7 @@ def _stiffness(algorithm, curvature):
     part (curvature: local_curvature, (n, B), or None), what check_steps_resolved compares against the dtype's eps.
     None for the other methods."""
     if algorithm.capabilities.eta:
-        inverse = algorithm.eta.amax(0)
+        inverse = largest(algorithm.eta.amax(0), algorithm.graph)  # every rank's nodes on a part
     elif algorithm.capabilities.step:
         inverse = 1 / algorithm.alpha.reshape(-1)
     else:

@@ -365,7 +365,6 @@ G6 = pdmm.topology("ring", n=6)
             r"mean\(a\) as a fixed polynomial in W",
         ),
         ({"form": "nodes"}, "form='nodes' is not available here"),
-        ({"backend": "distributed"}, "backend='distributed' is not implemented for gossip/chebyshev"),
         ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),
         ({"mixing": np.ones((6, 6)) / 6}, "nonzero off the graph"),
         ({"mixing": 0.5}, "must be a kind"),

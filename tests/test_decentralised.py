@@ -418,7 +418,6 @@ def half_ring_mixing():
             "^network privacy perturbs the dual variables z of pdmm and qa-pdmm; "
             "(dgd|extra|nids|gradient-tracking) has none",
         ),
-        ({"backend": "distributed"}, "backend='distributed' is not implemented for dgd/extra/nids/gradient-tracking"),
         ({"form": "nodes"}, "form='nodes' is not available here"),
         ({"mixing": "uniform"}, "unknown mixing kind 'uniform'"),
         ({"mixing": np.ones((6, 6)) / 6}, "nonzero off the graph"),

@@ -1,8 +1,10 @@
-"""pdmm.solve(backend="distributed") (pdmm/distributed.py) against the single-process engine.
+"""pdmm.solve(backend="distributed") (pdmm/distributed.py, pdmm/halo.py) against the single-process engine.
 
 Each spawn starts P gloo processes on localhost once and runs every case in them; rank 0 writes
-what it measured to a JSON file that the tests below read. Cases compare x (and the history)
-after a fixed number of iterations (tol=0) to 1e-12 in float64.
+what it measured to a JSON file that the tests below read. PDMM's cases compare x (and the history)
+after a fixed number of iterations (tol=0) to 1e-12 in float64; every method on every local function
+it takes (_method_runs) to 1e-10, with tol=0 and a real tol, and (slow) on a partition that cuts nearly
+every edge and to a tight tol.
 """
 
 import json
@@ -19,9 +21,11 @@ import torch.multiprocessing as mp
 
 import pdmm
 import pdmm.distributed as distributed
+import pdmm.halo as halo
 from pdmm.loop import RunOptions
 
 TOL = 1e-12
+METHOD_TOL = 1e-10
 
 
 def _free_port():
@@ -101,6 +105,7 @@ def _compare(reference, result):
         same=bool(
             reference.iterations == result.iterations
             and reference.converged == result.converged
+            and reference.status == result.status
             and np.array_equal(reference.history["iteration"], result.history["iteration"])
             and result.nodes == reference.nodes
         ),
@@ -126,25 +131,103 @@ def _compare_worker(rank, world, port, out, timeout):
     # A message delivered to the wrong edge must show: deliver the swapped buffer reversed. With the round-robin
     # partition nearly every message crosses a rank boundary, so this misdelivers almost all of them; from a random
     # x0 every message z_{i|j} carries a different value and node i's x-update sums its own edges' states, so
-    # any misdelivery changes x within two iterations (a wrong-rank bug in the packing shows the same way).
+    # any misdelivery changes x within two iterations (a wrong-rank bug in the packing shows the same way). The
+    # node halo the same way, with gossip's products.
     _, problem, keywords = _cases(world)[-1]
-    original = distributed.Swap.__call__
-
-    def reversed_buffer(self, v):
-        received = v.new_empty((self.total, *v.shape[1:]))
-        torch.distributed.all_to_all_single(
-            received, v.index_select(0, self.send).contiguous(), self.counts, self.counts
-        )
-        return torch.cat([v, received.flip(0)]).index_select(0, self.source)
-
-    distributed.Swap.__call__ = reversed_buffer
-    try:
-        wrong = pdmm.solve(problem, tol=0, backend="distributed", **keywords)
-    finally:
-        distributed.Swap.__call__ = original
-    local = {k: v for k, v in keywords.items() if k != "partition"}
-    found["misdelivered"] = _compare(pdmm.solve(problem, tol=0, **local), wrong)
+    for name, kind, method in (("misdelivered", halo.EdgeSwap, "pdmm"), ("misdelivered_halo", halo.NodeHalo, "gossip")):
+        original = kind.transfer
+        kind.transfer = lambda self, v, original=original: original(self, v).flip(0)
+        settings = {**keywords, "method": method, **({"x0": None} if method == "gossip" else {})}
+        try:
+            wrong = pdmm.solve(problem, tol=0, backend="distributed", **settings)
+        finally:
+            kind.transfer = original
+        alone = {k: v for k, v in settings.items() if k != "partition"}
+        found[name] = _compare(pdmm.solve(problem, tol=0, **alone), wrong)
+    found.update(_method_cases(world))
     found.update(_reference_cases(rank))
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(found, f)
+    torch.distributed.destroy_process_group()
+
+
+def _problems():
+    """The local functions every method is run on: averaging (quadratic), lasso (non-smooth: pdmm, admm, extra as
+    PG-EXTRA, nids) and logistic regression (smooth, no closed-form prox)."""
+    rng = np.random.default_rng(7)
+    graph = pdmm.Graph.random_geometric(20, seed=6)
+    H, y = rng.normal(size=(2, 20, 4, 3)), rng.normal(size=(2, 20, 4))
+    return {
+        "averaging": pdmm.averaging(graph, rng.normal(size=(2, 20, 2))),
+        "lasso": pdmm.lasso(graph, H, y, lam=0.3),
+        "logistic": pdmm.logistic(graph, H, np.sign(y) + (y == 0), reg=0.1),
+    }
+
+
+def _method_runs(heavy=False):
+    """(name, problem, keywords): every method on every local function it takes, tol=0 with every row recorded
+    and a real tol (the stopping test and its certificate summed over the ranks), then the methods' options
+    (per-node eta, a user's W, the other kinds, a given interval). heavy: the same runs on a round-robin partition
+    (nearly every edge cut) and a tighter tol, which converges after hundreds of iterations."""
+    problems = _problems()
+    runs = []
+    for method, cls in pdmm.METHODS.items():
+        for kind, problem in problems.items():
+            smooth_only = method in ("qa-pdmm", "dgd", "gradient-tracking")
+            if (cls.capabilities.averaging_only and kind != "averaging") or (smooth_only and kind == "lasso"):
+                continue
+            name, fixed, stopped = f"{method}_{kind}", dict(method=method, record_every=1), dict(method=method)
+            if heavy:
+                runs.append((f"{name}_round_robin", problem, {**fixed, "partition": "round_robin"}))
+                runs.append((f"{name}_tol_1e-6", problem, dict(stopped, max_iter=300, tol=1e-6)))
+            else:
+                runs.append((f"{name}_k15", problem, fixed))
+                runs.append((f"{name}_tol", problem, dict(stopped, max_iter=40, tol=1e-2)))
+    if heavy:
+        return runs
+    averaging, logistic = problems["averaging"], problems["logistic"]
+    n = averaging.n
+    W = pdmm.mixing_matrix(averaging.graph, "lazy_metropolis").toarray()
+    return runs + [
+        ("pdmm_theta_half_logistic", logistic, dict(theta=0.5, x0="random")),
+        ("qa_pdmm_eta_per_node", logistic, dict(method="qa-pdmm", eta=np.linspace(1.0, 2.0, n))),
+        ("dgd_diminishing", logistic, dict(method="dgd", step="diminishing", alpha=0.5)),
+        ("extra_user_matrix", averaging, dict(method="extra", mixing=W, alpha=0.3, x0="random")),
+        ("nids_max_degree", problems["lasso"], dict(method="nids", mixing="max_degree")),
+        ("chebyshev_interval", averaging, dict(method="chebyshev", interval=(-0.6, 0.9))),
+        ("gossip_lazy", averaging, dict(method="gossip", mixing="lazy_metropolis")),
+        ("gradient_tracking_objective", logistic, dict(method="gradient-tracking", history=("residual", "objective"))),
+    ]
+
+
+def _method_cases(world, heavy=False):
+    """Every run of _method_runs(heavy) on this world (blocks, or METIS, unless the run names a partition); in the
+    distributed runs the spectra of W are computed by rank 0 alone (spectral_interval refuses on the other ranks)."""
+    mixing = sys.modules["pdmm.mixing"]
+    original = mixing.spectral_interval
+
+    def refuse(W):
+        raise AssertionError(f"rank {torch.distributed.get_rank()} computed the spectrum")
+
+    found = {}
+    for name, problem, keywords in _method_runs(heavy):
+        keywords = {"max_iter": 15, "tol": 0, **keywords}
+        partition = keywords.pop("partition", None)
+        alone = pdmm.solve(problem, **keywords)
+        if partition == "round_robin":
+            keywords["partition"] = np.arange(problem.n) % world
+        mixing.spectral_interval = refuse if torch.distributed.get_rank() else original
+        try:
+            found[f"method_{name}"] = _compare(alone, pdmm.solve(problem, backend="distributed", **keywords))
+        finally:
+            mixing.spectral_interval = original
+    return found
+
+
+def _heavy_worker(rank, world, port, out, timeout):
+    _init(rank, world, port, timeout)
+    found = _method_cases(world, heavy=True)
     if rank == 0:
         with open(out, "w") as f:
             json.dump(found, f)
@@ -214,6 +297,31 @@ def test_distributed_matches_single_process(compared, name):
     assert found["x"] <= TOL and found["fun"] <= TOL and found["history"] <= TOL and found["same"], found
 
 
+def _same_as_one_process(found):
+    assert found["x"] <= METHOD_TOL and found["fun"] <= METHOD_TOL and found["history"] <= METHOD_TOL, found
+    assert found["same"], found
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in _method_runs()])
+def test_every_method_matches_single_process(compared, name):
+    """x, the objective, every history row, the iterations and the status equal one process's to 1e-10 (the
+    distributed sums are taken in another order), for tol=0 and a real tol; the mixing matrices' spectra on rank
+    0 alone."""
+    _same_as_one_process(compared[f"method_{name}"])
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def compared_heavy(request, tmp_path_factory):
+    return _spawn(_heavy_worker, request.param, tmp_path_factory.mktemp("distributed_heavy"), timeout=120.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [name for name, _, _ in _method_runs(heavy=True)])
+def test_every_method_matches_single_process_cut_everywhere_and_converged(compared_heavy, name):
+    """As test_every_method_matches_single_process, on a round-robin partition and to tol=1e-6."""
+    _same_as_one_process(compared_heavy[f"method_{name}"])
+
+
 @pytest.mark.parametrize("name", ["averaging_converges", "small_data_converges"])
 def test_distributed_stops_where_single_process_stops(compared, name):
     found = compared[name]
@@ -229,8 +337,9 @@ def test_reference_failure_on_rank_0_stops_every_rank(compared):
     assert compared["reference_failure"] == "no\nsolution here", compared["reference_failure"]
 
 
-def test_misdelivered_messages_are_caught(compared):
-    assert compared["misdelivered"]["x"] > 1e-3, compared["misdelivered"]
+@pytest.mark.parametrize("name", ["misdelivered", "misdelivered_halo"])
+def test_misdelivered_messages_are_caught(compared, name):
+    assert compared[name]["x"] > 1e-3, compared[name]
 
 
 def _bad_worker(rank, world, port, out, timeout):
@@ -243,9 +352,8 @@ def _bad_worker(rank, world, port, out, timeout):
     attempts = {
         "different_data": lambda: pdmm.solve(pdmm.averaging(G, a + rank), backend="distributed", max_iter=3),
         "different_arguments": lambda: pdmm.solve(pdmm.averaging(G, a), backend="distributed", rho=1.0 + rank),
-        "admm": lambda: pdmm.solve(pdmm.averaging(G, a), method="admm", backend="distributed"),
         "network": lambda: pdmm.solve(pdmm.averaging(G, a), network=pdmm.Network(drop=0.1), backend="distributed"),
-        "logistic": lambda: pdmm.solve(logistic, backend="distributed"),
+        "compile": lambda: pdmm.solve(logistic, backend="distributed", compile=True),
         "edge_matrices": lambda: pdmm.solve(pdmm.averaging(G, a, constraints=edge), backend="distributed"),
         "partition": lambda: pdmm.solve(pdmm.averaging(G, a), backend="distributed", partition=np.zeros(12, int)),
         "too_many_ranks": lambda: (
@@ -333,9 +441,8 @@ def refused(tmp_path_factory):
     [
         ("different_data", "different problems"),
         ("different_arguments", "different problems"),
-        ("admm", "method='admm'"),
-        ("network", "network="),
-        ("logistic", "Logistic"),
+        ("network", "network= (only the ideal network"),
+        ("compile", "compile=True"),
         ("edge_matrices", "edge-matrix constraints"),
         ("partition", "every rank"),
         ("too_many_ranks", "3 ranks"),
@@ -379,6 +486,60 @@ def test_partition_fallback_blocks_are_contiguous():
     graph = pdmm.CompiledGraph.from_graph(pdmm.Graph.random_geometric(30, seed=0))
     owner = distributed.partition(graph, 4)
     assert sorted(set(owner.tolist())) == [0, 1, 2, 3]
+
+
+def _one_rank_worker(rank, device, port, out):
+    """A group of one process made by init_process_group's default backend ("cpu:gloo,cuda:nccl" where CUDA is
+    available, else gloo), its halos exchanging through all_to_all_single although no other rank holds anything
+    (always=True): every method on `device` equals the local engine's run there."""
+    os.environ["LOCAL_RANK"] = "0"
+    torch.set_num_threads(1)
+    distributed.init_process_group(init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, timeout=60)
+    exchanges = []
+    original = distributed.GroupCollectives._all_to_all
+
+    def counted(self, *args):
+        exchanges.append(args[0].device.type)
+        original(self, *args)
+
+    distributed.GroupCollectives._all_to_all = counted
+    always = distributed.GroupCollectives
+    distributed.GroupCollectives = lambda group, world: always(group, world, always=True)
+    found = {"backend": str(torch.distributed.get_backend())}
+    try:
+        for method in pdmm.METHODS:
+            problem = _problems()["logistic" if method not in ("gossip", "chebyshev") else "averaging"]
+            keywords = dict(method=method, max_iter=10, tol=0, device=device, record_every=1)
+            found[method] = _compare(
+                pdmm.solve(problem, **keywords), pdmm.solve(problem, backend="distributed", **keywords)
+            )
+    finally:
+        distributed.GroupCollectives = always
+        always._all_to_all = original
+    found["exchanges"] = sorted(set(exchanges))
+    with open(out, "w") as f:
+        json.dump(found, f)
+    torch.distributed.destroy_process_group()
+
+
+def test_one_rank_group_runs_every_method_on_its_device(device, tmp_path):
+    """On the CPU with gloo; on CUDA (tests/conftest.py's device fixture) with NCCL for the iterations' exchanges,
+    cuda:LOCAL_RANK the rank's device."""
+    out = tmp_path / f"one_rank_{device}.json"
+    mp.spawn(_one_rank_worker, args=(device, _free_port(), str(out)), nprocs=1, join=True)
+    found = json.loads(out.read_text())
+    assert ("nccl" in found["backend"]) == torch.cuda.is_available() and "gloo" in found["backend"], found
+    assert found["exchanges"] == [device], found  # the halos' all_to_all ran, on the run's device
+    for method in pdmm.METHODS:
+        _same_as_one_process(found[method])
+
+
+def test_cuda_device_is_the_local_rank(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert distributed.rank_device("cuda") == torch.device("cuda", 3)
+    assert distributed.rank_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="LOCAL_RANK=3"):
+        distributed.rank_device("cuda:1")
 
 
 TORCHRUN_SCRIPT = """

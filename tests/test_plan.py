@@ -149,7 +149,7 @@ def test_multipliers_node_form_compile_and_distributed_capabilities(method):
     assert refused(method, compile=True) == (not capabilities.compile)
     try:  # the distributed engine's refusals: plan's for the methods on a mixing matrix, the engine's for the rest
         pdmm.plan(problem, method=method, backend="distributed")
-        pdmm.distributed.check_supported(problem, method, "cpu", None, False, {})
+        pdmm.distributed.check_supported(problem, method, "cpu", None, False)
         runs = True
     except ValueError:
         runs = False
@@ -185,7 +185,6 @@ BAD = {
     "dgd wake one": dict(method="dgd", network=pdmm.Network(wake="one")),
     "node form admm": dict(method="admm", form="nodes"),
     "on_divergence": dict(on_divergence="ignore"),
-    "distributed gossip": dict(method="gossip", backend="distributed"),
     "unknown parameter": dict(step=0.1),
     "callback": dict(callback=3),
     "network type": dict(network="lossy"),

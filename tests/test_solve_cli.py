@@ -211,8 +211,6 @@ def test_nproc_runs_the_partitioned_engine_as_one_job_and_matches_one_process(tm
 @pytest.mark.parametrize(
     "option, culprit",
     [
-        (["--method", "admm"], "method='admm'"),
-        (["--problem", "logistic"], "Logistic local functions"),
         (["--drop", "0.1"], "network="),
         (["--nodes", "3", "--nproc", "4"], "more than the graph's 3 nodes"),
     ],

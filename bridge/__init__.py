@@ -17,10 +17,11 @@ docs/averaging.md section 7).
     net(bridge.pdmm_features(G, a, 1.0), attention.TokenGraph.from_networkx(G, self_loops=False))  # (K, B, n, 1)
 """
 
-from .comparison import CompareTable, Setting, compare
+from .comparison import CompareTable, Row, Setting, compare, row_of
+from .comparison.pairing import headline_comparisons
 from .consensus import GraphFamily, disagreement_error, node_features, sample_instances
 from .fastest_mixing import fastest_mixing_weights
-from .findings import findings, headline_comparisons
+from .findings import findings
 from .learned import learned_vs_constant
 from .oracle import ball_oracle, bayes_ball_oracle
 from .pdmm_transformer import fit_graph_model, graph_errors, pdmm_features, pdmm_transformer, weight_shift
@@ -44,6 +45,7 @@ from .unrolled import UnrolledPDMM
 __all__ = [
     "CompareTable",
     "GraphFamily",
+    "Row",
     "Setting",
     "UnrolledPDMM",
     "apply_filter",
@@ -65,6 +67,7 @@ __all__ = [
     "pdmm_transformer",
     "probe_model",
     "refine",
+    "row_of",
     "sample_instances",
     "weight_shift",
     # bridge.statistics: t intervals, t-tests, Holm and the verdict rule of every comparison

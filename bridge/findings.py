@@ -1,5 +1,5 @@
-"""The comparison's findings: one declared family of headline tests, Holm-adjusted together, and the sentences
-written from them (docs/guide/bridge.md, "Findings").
+"""The comparison's findings: one declared family of headline tests (bridge.comparison.pairing.headline_comparisons),
+Holm-adjusted together, and the sentences written from them (docs/guide/bridge.md, "Findings").
 
 Per held-out set, the family holds:
 
@@ -20,47 +20,8 @@ or "worse" only at a Holm-adjusted p below 0.05 over at least five seeds.
 from collections import Counter
 from typing import Any
 
-from .comparison import (
-    BEST,
-    BEST_ONE_NUMBER,
-    BEST_TRANSFORMER,
-    FASTEST,
-    MIN_SEEDS,
-    REFERENCES,
-    CompareTable,
-    Comparison,
-    Verdict,
-)
-
-SELECTED = (BEST_TRANSFORMER, BEST_ONE_NUMBER)
-
-
-def headline_comparisons(table: CompareTable) -> list[Comparison]:
-    """The headline family (module docstring), for the rows and rounds `table` has.
-
-    Parameters
-    ----------
-    table : CompareTable
-        The comparison.
-
-    Returns
-    -------
-    list of (first, its round, second, its round, set)
-    """
-    K, R = table.depth, table.rounds
-    out: list[Comparison] = []
-    for name in table.sets:
-        for method in SELECTED:
-            if method not in table.methods:
-                continue
-            for r in sorted({K, R}):
-                out += [(method, r, ref, r, name) for ref in REFERENCES if table.has(method, r) and table.has(ref, r)]
-            sent = table.sent.get(method)
-            if sent and sent > 1 and table.has(method, K) and table.has(BEST, sent * K):
-                out.append((method, K, BEST, sent * K, name))
-        if FASTEST in table.methods:
-            out += [(FASTEST, r, ref, r, name) for r in sorted({K, R}) for ref in REFERENCES if table.has(FASTEST, r)]
-    return out
+from .comparison import BEST, FASTEST, MIN_SEEDS, REFERENCES, CompareTable, Row, Verdict
+from .comparison.pairing import headline_comparisons
 
 
 def findings(table: CompareTable) -> list[str]:
@@ -81,6 +42,7 @@ def findings(table: CompareTable) -> list[str]:
     K, R, n = table.depth, table.rounds, len(table.seeds)
     verdicts = table.verdicts(headline_comparisons(table))
     rounds = sorted({K, R})
+    references = [ref.label for ref in REFERENCES]
     lines = [
         f"Ratios of geometric-mean errors over {n} seeds (< 1: the row has the smaller error), 95 % t intervals, p "
         f"of the paired t-test and Holm's adjustment over all {len(verdicts)} claims (one family); 'better' / "
@@ -88,18 +50,18 @@ def findings(table: CompareTable) -> list[str]:
         f"{'' if n >= MIN_SEEDS else f' (these have {n}, so none is decided)'}. Every row was chosen on tuning or "
         "validation instances, none on a held-out set; in brackets, the numbers a node sends per edge and round "
         "and the row chosen on each seed. At equal numbers sent a row sending w numbers per round meets the "
-        f"classical row after w times its rounds, which mixes reach with message size. {FASTEST} needs each whole "
-        "graph offline: a reference, never a candidate.",
+        "classical row after w times its rounds, which mixes reach with message size. "
+        f"{FASTEST.label} needs each whole graph offline: a reference, never a candidate.",
         "",
         "| set | "
-        + " | ".join(f"{_short(ref)} after {r}" for ref in REFERENCES for r in rounds if ref in table.methods)
+        + " | ".join(f"{_short(ref)} after {r}" for ref in references for r in rounds if ref in table.methods)
         + " |",
-        "|---|" + "---|" * sum(ref in table.methods for ref in REFERENCES) * len(rounds),
+        "|---|" + "---|" * sum(ref in table.methods for ref in references) * len(rounds),
     ]
     for name in table.sets:
         cells = [
             f"{_cell(table, ref, name, r)} ({_choices(table, ref, r)})" if table.has(ref, r) else ""
-            for ref in REFERENCES
+            for ref in references
             for r in rounds
             if ref in table.methods
         ]
@@ -110,7 +72,7 @@ def findings(table: CompareTable) -> list[str]:
         claims.setdefault((v.set, v.first, v.round, v.round_second), {})[v.second] = v
     for (name, method, r, r_other), against in claims.items():
         after = f"{r} rounds" if r == r_other else f"{r} rounds, equal numbers sent ({r_other} per edge)"
-        cells = [_against(against[ref]) if ref in against else "" for ref in REFERENCES]
+        cells = [_against(against[ref]) if ref in against else "" for ref in references]
         lines.append(f"| {name} | {_named(table, method, r)} | {after} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -123,14 +85,14 @@ def _against(v: Verdict) -> str:
 
 
 def _short(reference: str) -> str:
-    return "best classical" if reference == BEST else "best non-diverging"
+    return "best classical" if reference == BEST.label else "best non-diverging"
 
 
 def _named(table: CompareTable, method: str, r: int) -> str:
     """A row's label with what a node sends per edge and round and, for a chosen row, what it chose at round r."""
-    sent = table.sent.get(method)
-    parts = [] if sent is None else [f"{sent} number{'s' if sent != 1 else ''}"]
-    if method in SELECTED:
+    row = table.rows[method]
+    parts = [] if row.sent is None else [f"{row.sent} number{'s' if row.sent != 1 else ''}"]
+    if row.kind == "chosen" and row.is_model:
         parts.append(_choices(table, method, r))
     return f"{method} [{'; '.join(parts)}]" if parts else method
 
@@ -138,13 +100,13 @@ def _named(table: CompareTable, method: str, r: int) -> str:
 def _choices(table: CompareTable, method: str, r: int) -> str:
     """Which row a chosen row took at round r, over the seeds: "chebyshev (tuned per round) on 5 seeds"."""
     picked = Counter(
-        _choice(table.fitted.get(seed, table.fitted.get(str(seed), {})), method, r) for seed in table.seeds
+        _choice(table.fitted.get(seed, table.fitted.get(str(seed), {})), table.rows[method], r) for seed in table.seeds
     )
     return ", ".join(f"{row} on {count} seed{'s' if count != 1 else ''}" for row, count in picked.most_common())
 
 
-def _choice(fitted: dict[str, Any], method: str, r: int) -> str:
-    choices = fitted.get(f"{method} per round", {})
+def _choice(fitted: dict[str, Any], row: Row, r: int) -> str:
+    choices = fitted.get(row.choice_key, {})
     return str(choices.get(r, choices.get(str(r), "not recorded")))
 
 

@@ -12,28 +12,24 @@ from collections import Counter
 from pathlib import Path
 
 from bridge.comparison import (
-    BAYES,
     BEST,
     BEST_ONE_NUMBER,
     BEST_SAFE,
     BEST_TRANSFORMER,
-    BOUNDS,
-    FASTEST,
+    CANDIDATES,
+    FITTED,
     FLOOR,
-    FROM_PDMM,
-    FROM_RANDOM,
-    LEARNED,
     MIN_SEEDS,
-    ONE_NUMBER,
-    ONE_NUMBER_TIED,
-    ORACLE,
-    POLY_ORACLE,
     REFERENCES,
     SEED_COLUMNS,
     CompareTable,
-    is_model,
-    is_transformer,
-    per_round,
+)
+from bridge.comparison.pairing import (
+    against_oracles,
+    at_equal_numbers,
+    at_equal_rounds,
+    headline_methods,
+    tied_transformers,
 )
 from bridge.findings import findings
 
@@ -77,7 +73,10 @@ def load(directory):
     if not rows or list(rows[0]) != list(SEED_COLUMNS):
         raise ValueError(f"{directory / 'seeds.csv'} is not a compare seeds.csv (columns {', '.join(SEED_COLUMNS)})")
     check_seed_rows(rows, max(meta["rounds"], *meta["setting"].get("checkpoints", [])), directory / "seeds.csv")
-    table = CompareTable.from_seed_rows(rows, meta["rounds"], meta["depth"], meta.get("fitted"))
+    try:
+        table = CompareTable.from_seed_rows(rows, meta["rounds"], meta["depth"], meta.get("fitted"))
+    except ValueError as err:  # a label that names no row
+        raise ValueError(f"{directory / 'seeds.csv'}: {err}") from None
     curves = read_csv(directory / "curves.csv") if (directory / "curves.csv").is_file() else []
     check_curves(curves, directory / "curves.csv")
     return table, meta, curves
@@ -210,7 +209,7 @@ def write_outputs(out, table, meta, curves):
     in `out`; returns the Markdown."""
     write_csv(out / "seeds.csv", table.seed_rows(), SEED_COLUMNS)
     write_csv(out / "curves.csv", curves, CURVE_COLUMNS)
-    rows = table.rows()
+    rows = table.summary_rows()
     write_csv(out / "compare.csv", rows, rows[0])
     rundir.write_file(out / "compare.json", json.dumps(meta, indent=1))
     plot_compare(table, headline_methods(table), out / "compare.png")
@@ -242,35 +241,12 @@ def write_sections(out, table, text, results=None, readme=None, force=False):
         replace_section(readme, "findings", "\n".join(findings(table)), scale={"seeds": len(table.seeds)}, force=force)
 
 
-def headline_methods(table):
-    """{set: at most seven methods}: the polynomial bound, the two best classical rows, Chebyshev on fastest-mixing
-    weights, the best transformer, the best one-number model and per-round tuned PDMM, the same on every set:
-    rows chosen on tuning or validation data, never on the held-out sets."""
-    chosen = [POLY_ORACLE, BEST, BEST_SAFE, FASTEST, BEST_TRANSFORMER, BEST_ONE_NUMBER, per_round("pdmm")]
-    return {name: [m for m in chosen if m in table.methods] for name in table.sets}
-
-
 def fmt(cell):
     """'value [low, high]'; '0' for errors at the float64 floor."""
     value, low, high = cell
     if value < 10 * FLOOR:
         return "0"
     return f"{value:.3g}" if math.isnan(low) else f"{value:.3g} [{low:.2g}, {high:.2g}]"
-
-
-def equal_numbers(table):
-    """[(row, its round r, the round of the best classical row that has sent as many numbers)] for every model
-    row sending w > 1 numbers per round, at its rounds 1 and K where round w r was evaluated (compare runs the
-    classical rows to w and w K for every such row; for w = 1 equal numbers sent is equal rounds)."""
-    out = []
-    for method in table.methods:
-        sent = table.sent.get(method)
-        if not is_model(method) or not sent or sent == 1:
-            continue
-        for r in sorted({1, table.depth}):
-            if table.has(method, r) and table.has(BEST, sent * r):
-                out.append((method, r, sent * r))
-    return out
 
 
 def summary(table):
@@ -350,32 +326,17 @@ def markdown(table, meta, curves):
         ]
         for method in table.methods:
             cells = [fmt(table.cell(method, name, r)) if table.has(method, r) else "" for r in shown_rounds]
-            ratios = [fmt(table.paired(method, ref, name, K)[:3]) if table.has(method, K) else "" for ref in REFERENCES]
+            ratios = [
+                fmt(table.paired(method, ref.label, name, K)[:3]) if table.has(method, K) else "" for ref in REFERENCES
+            ]
             sent = table.sent.get(method)
             lines.append(
                 f"| {method} | " + " | ".join(cells + ratios) + " | " + ("-" if sent is None else f"{sent}") + " |"
             )
         lines.append("")
-    models = [m for m in (BEST_TRANSFORMER, BEST_ONE_NUMBER) if m in table.methods]
-    models += [m for m in table.methods if is_transformer(m)] + [
-        m for m in (FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED, LEARNED) if m in table.methods
-    ]
-    at_rounds = [
-        (m, r, other, r)
-        for m in models
-        for r in sorted({1, K})
-        for other in (*REFERENCES, per_round("pdmm"))
-        if table.has(m, r)
-    ]
-    at_rounds += [
-        (m, R, ref, R)
-        for m in table.methods
-        if (m.startswith("tied") or m == ONE_NUMBER_TIED) and table.has(m, R)
-        for ref in REFERENCES
-    ]
     lines += verdict_table(
         table,
-        at_rounds,
+        at_equal_rounds(table),
         "Paired comparisons at equal rounds",
         f"Ratio of geometric-mean errors (first / second) over {n} seeds, 95 % t interval, p of a "
         "paired t-test (scipy.stats.ttest_rel) and Holm's adjustment over every row of this table (one family); "
@@ -383,7 +344,7 @@ def markdown(table, meta, curves):
     )
     lines += verdict_table(
         table,
-        [(m, r, ref, c) for m, r, c in equal_numbers(table) for ref in REFERENCES],
+        at_equal_numbers(table),
         "Paired comparisons at equal numbers sent",
         "Each model row that sends w > 1 numbers per edge and round, after r rounds, against the two "
         "best classical rows after w r rounds (one number per round): the same numbers sent per "
@@ -413,7 +374,7 @@ def markdown(table, meta, curves):
 
 def tied_trends(table):
     """How each tied model moves from round K to R on every set: one family, Holm-adjusted (CompareTable.trends)."""
-    tied = [m for m in table.methods if m.startswith("tied")]
+    tied = tied_transformers(table)
     if not tied:
         return []
     K, R = table.depth, table.rounds
@@ -435,9 +396,8 @@ def tied_trends(table):
 def bound_lines(table):
     """Which rows beat the ball and Bayes oracles at round 1 (only a model that learned the offset prior can): one
     family over every row, set and oracle, Holm-adjusted."""
-    others = [m for m in table.methods if m not in BOUNDS]
-    oracles = [o for o in (ORACLE, BAYES) if o in table.methods]
-    verdicts = table.verdicts([(m, 1, o, 1, name) for o in oracles for m in others for name in table.sets])
+    oracles, comparisons = against_oracles(table)
+    verdicts = table.verdicts(comparisons)
     lines = []
     for oracle in oracles:
         better = [f"{v.first} ({v.set})" for v in verdicts if v.second == oracle and v.word == "better"]
@@ -452,10 +412,7 @@ def bound_lines(table):
 def training_lines(meta):
     """The training budget of every trained row: steps, wall time and why training stopped, over seeds."""
     fitted = meta.get("fitted", {})
-    runs = {}
-    for values in fitted.values():
-        for label, info in values.get("training", {}).items():
-            runs.setdefault(label, []).append(info)
+    runs = _per_row(fitted, "training")
     if not runs:
         return []
     lines = [
@@ -467,22 +424,20 @@ def training_lines(meta):
         "|---|---|---|---|---|",
     ]
     for label, infos in runs.items():
-        stops = ", ".join(f"{k} {v}" for k, v in sorted(Counter(i["stopped_by"] for i in infos).items()))
         lines.append(
             f"| {label} | {', '.join(str(i['steps']) for i in infos)} | "
             f"{', '.join(str(i['best_step']) for i in infos)} | "
             + ", ".join(f"{i['wall_seconds']:.0f}" for i in infos)
-            + f" | {stops} |"
+            + f" | {_stop_counts(infos, 'stopped_by')} |"
         )
-    for label in (LEARNED, FROM_PDMM, FROM_RANDOM, ONE_NUMBER, ONE_NUMBER_TIED):
-        fits = [values.get(f"{label}: fit") for values in fitted.values() if values.get(f"{label}: fit")]
+    for row in FITTED:
+        fits = [values.get(row.fit_key) for values in fitted.values() if values.get(row.fit_key)]
         if fits:
             stages = [f if isinstance(f, list) else [f] for f in fits]  # the tied one: one fit per curriculum stage
-            stops = Counter(f["stopped by"] for s in stages for f in s)
             lines.append(
-                f"| {label} (full-batch Adam{', per depth stage' if label == ONE_NUMBER_TIED else ''}) | "
+                f"| {row.label} (full-batch Adam{', per depth stage' if row.tied else ''}) | "
                 f"{_joined(stages, 'steps')} | {_joined(stages, 'best step')} | - | "
-                + ", ".join(f"{k} {v}" for k, v in sorted(stops.items()))
+                + _stop_counts([f for s in stages for f in s], "stopped by")
                 + " |"
             )
     return lines + [""] + tuning_lines(fitted)
@@ -491,10 +446,7 @@ def training_lines(meta):
 def tuning_lines(fitted):
     """What tuning each classical row took, per seed: tuning instances, parameter values scored (each on every
     tuning instance), refinement levels, why it stopped and wall seconds (bridge.selection.refine)."""
-    rows = {}
-    for values in fitted.values():
-        for label, info in values.get("tuning effort", {}).items():
-            rows.setdefault(label, []).append(info)
+    rows = _per_row(fitted, "tuning effort")
     if not rows:
         return []
     lines = [
@@ -509,14 +461,28 @@ def tuning_lines(fitted):
         "|---|---:|---|---|---|---|",
     ]
     for label, infos in rows.items():
-        stops = ", ".join(f"{k} {v}" for k, v in sorted(Counter(str(i.get("stopped by")) for i in infos).items()))
         lines.append(
             f"| {label} | {infos[0].get('instances')} | {', '.join(str(i.get('evaluations')) for i in infos)} | "
-            f"{', '.join(str(i.get('levels')) for i in infos)} | {stops} | "
+            f"{', '.join(str(i.get('levels')) for i in infos)} | {_stop_counts(infos, 'stopped by')} | "
             + ", ".join(f"{i.get('seconds', 0):.1f}" for i in infos)
             + " |"
         )
     return lines + [""]
+
+
+def _per_row(fitted, section):
+    """{row: [its info on each seed that has one]} from every seed's fitted[section] ({row: info}), rows in the
+    order they first appear."""
+    out = {}
+    for values in fitted.values():
+        for label, info in values.get(section, {}).items():
+            out.setdefault(label, []).append(info)
+    return out
+
+
+def _stop_counts(infos, key):
+    """Why each of `infos` stopped (info[key]) counted, sorted: "plateau 3, step cap 2"."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(Counter(str(i.get(key)) for i in infos).items()))
 
 
 def _joined(stages, key):
@@ -532,24 +498,18 @@ def fitted_lines(meta, table):
     R, K = str(table.rounds), str(table.depth)
     seeds = list(fitted)
     lines = ["### Tuned per seed", ""]
-    for key in (
-        "pdmm: rho per round",
-        "averaged pdmm: rho per round",
-        "admm: rho per round",
-        "chebyshev: interval per round",
-        "safe chebyshev: interval per round",
-    ):
-        values = [fitted[s].get(key, {}) for s in seeds]
+    for row in (r for r in CANDIDATES if r.fitted_key):
+        values = [fitted[s].get(row.fitted_key, {}) for s in seeds]
         if all(K in v and R in v for v in values):
             lines.append(
-                f"- {key.replace(' per round', '')} at rounds {K} / {R} (seeds in order): "
+                f"- {row.method}: {row.tuned} at rounds {K} / {R} (seeds in order): "
                 + "; ".join(f"{_short(v[K])} / {_short(v[R])}" for v in values)
             )
-    for label in (BEST, BEST_SAFE, BEST_TRANSFORMER, BEST_ONE_NUMBER):
-        choices = [fitted[s].get(f"{label} per round", {}) for s in seeds]
+    for row in (BEST, BEST_SAFE, BEST_TRANSFORMER, BEST_ONE_NUMBER):
+        choices = [fitted[s].get(row.choice_key, {}) for s in seeds]
         if all({"1", K, R} <= set(c) for c in choices):
             lines.append(
-                f"- {label}, the row it took at rounds 1 / {K} / {R} (seeds in order): "
+                f"- {row.label}, the row it took at rounds 1 / {K} / {R} (seeds in order): "
                 + "; ".join(" / ".join(c[r] for r in ("1", K, R)) for c in choices)
             )
     return lines + [""]

@@ -219,7 +219,7 @@ def plot_compare(table: Any, methods: dict[str, list[str]], path: str | Path) ->
 
 def compare_figure(table: Any, methods: dict[str, list[str]]) -> Figure:
     """The Figure of plot_compare."""
-    from bridge.comparison import BOUNDS, FLOOR, is_model
+    from bridge.comparison import FLOOR
 
     sets = table.sets
     shown = list(dict.fromkeys(m for name in sets for m in methods[name]))
@@ -230,22 +230,23 @@ def compare_figure(table: Any, methods: dict[str, list[str]]) -> Figure:
     for column, name in enumerate(sets):
         low, high = math.inf, 0.0
         for method in methods[name]:
+            spec = table.rows[method]
             rounds = np.array(table.available(method))
             cells = np.array([table.cell(method, name, r) for r in rounds])
             style = dict(
                 color=colours[method],
-                ls="-" if is_model(method) else ":" if method in BOUNDS else "--",
+                ls="-" if spec.is_model else ":" if spec.kind == "bound" else "--",
                 lw=1.6,
                 label=method,
                 zorder=LINE_Z,
             )
             top = rounds <= table.rounds
             means = cells[top, 0][np.isfinite(cells[top, 0]) & (cells[top, 0] > 0)]
-            if len(means) and method not in BOUNDS:
+            if len(means) and spec.kind != "bound":
                 low = min(low, means.min())
             if len(means):
                 high = max(high, means.max())
-            sent = table.sent.get(method)
+            sent = spec.sent
             for row, x, keep in ((0, rounds, top), (1, None if sent is None else rounds * sent, rounds > 0)):
                 if x is None:
                     continue

@@ -27,10 +27,12 @@ from bridge.comparison import (
     FILTER,
     FILTER_UNGUARDED,
     FLOOR,
+    ORACLE,
     RHO_SEARCH,
     SAFE_SEARCH,
     TUNED,
     CompareTable,
+    Row,
     Setting,
     classical_errors,
     compare,
@@ -302,7 +304,7 @@ def test_intervals_and_paired_tests_match_scipy():
         4,
         2,
         {("m", "s"): a, ("o", "s"): b, ("ball oracle", "s"): oracle},
-        {"m": 1, "o": 1, "ball oracle": None},
+        {"m": Row("m", "classical"), "o": Row("o", "classical"), "ball oracle": ORACLE},
         {},
     )
     ratio, low, high, p = table.paired("m", "o", "s", 3)
@@ -322,7 +324,7 @@ def test_intervals_and_paired_tests_match_scipy():
     assert [t.word for t in far.trends(["m", "o"])] == ["stalls", "stalls"]
     few = CompareTable([0, 1, 2], 2, 1, {k: v[:3] for k, v in far.log_errors.items()}, {}, {})
     assert few.verdicts([("m", 1, "o", 1, "s")])[0].word == "not separable"  # fewer than 5 seeds never decide
-    rows = table.rows()
+    rows = table.summary_rows()
     assert {(r["method"], r["round"]) for r in rows} == {
         (m, k) for m in ("m", "o", "ball oracle") for k in (1, 2, 3, 4)
     }
@@ -481,8 +483,8 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
             for name, (method, fixed, key, _) in TUNED.items():
                 value = None if key is None else fitted[f"{name}: {key} per round"][r]
                 params = {**fixed, **({} if key is None else {key: tuple(value) if key == "interval" else value})}
-                held[per_round(name)] = score(classical_errors(method, params, r, compiled(validation))[r - 1])
-            for label, guard in ((FILTER, True), (FILTER_UNGUARDED, False)):
+                held[per_round(name).label] = score(classical_errors(method, params, r, compiled(validation))[r - 1])
+            for label, guard in ((FILTER.label, True), (FILTER_UNGUARDED.label, False)):
                 c = fit_filter(spectra, r, safeguard=guard)
                 held[label] = score(
                     torch.cat(
@@ -495,20 +497,21 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
                         ]
                     )
                 )
-            chosen = fitted[f"{BEST} per round"][r]
+            chosen = fitted["best classical (chosen on tuning data) per round"][r]
             assert chosen == min(held, key=held.get)
-            safe = fitted[f"{BEST_SAFE} per round"][r]
-            diverging = (per_round("chebyshev"), FILTER_UNGUARDED)
+            safe = fitted["best non-diverging classical (chosen on tuning data) per round"][r]
+            diverging = ("chebyshev (tuned per round)", "polynomial filter (fitted per round, unguarded)")
             assert safe == min((c for c in held if c not in diverging), key=held.get)
             for name in table.sets:
                 i = table.seeds.index(seed)
-                assert table.log_errors[(BEST, name)][i, r - 1] == table.log_errors[(chosen, name)][i, r - 1]
-                assert table.log_errors[(BEST_SAFE, name)][i, r - 1] == table.log_errors[(safe, name)][i, r - 1]
+                assert table.log_errors[(BEST.label, name)][i, r - 1] == table.log_errors[(chosen, name)][i, r - 1]
+                assert table.log_errors[(BEST_SAFE.label, name)][i, r - 1] == table.log_errors[(safe, name)][i, r - 1]
     again = CompareTable.from_seed_rows([{k: str(v) for k, v in row.items()} for row in table.seed_rows()], 3, 2)
     assert set(again.log_errors) == set(table.log_errors)
     for key, values in table.log_errors.items():
         np.testing.assert_array_equal(again.log_errors[key], values)
     assert again.sent == {m: table.sent[m] for m in table.methods}
+    assert again.rows == table.rows  # every row read back from its label (row_of)
 
 
 def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):
@@ -519,7 +522,7 @@ def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):
         1,
         1,
         {("m", "s"): np.array([[np.inf], [-1.0], [-1.2]]), ("o", "s"): np.array([[-1.0], [-1.1], [-1.0]])},
-        {"m": 1, "o": 1},
+        {"m": Row("m", "classical"), "o": Row("o", "classical")},
         {},
     )
     assert table.cell("m", "s", 1)[0] == np.inf and np.isnan(table.cell("m", "s", 1)[1])

@@ -10,9 +10,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.text import Text
 
-from bridge.comparison import CompareTable
+from bridge.comparison import CompareTable, per_round, transformer
+from bridge.comparison.pairing import headline_methods
 from experiments import plots
-from experiments.compare_report import headline_methods, load
+from experiments.compare_report import load
 
 COMPARE_DATA = Path(__file__).resolve().parents[1] / "docs" / "compare"
 README_WIDTH_PX = 880  # about the width at which GitHub shows a README image
@@ -103,7 +104,8 @@ def test_a_line_that_ends_at_the_depth_is_explained(drawn):
     for name in ("a", "b"):
         log_errors["pdmm (tuned per round)", name] = falling
         log_errors["transformer (belief)", name] = untied - 0.1
-    table = CompareTable(seeds, rounds, depth, log_errors, {"pdmm (tuned per round)": 1, "transformer (belief)": 8}, {})
+    rows = {"pdmm (tuned per round)": per_round("pdmm"), "transformer (belief)": transformer("belief", 8)}
+    table = CompareTable(seeds, rounds, depth, log_errors, rows, {})
     fig = drawn(plots.plot_compare, table, {name: list(table.methods) for name in table.sets})
     assert "a line ending at round 4: a model of 4 layers has no later round" in fig.get_suptitle()
     assert_legends_clear(fig)

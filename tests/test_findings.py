@@ -3,6 +3,7 @@ a claim is "better" / "worse" only at an adjusted p below 0.05 over at least 5 s
 rows, rounds, ratio, interval and both p-values."""
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from bridge.comparison import (
     FASTEST,
     CompareTable,
 )
-from bridge.findings import findings, headline_comparisons
+from bridge.comparison.pairing import headline_comparisons
+from bridge.findings import findings
 from bridge.statistics import holm
 
 SEEDS = [0, 1, 2, 3, 4]
@@ -30,31 +32,33 @@ def table(shift_transformer, shift_one_number, seeds=SEEDS, noise=0.02):
     n, horizon = len(seeds), W * K
     base = -np.linspace(0.2, 3, horizon)[None, :] + rng.normal(0, 0.05, (n, horizon))
     log_errors = {
-        (BEST, "s"): base,
-        (BEST_SAFE, "s"): base + 0.1,
-        (FASTEST, "s"): np.where(np.arange(horizon) < R, base - 0.01 + rng.normal(0, noise, (n, horizon)), np.nan),
+        (BEST.label, "s"): base,
+        (BEST_SAFE.label, "s"): base + 0.1,
+        (FASTEST.label, "s"): np.where(
+            np.arange(horizon) < R, base - 0.01 + rng.normal(0, noise, (n, horizon)), np.nan
+        ),
     }
     for method, shift in ((BEST_TRANSFORMER, shift_transformer), (BEST_ONE_NUMBER, shift_one_number)):
         values = base + shift + rng.normal(0, noise, (n, horizon))
         values[:, R:] = np.nan
-        log_errors[(method, "s")] = values
+        log_errors[(method.label, "s")] = values
     fitted = {
-        s: {f"{m} per round": {r: f"row {m[:4]}" for r in range(1, horizon + 1)} for m in (BEST, BEST_SAFE)}
+        s: {m.choice_key: {r: f"row {m.label[:4]}" for r in range(1, horizon + 1)} for m in (BEST, BEST_SAFE)}
         for s in seeds
     }
     for s in seeds:
-        fitted[s][f"{BEST_TRANSFORMER} per round"] = {r: "transformer (belief)" for r in range(1, R + 1)}
-    sent = {BEST: 1, BEST_SAFE: 1, FASTEST: 1, BEST_TRANSFORMER: W, BEST_ONE_NUMBER: 1}
-    return CompareTable(list(seeds), R, K, log_errors, sent, fitted)
+        fitted[s][BEST_TRANSFORMER.choice_key] = {r: "transformer (belief)" for r in range(1, R + 1)}
+    rows = (BEST, BEST_SAFE, FASTEST, replace(BEST_TRANSFORMER, sent=W), BEST_ONE_NUMBER)
+    return CompareTable(list(seeds), R, K, log_errors, {row.label: row for row in rows}, fitted)
 
 
 def test_the_headline_family_is_declared_from_the_rows_not_from_their_results():
     claims = headline_comparisons(table(-0.3, 0.3))
     assert claims == headline_comparisons(table(0.3, -0.3))  # the same tests whatever the numbers
-    expected = {(BEST_TRANSFORMER, r, ref, r, "s") for r in (K, R) for ref in (BEST, BEST_SAFE)}
-    expected |= {(BEST_ONE_NUMBER, r, ref, r, "s") for r in (K, R) for ref in (BEST, BEST_SAFE)}
-    expected |= {(BEST_TRANSFORMER, K, BEST, W * K, "s")}  # equal numbers sent: W K classical rounds
-    expected |= {(FASTEST, r, ref, r, "s") for r in (K, R) for ref in (BEST, BEST_SAFE)}
+    expected = {(BEST_TRANSFORMER.label, r, ref, r, "s") for r in (K, R) for ref in (BEST.label, BEST_SAFE.label)}
+    expected |= {(BEST_ONE_NUMBER.label, r, ref, r, "s") for r in (K, R) for ref in (BEST.label, BEST_SAFE.label)}
+    expected |= {(BEST_TRANSFORMER.label, K, BEST.label, W * K, "s")}  # equal numbers sent: W K classical rounds
+    expected |= {(FASTEST.label, r, ref, r, "s") for r in (K, R) for ref in (BEST.label, BEST_SAFE.label)}
     assert set(claims) == expected and len(claims) == len(expected)
 
 
@@ -82,8 +86,8 @@ def test_every_claim_is_holm_adjusted_over_the_family_and_worded_by_the_adjusted
 def test_a_clear_difference_is_called_and_fewer_than_five_seeds_never_are():
     t = table(-0.5, 0.5)
     words = {(v.first, v.round, v.second, v.round_second): v.word for v in t.verdicts(headline_comparisons(t))}
-    assert words[(BEST_TRANSFORMER, K, BEST, K)] == "better"
-    assert words[(BEST_ONE_NUMBER, R, BEST_SAFE, R)] == "worse"
+    assert words[(BEST_TRANSFORMER.label, K, BEST.label, K)] == "better"
+    assert words[(BEST_ONE_NUMBER.label, R, BEST_SAFE.label, R)] == "worse"
     few = table(-0.5, 0.5, seeds=[0, 1, 2, 3])
     assert {v.word for v in few.verdicts(headline_comparisons(few))} == {"not separable"}
 
@@ -95,7 +99,7 @@ def test_the_findings_name_rows_rounds_ratios_and_both_p_values():
     assert f"all {len(verdicts)} claims" in text
     for v in verdicts:
         assert f"{v.ratio:.3g}x [{v.low:.2g}, {v.high:.2g}], p {v.p:.2g}, Holm p {v.p_holm:.2g}: **{v.word}**" in text
-    line = next(x for x in text.splitlines() if f"| {BEST_TRANSFORMER}" in x and "equal numbers" in x)
+    line = next(x for x in text.splitlines() if f"| {BEST_TRANSFORMER.label}" in x and "equal numbers" in x)
     assert f"[{W} numbers; transformer (belief) on 5 seeds]" in line and f"| after {W * K}: " in line
     assert re.search(rf"\| {K} rounds, equal numbers sent \({W * K} per edge\) \|", line)
     assert "(row best on 5 seeds)" in text  # which row the best classical row took, per seed

@@ -197,8 +197,8 @@ def test_a_poisoned_held_out_set_changes_no_choice(monkeypatch):
     monkeypatch.setattr(Setting, "draw", poisoned)
     dirty = evaluate_seed(SMALL, 0, {})
     assert choices(dirty) == choices(clean)
-    assert {f"{BEST} per round", f"{BEST_SAFE} per round", f"{BEST_ONE_NUMBER} per round"} <= set(choices(clean))
+    assert {BEST.choice_key, BEST_SAFE.choice_key, BEST_ONE_NUMBER.choice_key} <= set(choices(clean))
     assert (
-        dirty.log_errors[(comparison.per_round("pdmm"), "ring")][0]
-        != clean.log_errors[(comparison.per_round("pdmm"), "ring")][0]
+        dirty.log_errors[(comparison.per_round("pdmm").label, "ring")][0]
+        != clean.log_errors[(comparison.per_round("pdmm").label, "ring")][0]
     )  # the held-out sets did change

@@ -6,17 +6,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .fits import frontier_rows, learned_pdmm_rows, pdmm_transformer_rows
-from .rows import BAYES, BEST_ONE_NUMBER, BEST_TRANSFORMER, ONE_NUMBER_MODELS, ORACLE, numbers_sent
+from .rows import BAYES, BEST_ONE_NUMBER, BEST_TRANSFORMER, ORACLE, numbers_sent
 from .runs import (
     SeedResult,
-    _Recorder,
+    SeedRun,
     bayes_oracle_errors,
     depth_of,
     model_errors,
     oracle_errors,
     validation_scores,
 )
-from .setting import Instance, Setting
+from .setting import Setting
 from .table import CompareTable
 from .tuning import classical_rows, select_rows
 
@@ -32,23 +32,20 @@ def evaluate_seed(
     row label to that seed's trained GraphTransformer; `training` (optional) what training them took,
     {label: {...}}, kept in the result. Every choice is made on the tuning and validation instances
     (bridge.selection); the held-out sets are only run."""
-    sets, tuning, validation = setting.draw(seed)
-    R = setting.rounds
-    result = SeedResult()
-    record = _Recorder(setting, result)
-
+    run = SeedRun.draw(setting, seed)
+    R, result = setting.rounds, run.result
     progress("oracles")
-    for name, instances in sets.items():
-        record.errors(ORACLE, name, oracle_errors(instances, R))
-        record.errors(BAYES, name, bayes_oracle_errors(instances, R, setting.mu_scale**2))
-    scores = classical_rows(setting, sets, tuning, validation, record, result, progress)
+    for name, instances in run.sets.items():
+        run.record.errors(ORACLE.label, name, oracle_errors(instances, R))
+        run.record.errors(BAYES.label, name, bayes_oracle_errors(instances, R, setting.mu_scale**2))
+    scores = classical_rows(run, progress)
     progress("learned pdmm")
-    scores.update(learned_pdmm_rows(setting, result, record, sets, tuning, validation))
+    scores.update(learned_pdmm_rows(run))
     progress("pdmm-transformer")
-    scores.update(pdmm_transformer_rows(setting, seed, result, record, sets, tuning, validation))
-    scores.update(frontier_rows(setting, seed, result, record, sets, tuning, validation))
-    select_rows(BEST_ONE_NUMBER, ONE_NUMBER_MODELS, scores, range(1, R + 1), sets, record, result)
-    scores.update(transformer_rows(setting, transformers, sets, validation, record, result, progress))
+    scores.update(pdmm_transformer_rows(run))
+    scores.update(frontier_rows(run))
+    select_rows(BEST_ONE_NUMBER, BEST_ONE_NUMBER.chosen_from, scores, range(1, R + 1), run.sets, run.record, result)
+    scores.update(transformer_rows(run, transformers, progress))
     result.fitted["validation scores"] = {
         label: {r: s if math.isfinite(s) else None for r, s in values.items()} for label, values in scores.items()
     }
@@ -58,29 +55,23 @@ def evaluate_seed(
 
 
 def transformer_rows(
-    setting: Setting,
-    transformers: dict[str, Any],
-    sets: dict[str, list[Instance]],
-    validation: list[Instance],
-    record: _Recorder,
-    result: SeedResult,
-    progress: Callable[[str], None],
+    run: SeedRun, transformers: dict[str, Any], progress: Callable[[str], None]
 ) -> dict[str, dict[int, float]]:
     """The rows of the trained GraphTransformers {label: model} passed in (untied ones up to their depth, tied ones
     every round; `progress` told each label) and BEST_TRANSFORMER chosen among the widest of them; returns their
     validation scores {label: {round: score}}."""
-    R = setting.rounds
+    R = run.setting.rounds
     widest = max((model.numbers_sent for model in transformers.values()), default=None)
     scores = {}
     for label, model in transformers.items():
         progress(label)
         model.eval()
-        for name, instances in sets.items():
-            record.errors(label, name, model_errors(model, instances, rounds=depth_of(model, R)))
-        scores[label] = validation_scores(model_errors(model, validation, rounds=depth_of(model, R)))
+        for name, instances in run.sets.items():
+            run.record.errors(label, name, model_errors(model, instances, rounds=depth_of(model, R)))
+        scores[label] = validation_scores(model_errors(model, run.validation, rounds=depth_of(model, R)))
     full_width = [label for label, model in transformers.items() if model.numbers_sent == widest]
     if full_width:
-        select_rows(BEST_TRANSFORMER, full_width, scores, range(1, R + 1), sets, record, result)
+        select_rows(BEST_TRANSFORMER, full_width, scores, range(1, R + 1), run.sets, run.record, run.result)
     return scores
 
 

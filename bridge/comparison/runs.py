@@ -1,6 +1,7 @@
 """The errors of one kind of run on a list of instances, each (rounds, instances) or a mean log10 error per round:
 the oracles, the classical methods (one run, or a grid of values on the batch axis), polynomial filters, models;
-and SeedResult, one seed's rows, with the _Recorder that writes them (docs/guide/bridge.md, "Transformers against
+SeedResult, one seed's rows, with the _Recorder that writes them, and SeedRun, what every row of one seed reads
+and writes (docs/guide/bridge.md, "Transformers against
 the classical methods, round by round")."""
 
 import math
@@ -180,3 +181,27 @@ class _Recorder:
     def errors(self, label: str, name: str, errors: torch.Tensor) -> None:
         """errors: (rounds, instances) from round 1."""
         self.rounds(label, name, mean_log(errors))
+
+
+@dataclass
+class SeedRun:
+    """What every row of one seed reads and writes (evaluate_seed): the setting, the seed, its instances
+    (Setting.draw: the held-out sets, the tuning and the validation instances), the SeedResult the rows go into
+    and the _Recorder that writes them there."""
+
+    setting: Setting
+    seed: int
+    sets: dict[str, list[Instance]]
+    tuning: list[Instance]
+    validation: list[Instance]
+    result: SeedResult = field(default_factory=SeedResult)
+    record: _Recorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.record = _Recorder(self.setting, self.result)
+
+    @classmethod
+    def draw(cls, setting: Setting, seed: int) -> "SeedRun":
+        """The run of seed `seed`, its instances drawn by Setting.draw and nothing recorded yet."""
+        sets, tuning, validation = setting.draw(seed)
+        return cls(setting, seed, sets, tuning, validation)

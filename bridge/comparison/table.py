@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..statistics import holm, one_sample_test, paired_p, powers, ratio_interval, significant, t_interval
-from .rows import BEST, BEST_SAFE
+from .rows import REFERENCES, Row, row_of
 from .runs import SeedResult
 from .setting import Setting
 
@@ -73,8 +73,8 @@ class CompareTable:
         K, the transformers' depth.
     log_errors : dict
         {(method, set): (seeds, horizon) array} of mean log10 errors, NaN at rounds where the method has no value.
-    sent : dict
-        {method: numbers sent per edge and round}, None for the bounds (unbounded).
+    rows : dict
+        {method: its Row} (bridge.comparison.rows: kind, numbers sent per edge and round, ...).
     fitted : dict
         {seed: what was fitted} (tuned parameters, schedules, choices, training budgets).
     """
@@ -83,14 +83,14 @@ class CompareTable:
     rounds: int
     depth: int
     log_errors: dict[tuple[str, str], np.ndarray]
-    sent: dict[str, int | None]
+    rows: dict[str, Row]
     fitted: dict[Any, Any]
 
     @classmethod
     def from_seeds(
         cls, setting: Setting, results: dict[int, SeedResult], sent: dict[str, int | None]
     ) -> "CompareTable":
-        """Stack the seeds' results into a table.
+        """Stack the seeds' results into a table, each row's Row read from its label (row_of).
 
         Parameters
         ----------
@@ -113,7 +113,7 @@ class CompareTable:
             setting.rounds,
             setting.depth,
             {k: np.stack([results[s].log_errors[k] for s in seeds]) for k in keys},
-            sent,
+            {m: row_of(m, sent.get(m)) for m in dict.fromkeys(m for m, _ in keys)},
             {s: results[s].fitted for s in seeds},
         )
 
@@ -163,7 +163,13 @@ class CompareTable:
         Returns
         -------
         CompareTable
-            The table, seeds ascending, horizon the largest round in `rows`.
+            The table, seeds ascending, horizon the largest round in `rows`, each row's Row read from its label
+            and numbers sent (row_of).
+
+        Raises
+        ------
+        ValueError
+            For a label that names no row of the comparison (row_of).
         """
         rows = list(rows)
         seeds = sorted({int(row["seed"]) for row in rows})
@@ -176,12 +182,17 @@ class CompareTable:
                 log_errors[key] = np.full((len(seeds), horizon), np.nan)
             log_errors[key][seeds.index(int(row["seed"])), int(row["round"]) - 1] = float(row["log10_error"])
             sent[row["method"]] = int(row["numbers_sent"]) // int(row["round"]) if row["numbers_sent"] != "" else None
-        return cls(seeds, rounds, depth, log_errors, sent, fitted or {})
+        return cls(seeds, rounds, depth, log_errors, {m: row_of(m, s) for m, s in sent.items()}, fitted or {})
 
     @property
     def methods(self) -> list[str]:
         """The rows' method labels, in the order they were recorded."""
         return list(dict.fromkeys(m for m, _ in self.log_errors))
+
+    @property
+    def sent(self) -> dict[str, int | None]:
+        """{method: numbers sent per edge and round}, None for the bounds (unbounded)."""
+        return {label: row.sent for label, row in self.rows.items()}
 
     @property
     def sets(self) -> list[str]:
@@ -275,7 +286,7 @@ class CompareTable:
         ratio, low, high = ratio_interval(a, b)
         return ratio, low, high, paired_p(a, b)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def summary_rows(self) -> list[dict[str, Any]]:
         """The summary rows compare writes to compare.csv.
 
         Returns
@@ -297,10 +308,10 @@ class CompareTable:
                     "error_low": low,
                     "error_high": high,
                 }
-                for ref, column in ((BEST, "vs_best_classical"), (BEST_SAFE, "vs_best_non_diverging")):
+                for ref, column in zip(REFERENCES, ("vs_best_classical", "vs_best_non_diverging"), strict=True):
                     ratio, r_low, r_high, _ = (
-                        self.paired(method, ref, name, r)
-                        if (ref, name) in self.log_errors and self.has(ref, r)
+                        self.paired(method, ref.label, name, r)
+                        if (ref.label, name) in self.log_errors and self.has(ref.label, r)
                         else (math.nan,) * 4
                     )
                     row.update({column: ratio, f"{column}_low": r_low, f"{column}_high": r_high})

@@ -21,18 +21,17 @@ from ..selection import choose, refine, two_runs
 from .rows import (
     BEST,
     BEST_SAFE,
-    CANDIDATES,
     FASTEST,
     FILTER,
     FILTER_UNGUARDED,
-    NON_DIVERGING,
     OWN_INTERVAL,
     POLY_ORACLE,
     TUNED,
+    Row,
     for_horizon,
     per_round,
 )
-from .runs import SeedResult, _Recorder, _round_errors, classical_errors, filter_errors, grid_errors, mean_log
+from .runs import SeedResult, SeedRun, _Recorder, _round_errors, classical_errors, filter_errors, grid_errors, mean_log
 from .setting import FILTER_ROUNDS, MIXING, TUNE_TOLERANCE, Compiled, Instance, Setting, compiled
 
 
@@ -52,6 +51,7 @@ def tune_classical(
     run, again in batches, on the held-out and validation instances, each only as far as it is needed. What the
     tuning took is kept in result.fitted["tuning effort"]."""
     method, fixed, key, search = TUNED[name]
+    row = per_round(name)
     rounds, R = setting.classical_rounds(), setting.rounds
     began = time.perf_counter()
     if search is None:  # nothing to tune: one setting
@@ -68,7 +68,7 @@ def tune_classical(
         values = [search.value(p) for p in points]
         choice = {r: points.index(p) for r, p in refined.choice.items()}
         effort = {"evaluations": refined.evaluations, "levels": refined.levels, "stopped by": refined.stopped_by}
-        result.fitted[f"{name}: {key} per round"] = {r: _plain(values[g]) for r, g in choice.items()}
+        result.fitted[str(row.fitted_key)] = {r: _plain(values[g]) for r, g in choice.items()}
     needed: dict[int, int] = {}  # the chosen values the held-out sets run, and up to which round
     for r, g in choice.items():
         needed[g] = max(needed.get(g, 0), r)
@@ -76,13 +76,13 @@ def tune_classical(
     needed[choice[R]] = max(needed[choice[R]], R)
     for set_name, instances in sets.items():
         runs = chosen_runs(method, fixed, key, values, needed, instances)
-        record.rounds(per_round(name), set_name, [runs[choice[r]][r - 1] for r in rounds], rounds)
+        record.rounds(row.label, set_name, [runs[choice[r]][r - 1] for r in rounds], rounds)
         if key is not None:
-            record.rounds(for_horizon(name, R), set_name, runs[choice[R]][:R])
+            record.rounds(for_horizon(name, R).label, set_name, runs[choice[R]][:R])
     held = chosen_runs(method, fixed, key, values, chosen, validation)
     effort["instances"] = sum(a.shape[0] for *_, a in tuning)
     effort["seconds"] = time.perf_counter() - began
-    result.fitted.setdefault("tuning effort", {})[per_round(name)] = effort
+    result.fitted.setdefault("tuning effort", {})[row.label] = effort
     return {r: float(held[g][r - 1]) for r, g in choice.items()}
 
 
@@ -123,38 +123,39 @@ def polynomial_rows(
     filters' validation scores {row: {round: score}}."""
     degrees = [r for r in setting.classical_rounds() if r <= FILTER_ROUNDS]
     spectra = [nontrivial_spectrum(pdmm.mixing_matrix(G, MIXING)) for G, *_ in tuning]
+    filters = (FILTER, FILTER_UNGUARDED)
     fitted, seconds = {}, {}
-    for label in (FILTER, FILTER_UNGUARDED):
+    for row in filters:
         began = time.perf_counter()
-        fitted[label] = {r: fit_filter(spectra, r, safeguard=label == FILTER) for r in degrees}
-        seconds[label] = time.perf_counter() - began
+        fitted[row.label] = {r: fit_filter(spectra, r, safeguard=not row.diverging) for r in degrees}
+        seconds[row.label] = time.perf_counter() - began
 
-    def fitted_of(label):
-        return lambda W: {r: (lambda a, c=c: apply_filter(W, a, c)) for r, c in fitted[label].items()}
+    def fitted_of(row):
+        return lambda W: {r: (lambda a, c=c: apply_filter(W, a, c)) for r, c in fitted[row.label].items()}
 
     def bound_of(W):
         return {r: (lambda a, f=f: f.apply(W, a)) for r, f in oracle_filters(nontrivial_spectrum(W), degrees).items()}
 
     for set_name, instances in sets.items():
-        for label, filters_of in ((FILTER, fitted_of(FILTER)), (FILTER_UNGUARDED, fitted_of(FILTER_UNGUARDED))):
-            errors = filter_errors(filters_of, instances)
-            record.rounds(label, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
+        for row in filters:
+            errors = filter_errors(fitted_of(row), instances)
+            record.rounds(row.label, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
         errors = filter_errors(bound_of, instances)
-        record.rounds(POLY_ORACLE, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
-    for label in (FILTER, FILTER_UNGUARDED):
-        result.fitted[f"{label}: coefficients (chebyshev basis)"] = {
-            r: c.tolist() for r, c in fitted[label].items() if r in (1, setting.depth, setting.rounds)
+        record.rounds(POLY_ORACLE.label, set_name, [float(mean_log(errors[r][None])[0]) for r in degrees], degrees)
+    for row in filters:
+        result.fitted[row.coefficients_key] = {
+            r: c.tolist() for r, c in fitted[row.label].items() if r in (1, setting.depth, setting.rounds)
         }
-        result.fitted.setdefault("tuning effort", {})[label] = {
+        result.fitted.setdefault("tuning effort", {})[row.label] = {
             "instances": sum(a.shape[0] for _, a, _ in tuning),
             "evaluations": len(degrees),
             "levels": 0,
             "stopped by": "exact fit per degree",
-            "seconds": seconds[label],
+            "seconds": seconds[row.label],
         }
     return {
-        label: {r: float(mean_log(e[None])[0]) for r, e in filter_errors(fitted_of(label), validation).items()}
-        for label in (FILTER, FILTER_UNGUARDED)
+        row.label: {r: float(mean_log(e[None])[0]) for r, e in filter_errors(fitted_of(row), validation).items()}
+        for row in filters
     }
 
 
@@ -171,11 +172,11 @@ def fastest_mixing_rows(
             )
             for (graph, local, edges, a), G in zip(instances, graphs[set_name], strict=True)
         ]
-        record.errors(FASTEST, set_name, torch.cat(errors, dim=1))
+        record.errors(FASTEST.label, set_name, torch.cat(errors, dim=1))
 
 
 def select_rows(
-    label: str,
+    row: Row,
     candidates: Sequence[str],
     scores: dict[str, dict[int, float]],
     rounds: Iterable[int],
@@ -183,46 +184,38 @@ def select_rows(
     record: _Recorder,
     result: SeedResult,
 ) -> None:
-    """Row `label`: per round, the candidate with the smallest validation score there (bridge.selection.choose),
-    its held-out values copied; the choices kept in result.fitted["LABEL per round"]."""
+    """Chosen row `row`: per round, the candidate (a label) with the smallest validation score there
+    (bridge.selection.choose), its held-out values copied; the choices kept in result.fitted[row.choice_key]."""
     chosen = choose(scores, list(candidates), rounds)
     if not chosen:
         return
     rounds = sorted(chosen)
     for set_name in sets:
-        record.rounds(label, set_name, [result.log_errors[(chosen[r], set_name)][r - 1] for r in rounds], rounds)
-    result.fitted[f"{label} per round"] = chosen
+        record.rounds(row.label, set_name, [result.log_errors[(chosen[r], set_name)][r - 1] for r in rounds], rounds)
+    result.fitted[row.choice_key] = chosen
 
 
-def classical_rows(
-    setting: Setting,
-    sets: dict[str, list[Instance]],
-    tuning: list[Instance],
-    validation: list[Instance],
-    record: _Recorder,
-    result: SeedResult,
-    progress: Callable[[str], None],
-) -> dict[str, dict[int, float]]:
+def classical_rows(run: SeedRun, progress: Callable[[str], None]) -> dict[str, dict[int, float]]:
     """Every classical row of one seed on its held-out sets (TUNED per round and for round R, OWN_INTERVAL, FASTEST,
     the filters and the polynomial bound) and the rows BEST and BEST_SAFE chosen among them; `progress` is told
     each stage as it begins. Returns the candidates' validation scores {row: {round: score}}."""
-    compiled_sets, compiled_tuning = {name: compiled(inst) for name, inst in sets.items()}, compiled(tuning)
-    compiled_validation = compiled(validation)
+    setting, sets, record, result = run.setting, run.sets, run.record, run.result
+    compiled_sets, compiled_tuning = {name: compiled(inst) for name, inst in sets.items()}, compiled(run.tuning)
+    compiled_validation = compiled(run.validation)
     scores: dict[str, dict[int, float]] = {}
     for name in TUNED:
         progress(f"tuning {name}")
-        scores[per_round(name)] = tune_classical(
+        scores[per_round(name).label] = tune_classical(
             name, setting, compiled_tuning, compiled_validation, compiled_sets, record, result
         )
     for name, compiled_instances in compiled_sets.items():
-        record.errors(
-            OWN_INTERVAL, name, classical_errors("chebyshev", {"mixing": MIXING}, setting.rounds, compiled_instances)
-        )
+        own = classical_errors("chebyshev", {"mixing": MIXING}, setting.rounds, compiled_instances)
+        record.errors(OWN_INTERVAL.label, name, own)
     progress("fastest-mixing weights")
     fastest_mixing_rows(setting, compiled_sets, {name: [G for G, *_ in inst] for name, inst in sets.items()}, record)
     progress("polynomial filters")
-    scores.update(polynomial_rows(setting, tuning, validation, sets, record, result))
+    scores.update(polynomial_rows(setting, run.tuning, run.validation, sets, record, result))
     rounds = setting.classical_rounds()
-    select_rows(BEST, CANDIDATES, scores, rounds, sets, record, result)
-    select_rows(BEST_SAFE, NON_DIVERGING, scores, rounds, sets, record, result)
+    select_rows(BEST, BEST.chosen_from, scores, rounds, sets, record, result)
+    select_rows(BEST_SAFE, BEST_SAFE.chosen_from, scores, rounds, sets, record, result)
     return scores

@@ -3,7 +3,7 @@
 (computed and tabulated by experiments/network_sweep.py, drawn by experiments/plots.py), and with --results
 FILE also as section "network-sweep" of FILE (the figure copied to figures/ beside it).
 
-    pdmm-bridge network-sweep                                   # n = 100, 3 seeds: runs/network-sweep/
+    pdmm-bridge network-sweep                                   # n = 100, 5 seeds: runs/network-sweep/
     pdmm-bridge network-sweep --results docs/RESULTS.md         # and the section, docs/figures/network_sweep.png
 
 Ctrl-C stops the sweep within the current solve, writes nothing (the counts are kept in memory until the end; an
@@ -27,7 +27,7 @@ def add_parser(subparsers):
     )
     parser.add_argument("--nodes", type=int, default=100, help="nodes of the random geometric graphs")
     parser.add_argument("--dim", type=int, default=3, help="dimension d of each x_i")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1 (graph, data and network draws)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 0..S-1 (graph, data and network draws)")
     parser.add_argument("--rho", type=positive(float), default=1.0, help="penalty of every method")
     parser.add_argument("--target", type=positive(float), default=1e-6, help="relative error to reach")
     parser.add_argument("--iters", type=int, default=3000, help="iterations before a run counts as not reached")

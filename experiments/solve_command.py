@@ -98,7 +98,7 @@ def run(args):
 
 
 def _run(args):
-    from . import launch, solve_job, solve_outputs, solve_runs
+    from . import launch, solve_job, solve_outputs, solve_problem, solve_runs
 
     if launch.slurm_task(os.environ):  # a task of srun: torch's env:// variables from Slurm's, before any rendezvous
         os.environ.update(launch.slurm_environment(os.environ))
@@ -107,9 +107,9 @@ def _run(args):
     specs = args.compare or [args.method]
     params = solve_runs.method_params(args, specs)
     to_tune = solve_runs.to_tune(args, specs)
-    network = solve_runs.network_of(args)
-    G = solve_runs.graph_of(args)
-    problem = solve_runs.problem_of(args, G)
+    network = solve_problem.network_of(args)
+    G = solve_problem.graph_of(args)
+    problem = solve_problem.problem_of(args, G)
     plans = solve_runs.check_methods(problem, specs, params, args, network)  # each run's method built once, here
     rank = solve_job.rank(args)
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes

@@ -210,23 +210,23 @@ def test_a_two_node_torchrun_job_with_c10d_rendezvous_matches_one_process(tmp_pa
 
 
 def test_the_solve_command_builds_each_run_once_and_runs_as_pdmm_solve(tmp_path, monkeypatch):
-    """The runs check_methods planned are the runs solved: pdmm.solve's prepare (the method built on the problem)
+    """The runs check_methods planned are the runs solved: pdmm.solve's _prepare (the method built on the problem)
     once per run, not once to check and once to run; and each run's x and history are pdmm.solve's for the same
     settings, bit for bit (the reference, solved after the checks, given by Plan.with_reference)."""
     solve_module = importlib.import_module("pdmm.solve")
     built = []
-    prepare = solve_module.prepare
+    prepare = solve_module._prepare
 
     def counted(problem, options):
         built.append((problem, options.method))
         return prepare(problem, options)
 
-    monkeypatch.setattr(solve_module, "prepare", counted)
+    monkeypatch.setattr(solve_module, "_prepare", counted)
     options = ["--nodes", "12", "--compare", "pdmm,admm,extra", "--iters", "60", "--drop", "0.1", "--seed", "3"]
     assert main(["solve", *options, "--no-progress", "--out", str(tmp_path / "out")]) == 0
     assert [method for _, method in built] == ["pdmm", "admm", "extra"]
     problem = built[0][0]
-    monkeypatch.setattr(solve_module, "prepare", prepare)
+    monkeypatch.setattr(solve_module, "_prepare", prepare)
     saved, rows = _outputs(tmp_path / "out")
     for label in ("pdmm", "admm", "extra"):
         solved = pdmm.solve(

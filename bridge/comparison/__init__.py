@@ -48,12 +48,21 @@ recorded in SeedResult.fitted; the held-out sets are only run. Rows (evaluate_se
 
 One module per job (docs/api/bridge.md lists them; docs/guide/bridge.md, "Transformers against the classical
 methods, round by round"): setting (what runs, the instances, the search grids, protocol), rows (the labels),
-runs (the errors of each kind of run, SeedResult), tuning (the classical rows and the best classical choices),
-fits (the fitted rows), evaluation (evaluate_seed, compare) and table (CompareTable, verdicts and trends). The
+runs (the errors of each kind of run), seeds (SeedResult and its JSON form, what a cache keeps), tuning (the
+classical rows and the best classical choices), fits (the fitted rows), evaluation (evaluate_seed; compare, with
+the caller's train hook and cache) and table (CompareTable, verdicts and trends). The
 names below are importable from bridge.comparison itself.
 """
 
-from .evaluation import compare, evaluate_seed
+from .evaluation import (
+    RowsDiffer,
+    SeedCache,
+    Trained,
+    compare,
+    equal_sent_rounds,
+    evaluate_seed,
+    evaluation_stages,
+)
 from .rows import (
     BAYES,
     BEST,
@@ -86,7 +95,8 @@ from .rows import (
     numbers_sent,
     per_round,
 )
-from .runs import SeedResult, classical_errors, grid_errors, mean_log, model_errors, oracle_errors
+from .runs import classical_errors, grid_errors, mean_log, model_errors, oracle_errors
+from .seeds import CURVE_COLUMNS, SeedResult, check_fitted, check_seed_json
 from .setting import (
     FILTER_ROUNDS,
     FLOOR,
@@ -97,6 +107,7 @@ from .setting import (
     TUNE_TOLERANCE,
     Setting,
     compiled,
+    describe,
     protocol,
 )
 from .table import MIN_SEEDS, SEED_COLUMNS, CompareTable, Comparison, Trend, Verdict
@@ -110,6 +121,7 @@ __all__ = [
     "BEST_TRANSFORMER",
     "BOUNDS",
     "CANDIDATES",
+    "CURVE_COLUMNS",
     "CompareTable",
     "Comparison",
     "DIVERGING",
@@ -133,20 +145,28 @@ __all__ = [
     "OWN_INTERVAL",
     "POLY_ORACLE",
     "REFERENCES",
+    "RowsDiffer",
     "RHO_SEARCH",
     "SAFE_SEARCH",
     "SEED_COLUMNS",
     "SELECTED_MODELS",
+    "SeedCache",
     "SeedResult",
     "Setting",
     "TUNED",
     "TUNE_TOLERANCE",
+    "Trained",
     "Trend",
     "Verdict",
+    "check_fitted",
+    "check_seed_json",
     "classical_errors",
     "compare",
     "compiled",
+    "describe",
+    "equal_sent_rounds",
     "evaluate_seed",
+    "evaluation_stages",
     "for_horizon",
     "grid_errors",
     "is_model",

@@ -16,7 +16,8 @@ from ..learned import fit
 from ..pdmm_transformer import fit_graph_model, pdmm_features, pdmm_transformer, weight_shift
 from ..unrolled import UnrolledPDMM
 from .rows import FROM_PDMM, FROM_RANDOM, HAND_SET, LEARNED, ONE_NUMBER, ONE_NUMBER_TIED
-from .runs import SeedResult, _Recorder, depth_of, model_errors, validation_scores
+from .runs import _Recorder, depth_of, model_errors, validation_scores
+from .seeds import SeedResult
 from .setting import Instance, Setting, averaging_problem
 
 

@@ -3,6 +3,7 @@ docs/averaging.md section 7).
 
     setting = bridge.Setting(bridge.GraphFamily("random_geometric", 64, 128, radius=0.18))
     table = bridge.compare(setting, seeds=range(5))        # bounds, classical rows tuned per round, PDMM-transformer
+    bridge.compare(setting, range(5), {"transformer (standard)": 64}, train=train)  # + rows train(label, seed) trains
     table.cell("pdmm (tuned per round)", "ring", 32)       # geometric mean over seeds, 95 % interval
     table.verdicts([("learned pdmm", 32, "best classical (chosen on tuning data)", 32, "ring")])  # Holm over the list
     bridge.findings(table)                                 # the headline claims in words (bridge.findings)

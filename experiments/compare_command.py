@@ -3,11 +3,11 @@
     pdmm-bridge compare graph_consensus --out runs/compare
     pdmm-bridge compare --from docs/compare --out runs/again     # tables and figures from the per-seed CSV
 
-For every seed: trains each --residuals variant (untied, depth K = model.n_layer), each --tied variant
-(one block, trained at depth K) and, for each --widths w, the --width-residual variant limited to w
-numbers per edge and round (model.send_width = w, one head, --width-residual standard) on the config's
-graph_consensus task into OUT/runs/<...> until the config's plateau rule stops it (train.patience; finished runs are
-reused, their best weights loaded), then runs bridge.comparison.evaluate_seed on that seed's instances
+Calls bridge.comparison.compare, which for every seed trains, through this command's hook, each --residuals
+variant (untied, depth K = model.n_layer), each --tied variant (one block, trained at depth K) and, for each
+--widths w, the --width-residual variant limited to w numbers per edge and round (model.send_width = w, one
+head) on the config's graph_consensus task into OUT/runs/<...> until the config's plateau rule stops it
+(train.patience; finished runs are reused, their best weights loaded), then evaluates every row on that seed's instances
 (bridge.comparison lists the rows: oracles and the polynomial bound, PDMM, averaged PDMM, ADMM, gossip,
 Chebyshev and the fitted polynomial filters tuned per round, Chebyshev on fastest-mixing weights, the best
 classical rows, learned PDMM, the PDMM-transformers, the trained transformers and the best transformer and
@@ -27,7 +27,7 @@ import argparse
 import sys
 
 from . import log_sinks, rundir
-from .compare_options import COUNTS
+from .compare_options import COUNTS, row_specs
 
 
 def add_parser(subparsers):
@@ -100,25 +100,26 @@ def add_parser(subparsers):
 def run(args):
     if args.source:
         return regenerate(args)
-    from .compare_report import OUTPUTS  # torch and matplotlib: imported only to run (--help answers at once)
-    from .compare_seeds import compare_bar, saved_seed, seed_result
-    from .comparing import checked_base, row_variants, seed_key, setting_of, tabulate, untrained_models
+    # torch and matplotlib: imported only to run (--help answers at once)
+    from bridge.comparison import RowsDiffer, compare
+
+    from .compare_report import OUTPUTS
+    from .compare_runs import SeedFiles, checked_base, compare_bar, meta, row_widths, seed_key, setting_of, trainer
+    from .progress import stages
 
     seeds, base, task = checked_base(args)
-    rows = row_variants(args)
-    models = untrained_models(args, rows)
-    setting = setting_of(args, base, task, models)
+    rows = row_specs(args)
+    widths = row_widths(args, rows)
+    setting = setting_of(args, base, task, widths)
     log_sinks.check_available(args.log)  # before the directory is claimed
     out = rundir.claim(args.out, "compare", args.force, reusable=True, writes=OUTPUTS)
-    args.log_target = log_sinks.target(args.log, out)
-    key = seed_key(args, setting, rows)
+    log = log_sinks.target(args.log, out)
+    files = SeedFiles(out / "seeds", seed_key(args, setting, rows), setting.horizon)
     for name in ("runs", "seeds"):  # a link at either is refused before anything trains
         rundir.refuse_link(out / name)
-    for seed in seeds:  # every saved seed file is checked before anything trains
-        saved_seed(out / "seeds" / f"seed={seed}.json", key)
     try:
-        with compare_bar(args, out, seeds, rows, key) as bar:  # over every seed's trainings and evaluation stages
-            done = {seed: seed_result(args, out, setting, seed, rows, key, bar) for seed in seeds}
+        with compare_bar(args, out, seeds, rows, files) as bar:  # every saved seed file is checked here, first
+            table = compare(setting, seeds, widths, trainer(args, out, rows, bar, log), files, stages(bar))
     except KeyboardInterrupt:
         print(
             f"pdmm-bridge compare: interrupted; finished seeds are kept in {out / 'seeds'} and trained runs in "
@@ -126,13 +127,16 @@ def run(args):
             file=sys.stderr,
         )
         raise SystemExit(130) from None
-    return publish(args, out, *tabulate(args, out, base, setting, seeds, done, models))
+    except RowsDiffer as err:  # a hand-edited seed file
+        raise files.refusal(err) from None
+    curves = [row for seed in seeds for row in files.load(seed).curves]
+    return publish(args, out, table, meta(args, base.train, setting, table), curves)
 
 
 def regenerate(args):
     """compare --from DIR: the outputs from DIR's per-seed CSV and meta data, nothing trained or run."""
     from .compare_report import OUTPUTS
-    from .comparing import load_source
+    from .compare_runs import load_source
 
     table, meta, curves = load_source(args.source)
     out = rundir.claim(args.out, "compare", args.force, reusable=True, writes=OUTPUTS)

@@ -1,9 +1,14 @@
-"""The options of `pdmm-bridge compare` that decide its numbers, and the command line that records them in
-compare.json and compare.md (docs/guide/bridge.md, "The recorded command"). Imports nothing heavy, so that
-`pdmm-bridge compare --help` answers at once."""
+"""The options of `pdmm-bridge compare` that decide its numbers: the transformer rows they ask for, and the command
+line that records them in compare.json and compare.md (docs/guide/bridge.md, "The recorded command"). Imports
+nothing heavy, so that `pdmm-bridge compare --help` answers at once."""
 
 import argparse
 import shlex
+from typing import Any
+
+from .errors import UsageError
+
+RowSpec = tuple[str, dict[str, Any], list[str]]  # a transformer row: (label, run-name assignment, config overrides)
 
 COUNTS = {  # compare's integer options: (default, help)
     "test_graphs": (8, "held-out graphs per set and seed"),
@@ -48,3 +53,43 @@ def command_line(args: argparse.Namespace, seeds: list[int]) -> str:
     for override in args.overrides:
         words += ["--set", override]
     return shlex.join(words)
+
+
+def variants(text: str, flag: str) -> list[str]:
+    """The names of a comma-separated `flag` ("standard,belief"; "none" for none); a repeated name is a UsageError."""
+    names = [r.strip() for r in text.split(",") if r.strip() and r.strip() != "none"]
+    if len(set(names)) != len(names):
+        raise UsageError(f"{flag} lists a variant twice: {text!r}")
+    return names
+
+
+def widths(text: str) -> list[int]:
+    """The widths of --widths: integers >= 2 (a key and a value), else a UsageError."""
+    try:
+        values = [int(w) for w in variants(text, "--widths")]
+    except ValueError:
+        raise UsageError(f"--widths expects integers >= 2 separated by commas, got {text!r}") from None
+    if any(w < 2 for w in values):
+        raise UsageError(f"--widths expects integers >= 2 (a key and a value), got {text!r}")
+    return values
+
+
+def row_specs(args: argparse.Namespace) -> list[RowSpec]:
+    """The transformer rows, untied (--residuals), tied (--tied) and width-limited (--widths), in that order."""
+    rows = [
+        (f"transformer ({r})", {"model.residual": r, "task.tied": False}, [f"model.residual={r}", "task.tied=false"])
+        for r in variants(args.residuals, "--residuals")
+    ]
+    rows += [
+        (f"tied transformer ({r})", {"model.residual": r, "task.tied": True}, [f"model.residual={r}", "task.tied=true"])
+        for r in variants(args.tied, "--tied")
+    ]
+    r = args.width_residual
+    return rows + [
+        (
+            f"transformer ({r}, w={w})",
+            {"model.residual": r, "task.tied": False, "width": w},
+            [f"model.residual={r}", "task.tied=false", f"model.send_width={w}", "model.n_head=1"],
+        )
+        for w in widths(args.widths)
+    ]

@@ -31,6 +31,7 @@ from bridge.comparison.pairing import (
     headline_methods,
     tied_transformers,
 )
+from bridge.comparison.seeds import CURVE_COLUMNS, check_fitted
 from bridge.findings import findings
 
 from . import rundir
@@ -38,7 +39,6 @@ from .plots import plot_compare, plot_learning_curves
 from .results_doc import replace_section
 from .rundir import write_csv
 
-CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")
 OUTPUTS = (  # what write_outputs writes into OUT (a file of these names there must be compare's own)
     "seeds.csv",
     "curves.csv",
@@ -108,67 +108,6 @@ def check_meta(meta, path) -> None:
         raise ValueError(f"{path}: fitted must be an object of seeds")
     for seed, values in fitted.items():
         check_fitted(values, f"{path}, fitted seed {seed}")
-
-
-def check_fitted(fitted, where) -> None:
-    """ValueError naming `where` unless one seed's `fitted` has the shapes the report reads: training budgets
-    {row: {steps, best_step, wall_seconds (number), stopped_by (text)}}, tuning effort {row: {instances,
-    evaluations, levels (integers), stopped by (text), seconds (number)}}, fits ("NAME: fit": an object, or a
-    list of them, with steps, best step and stopped by) and per-round values ("NAME per round": {round: a
-    number or a [low, high] pair; a row name for the best rows' choices})."""
-
-    def wrong(what):
-        raise ValueError(f"{where}: {what}")
-
-    if not isinstance(fitted, dict):
-        wrong("expected an object")
-    training = fitted.get("training", {})
-    if not (
-        isinstance(training, dict)
-        and all(
-            isinstance(info, dict)
-            and all(key in info for key in ("steps", "best_step"))
-            and isinstance(info.get("wall_seconds"), (int, float))
-            and isinstance(info.get("stopped_by"), str)
-            for info in training.values()
-        )
-    ):
-        wrong("training must map rows to {steps, best_step, wall_seconds, stopped_by}")
-    effort = fitted.get("tuning effort", {})
-    if not (
-        isinstance(effort, dict)
-        and all(
-            isinstance(info, dict)
-            and all(_integer(info.get(key)) for key in ("instances", "evaluations", "levels"))
-            and isinstance(info.get("stopped by"), str)
-            and isinstance(info.get("seconds"), (int, float))
-            for info in effort.values()
-        )
-    ):
-        wrong("tuning effort must map rows to {instances, evaluations, levels (integers), stopped by, seconds}")
-    for key, value in fitted.items():
-        if key.endswith(": fit"):
-            fits = value if isinstance(value, list) else [value]
-            if not all(
-                isinstance(fit, dict)
-                and all(k in fit for k in ("steps", "best step"))
-                and isinstance(fit.get("stopped by"), str)
-                for fit in fits
-            ):
-                wrong(f"{key!r} must be an object (or a list of them) with steps, best step and stopped by")
-        if key.endswith(" per round") and not (
-            isinstance(value, dict)
-            and all(
-                isinstance(v, str)
-                if key.startswith("best")
-                else isinstance(v, (int, float))
-                or isinstance(v, list)
-                and len(v) == 2
-                and all(isinstance(x, (int, float)) for x in v)
-                for v in value.values()
-            )
-        ):
-            wrong(f"{key!r} must map rounds to {'row names' if key.startswith('best') else 'numbers or [low, high]'}")
 
 
 def check_seed_rows(rows, horizon, path) -> None:

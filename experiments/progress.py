@@ -35,35 +35,28 @@ def job_bar(total: int, done: int, unit: str, enabled: bool, description: str = 
     return tqdm(total=total, initial=done, unit=unit, disable=not enabled, desc=description, dynamic_ncols=True)
 
 
-def stages(bar: tqdm, prefix: str) -> tuple[Callable[[str], None], Callable[[], None]]:
-    """The progress callback of a job that says each stage as it begins (bridge.comparison.evaluate_seed), and
-    the call that ends the last stage.
+def stages(bar: tqdm) -> Callable[[int, str | None], None]:
+    """The progress callback of bridge.comparison.compare, whose seeds say each evaluation stage as it begins.
 
     Parameters
     ----------
     bar : tqdm
         The job's bar (job_bar).
-    prefix : str
-        Put before each stage's name in the bar's description ("seed 0").
 
     Returns
     -------
-    begin : callable
-        begin(name): the stage before, if any, is finished (the bar advances by 1) and `name` is shown.
-    end : callable
-        end(): the last stage begun is finished.
+    callable
+        tell(seed, stage): the stage begun before, if any, is finished (the bar advances by 1) and "seed S: stage"
+        is shown; tell(seed, None): the seed's last stage is finished.
     """
-    begun = []
+    begun = False
 
-    def begin(name: str) -> None:
+    def tell(seed: int, stage: str | None) -> None:
+        nonlocal begun
         if begun:
             bar.update(1)
-        begun[:] = [name]
-        bar.set_description(f"{prefix}: {name}")
+        begun = stage is not None
+        if stage is not None:
+            bar.set_description(f"seed {seed}: {stage}")
 
-    def end() -> None:
-        if begun:
-            bar.update(1)
-        begun.clear()
-
-    return begin, end
+    return tell

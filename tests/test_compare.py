@@ -33,10 +33,15 @@ from bridge.comparison import (
     TUNED,
     CompareTable,
     Row,
+    RowsDiffer,
+    SeedResult,
     Setting,
+    Trained,
     classical_errors,
     compare,
     compiled,
+    evaluate_seed,
+    evaluation_stages,
     mean_log,
     oracle_errors,
     per_round,
@@ -512,6 +517,58 @@ def test_the_best_classical_row_is_chosen_on_training_family_data_per_round_and_
         np.testing.assert_array_equal(again.log_errors[key], values)
     assert again.sent == {m: table.sent[m] for m in table.methods}
     assert again.rows == table.rows  # every row read back from its label (row_of)
+
+
+class JsonCache:
+    """A cache of bridge.comparison.compare in memory: each seed's result kept as its JSON text, as a file would."""
+
+    def __init__(self):
+        self.texts = {}
+
+    def load(self, seed):
+        return SeedResult.from_json(json.loads(self.texts[seed]), "key", SMALL.horizon) if seed in self.texts else None
+
+    def save(self, seed, result):
+        self.texts[seed] = json.dumps(result.to_json("key"))
+
+
+def test_compare_trains_the_transformer_rows_through_the_hook_and_resumes_from_its_cache():
+    """bridge.compare trains each transformer row once per seed through the caller's hook, evaluates it as
+    evaluate_seed does, keeps the seed in the cache (budget and curves included) and, given the cache again,
+    trains and computes nothing; a transformer row without a hook, or cached seeds with different rows, is a
+    ValueError before anything runs."""
+    label = "transformer (standard)"
+    torch.manual_seed(0)
+    model = attention.GraphTransformer(attention.AttentionConfig(d_model=8, n_head=2), 2, in_features=2, out_features=1)
+    budget = {"steps": 3, "best_step": 2, "wall_seconds": 0.5, "stopped_by": "cap"}
+    calls, told = [], []
+
+    def train(row, seed):
+        calls.append((row, seed))
+        return Trained(model, budget, [{"step": 3, "val_loss": 0.5, "val_error": 0.25}])
+
+    widths = {label: model.numbers_sent}
+    with pytest.raises(ValueError, match="train"):
+        compare(SMALL, [0], widths)
+    cache = JsonCache()
+    table = compare(SMALL, [0], widths, train, cache, lambda seed, stage: told.append((seed, stage)))
+    assert calls == [(label, 0)] and told == [(0, stage) for stage in [*evaluation_stages([label]), None]]
+    assert table.sent[label] == table.sent["best transformer (chosen on validation data)"] == 2 * 8
+    assert table.fitted[0]["training"] == {label: budget}
+    assert cache.load(0).curves == [{"method": label, "seed": 0, "step": 3, "val_loss": 0.5, "val_error": 0.25}]
+    alone = evaluate_seed(SMALL, 0, {label: model})
+    assert set(table.log_errors) == set(alone.log_errors)
+    for key, values in alone.log_errors.items():
+        np.testing.assert_array_equal(table.log_errors[key][0], values)
+    again = compare(SMALL, [0], widths, lambda row, seed: pytest.fail("trained again"), cache)
+    for key, values in table.log_errors.items():
+        np.testing.assert_array_equal(again.log_errors[key], values)
+    edited = json.loads(cache.texts[0])
+    edited["log_errors"].pop(f"{label}\tring")
+    cache.texts[1] = json.dumps(edited)
+    with pytest.raises(RowsDiffer) as raised:
+        compare(SMALL, [0, 1], widths, train, cache)
+    assert raised.value.seeds == (1, 0) and calls == [(label, 0)]
 
 
 def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):

@@ -21,7 +21,7 @@ from tiny_runs import fails
 import pdmm
 from experiments import launch
 from experiments.cli import main
-from experiments.common import UsageError
+from experiments.errors import UsageError
 
 gloo = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),

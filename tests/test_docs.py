@@ -1,8 +1,8 @@
 """The tutorials run as written: every ```python block and every `pdmm-bridge ...` line of a ```bash block
 of docs/getting_started.md and docs/tutorials/*.md, in page order, from a fresh directory (holding a copy of
 docs/compare, which the comparison tutorial reads). ```text blocks are shown, not run (the long commands).
-The README's Python examples print what they compute when run as a script. The built site needs no network
-(MathJax ships with it) and its sidebar lists every page once."""
+The README's Python examples print what they compute when run as a script, and the bridge guide's comparison
+runs. The built site needs no network (MathJax ships with it) and its sidebar lists every page once."""
 
 import ast
 import re
@@ -70,6 +70,22 @@ def test_readme_python_examples_print_what_they_compute(tmp_path, monkeypatch, c
         assert not silent, f"lines {silent} of a README example show nothing when run as a script: {code!r}"
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
         assert capsys.readouterr().out.strip(), f"a README example prints nothing: {code!r}"
+
+
+def test_the_guides_comparison_trains_its_transformer_row_through_the_hook():
+    """docs/guide/bridge.md's Python comparison runs as written: bridge.compare trains the transformer row through
+    the guide's train hook for every seed and evaluates it on every held-out set beside the classical rows."""
+    [code] = [code for language, code in blocks(ROOT / "docs" / "guide" / "bridge.md") if "bridge.compare(" in code]
+    namespace = {"__name__": "guide"}
+    exec(compile(code, "docs/guide/bridge.md", "exec"), namespace)
+    table = namespace["table"]
+    assert {seed: list(fitted["training"]) for seed, fitted in table.fitted.items()} == {
+        0: ["transformer (standard)"],
+        1: ["transformer (standard)"],
+    }
+    assert all(fitted["training"]["transformer (standard)"]["steps"] > 0 for fitted in table.fitted.values())
+    assert {name for method, name in table.log_errors if method == "transformer (standard)"} == set(table.sets)
+    assert table.sent["transformer (standard)"] == 32 and "pdmm (tuned per round)" in table.methods
 
 
 def is_print(node):

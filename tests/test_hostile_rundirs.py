@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from tiny_runs import CONFIGS, TINY, TRAIN, fails, forge
 
 import experiments.rundir_descriptors as descriptors
+from bridge.comparison import check_seed_json
 from experiments.cli import main, out_of_memory
-from experiments.compare_seeds import check_seed_file, saved_seed
+from experiments.compare_runs import SeedFiles
 from experiments.errors import UsageError
 from experiments.grid import run_name
 from experiments.results_doc import replace_section
@@ -339,12 +340,12 @@ def test_malformed_compare_seed_files_are_one_line(tmp_path, saved):
     path = tmp_path / "seed=0.json"
     path.write_text(json.dumps(saved))
     with pytest.raises(UsageError, match="seed=0.json"):
-        saved_seed(path, key=1)
+        SeedFiles(tmp_path, 1, 2).load(0)
     path.write_text("{not json")
     with pytest.raises(UsageError, match="seed=0.json"):
-        saved_seed(path, key=1)
+        SeedFiles(tmp_path, 1, 2).load(0)
     curve = {"method": "transformer (standard)", "seed": 0, "step": 3, "val_loss": 1.5, "val_error": None}
-    check_seed_file({"key": 1, "fitted": {}, "curves": [curve], "log_errors": {"a\tb": [1.0, None]}}, path)
+    check_seed_json({"key": 1, "fitted": {}, "curves": [curve], "log_errors": {"a\tb": [1.0, None]}})
 
 
 def test_run_names_over_255_bytes_are_one_line(tmp_path, capsys):
@@ -439,8 +440,9 @@ def test_any_run_file_content_is_success_or_one_line(finished, tmp_path, capsys,
     (base / "sweep.json").write_text(json.dumps(sweep))
     one_line_or_success(capsys, ["report", str(base), "--metrics", "val_loss"])
     one_line_or_success(capsys, ["plot", str(run), "--out", str(base / "p.png")])
+    (base / "seed=0.json").write_text(json.dumps(sweep))  # the same contents as a compare seed file
     try:
-        saved_seed(base / "sweep.json", key=None)  # the same contents as a compare seed file
+        SeedFiles(base, None, 2).load(0)
     except UsageError:
         pass
 
@@ -694,15 +696,15 @@ def test_more_malformed_compare_seed_files_are_one_line(tmp_path, saved):
     path = tmp_path / "seed=0.json"
     path.write_text(json.dumps(saved))
     with pytest.raises(UsageError, match="seed=0.json"):
-        saved_seed(path, key=1)
+        SeedFiles(tmp_path, 1, 1).load(0)
 
 
 def test_a_compare_seed_file_with_rows_of_another_length_is_refused(tmp_path):
     path = tmp_path / "seed=0.json"
     path.write_text(json.dumps({"key": 1, "fitted": {}, "curves": [], "log_errors": {"a\tb": [1.0, None]}}))
-    assert saved_seed(path, key=1, horizon=2) is not None
+    assert SeedFiles(tmp_path, 1, 2).load(0) is not None
     with pytest.raises(UsageError, match="must hold 3 numbers, one per round"):
-        saved_seed(path, key=1, horizon=3)
+        SeedFiles(tmp_path, 1, 3).load(0)
 
 
 COMPARE = [

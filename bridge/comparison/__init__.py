@@ -48,13 +48,22 @@ recorded in SeedResult.fitted; the held-out sets are only run. Rows (evaluate_se
 
 One module per job (docs/api/bridge.md lists them; docs/guide/bridge.md, "Transformers against the classical
 methods, round by round"): setting (what runs, the instances, the search grids, protocol), rows (the rows as
-data: Row, the catalogue, row_of), pairing (which rows are compared with which),
-runs (the errors of each kind of run, SeedResult), tuning (the classical rows and the best classical choices),
-fits (the fitted rows), evaluation (evaluate_seed, compare) and table (CompareTable, verdicts and trends). The
+data: Row, the catalogue, row_of), pairing (which rows are compared with which), runs (the errors of each kind of
+run, SeedRun), seeds (SeedResult and its JSON form, what a cache keeps), tuning (the classical rows and the best
+classical choices), fits (the fitted rows), evaluation (evaluate_seed; compare, with the caller's train hook and
+cache) and table (CompareTable, verdicts and trends). The
 names below are importable from bridge.comparison itself.
 """
 
-from .evaluation import compare, evaluate_seed
+from .evaluation import (
+    RowsDiffer,
+    SeedCache,
+    Trained,
+    compare,
+    equal_sent_rounds,
+    evaluate_seed,
+    evaluation_stages,
+)
 from .rows import (
     BAYES,
     BEST,
@@ -88,7 +97,8 @@ from .rows import (
     row_of,
     transformer,
 )
-from .runs import SeedResult, classical_errors, grid_errors, mean_log, model_errors, oracle_errors
+from .runs import classical_errors, grid_errors, mean_log, model_errors, oracle_errors
+from .seeds import CURVE_COLUMNS, SeedResult, check_fitted, check_seed_json
 from .setting import (
     FILTER_ROUNDS,
     FLOOR,
@@ -99,6 +109,7 @@ from .setting import (
     TUNE_TOLERANCE,
     Setting,
     compiled,
+    describe,
     protocol,
 )
 from .table import MIN_SEEDS, SEED_COLUMNS, CompareTable, Comparison, Trend, Verdict
@@ -113,6 +124,7 @@ __all__ = [
     "BOUNDS",
     "CANDIDATES",
     "CATALOGUE",
+    "CURVE_COLUMNS",
     "CompareTable",
     "Comparison",
     "FASTEST",
@@ -136,20 +148,28 @@ __all__ = [
     "POLY_ORACLE",
     "REFERENCES",
     "Row",
+    "RowsDiffer",
     "RHO_SEARCH",
     "SAFE_SEARCH",
     "SEED_COLUMNS",
     "SELECTED_MODELS",
+    "SeedCache",
     "SeedResult",
     "Setting",
     "TUNED",
     "TUNE_TOLERANCE",
+    "Trained",
     "Trend",
     "Verdict",
+    "check_fitted",
+    "check_seed_json",
     "classical_errors",
     "compare",
     "compiled",
+    "describe",
+    "equal_sent_rounds",
     "evaluate_seed",
+    "evaluation_stages",
     "for_horizon",
     "grid_errors",
     "mean_log",

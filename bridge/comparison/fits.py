@@ -16,7 +16,8 @@ from ..learned import fit
 from ..pdmm_transformer import fit_graph_model, pdmm_features, pdmm_transformer, weight_shift
 from ..unrolled import UnrolledPDMM
 from .rows import FROM_PDMM, FROM_RANDOM, HAND_SET, LEARNED, ONE_NUMBER, ONE_NUMBER_TIED, per_round
-from .runs import SeedResult, SeedRun, depth_of, model_errors, validation_scores
+from .runs import SeedRun, depth_of, model_errors, validation_scores
+from .seeds import SeedResult
 from .setting import Instance, averaging_problem
 
 RHO = str(per_round("pdmm").fitted_key)  # PDMM's rho tuned per round: where every fitted row starts

@@ -209,18 +209,9 @@ def row_of(label: str, sent: int | None) -> Row:
     )
 
 
-def numbers_sent(label: str | Row, models: dict[str, Any] | None = None) -> int | None:
-    """Numbers a node sends per edge and round for row `label` of a run whose trained transformers are `models`
-        ({label: model}): a transformer's keys and values (models[label].numbers_sent), the best transformer's those
-        of the widest of them, else the row's own Row.sent (None for the bounds, 2 D_MODEL = 14 for the
-        PDMM-transformers trained with keys, 1 for every classical method and the one-number models); a Row gives
-    its own Row.sent. For experiments/comparing.py and compare(), which know the models; compare --from reads
-    rows back with row_of."""
-    if isinstance(label, Row):
-        return label.sent
-    models = models or {}
-    if label in models:
-        return models[label].numbers_sent
-    if label == BEST_TRANSFORMER.label:
-        return max((model.numbers_sent for model in models.values()), default=None)
-    return CATALOGUE[label].sent if label in CATALOGUE else 1  # else: a classical row tuned for one round
+def numbers_sent(label: str) -> int | None:
+    """Numbers a node sends per edge and round for the fixed row `label`: its catalogue Row.sent (None for the
+    bounds, 2 D_MODEL = 14 for the PDMM-transformers trained with keys, 1 for every classical method and the
+    one-number models), and 1 for a classical row tuned for one round. What a transformer row sends is its model's
+    (evaluation.compare); compare --from reads rows back with row_of."""
+    return CATALOGUE[label].sent if label in CATALOGUE else 1

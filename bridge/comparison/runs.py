@@ -1,8 +1,7 @@
 """The errors of one kind of run on a list of instances, each (rounds, instances) or a mean log10 error per round:
 the oracles, the classical methods (one run, or a grid of values on the batch axis), polynomial filters, models;
-SeedResult, one seed's rows, with the _Recorder that writes them, and SeedRun, what every row of one seed reads
-and writes (docs/guide/bridge.md, "Transformers against
-the classical methods, round by round")."""
+SeedRun, what every row of one seed reads and writes, with the _Recorder that writes its rows into its SeedResult
+(docs/guide/bridge.md, "Transformers against the classical methods, round by round")."""
 
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +18,7 @@ from pdmm.methods import METHODS
 
 from ..consensus import disagreement_error, node_features
 from ..oracle import ball_oracle, bayes_ball_oracle
+from .seeds import SeedResult
 from .setting import FLOOR, MIXING, Compiled, Instance, Setting
 
 
@@ -154,15 +154,6 @@ def depth_of(model: Any, rounds: int) -> int:
 def validation_scores(errors: torch.Tensor) -> dict[int, float]:
     """{round: mean log10 error} of (rounds, instances) validation errors from round 1."""
     return {r: float(v) for r, v in enumerate(mean_log(errors), 1)}
-
-
-@dataclass
-class SeedResult:
-    """One seed's mean log10 errors {(method, set): (horizon,) array, nan at rounds a method is not shown}
-    and what was fitted on the way (tuned parameters, learned schedules, weight shifts, choices)."""
-
-    log_errors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    fitted: dict[str, Any] = field(default_factory=dict)
 
 
 class _Recorder:

@@ -164,6 +164,40 @@ class Setting:
             "grid": GraphFamily("grid", k * k, (k + 6) ** 2),
         }
 
+    def summary(self) -> dict[str, Any]:
+        """What compare.json records of the setting ("setting").
+
+        Returns
+        -------
+        dict
+            family (describe), test_graphs, tune_graphs, val_graphs, batch, checkpoints (a list) and repr, the
+            Setting's repr (part of a seed's cache key).
+        """
+        return {
+            "family": describe(self.family),
+            "test_graphs": self.test_graphs,
+            "tune_graphs": self.tune_graphs,
+            "val_graphs": self.val_graphs,
+            "batch": self.batch,
+            "checkpoints": list(self.checkpoints),
+            "repr": repr(self),
+        }
+
+    def fit_rule(self) -> str:
+        """The stopping rule of the full-batch fits (learned PDMM, the PDMM-transformers; bridge.fitting), in words.
+
+        Returns
+        -------
+        str
+            A sentence, as compare.json's "plateau rule" ends.
+        """
+        return (
+            f"Learned PDMM and the PDMM-transformer: full-batch Adam on the tuning instances, stopped once {PATIENCE} "
+            f"steps in a row have not lowered the best validation loss ({self.val_graphs} further training-family "
+            f"graphs) by more than {MIN_DELTA:g} of it, or at the cap of {self.learned_steps} / "
+            f"{self.finetune_steps} steps; the parameters of the best validation loss are compared."
+        )
+
     def draw(self, seed: int) -> tuple[dict[str, list[Instance]], list[Instance], list[Instance]]:
         """The instances of one seed, the same for every method.
 
@@ -190,6 +224,24 @@ class Setting:
             self.family, self.val_graphs, self.batch, np.random.default_rng([seed, 3]), self.mu_scale
         )
         return sets, tuning, validation
+
+
+def describe(family: GraphFamily) -> str:
+    """The graph family in words.
+
+    Parameters
+    ----------
+    family : GraphFamily
+        A family of bridge.consensus.
+
+    Returns
+    -------
+    str
+        E.g. "random_geometric graphs with n 16-32, radius 0.35".
+    """
+    return f"{family.topology} graphs with n {family.n_min}-{family.n_max}" + (
+        f", radius {family.radius:g}" if family.radius else ""
+    )
 
 
 def averaging_problem(G: nx.Graph, a: np.ndarray) -> pdmm.Problem:

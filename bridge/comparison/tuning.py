@@ -31,7 +31,8 @@ from .rows import (
     for_horizon,
     per_round,
 )
-from .runs import SeedResult, SeedRun, _Recorder, _round_errors, classical_errors, filter_errors, grid_errors, mean_log
+from .runs import SeedRun, _Recorder, _round_errors, classical_errors, filter_errors, grid_errors, mean_log
+from .seeds import SeedResult
 from .setting import FILTER_ROUNDS, MIXING, TUNE_TOLERANCE, Compiled, Instance, Setting, compiled
 
 

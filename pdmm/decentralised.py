@@ -32,7 +32,7 @@ import torch
 
 from .constraints import Consensus
 from .edge_index import CompiledGraph
-from .halo import largest
+from .halo import PartGraph, largest
 from .local import LocalFunction
 from .mixing import as_mixing, mixing_product, run_interval
 from .network import ONE, Channel, Network
@@ -316,10 +316,14 @@ def network_biases(network: Network) -> bool:
 
 def _edge_weights(W, graph):
     """(E, 1, 1): W_{src[e], dst[e]} of every directed edge (0 where W stores no entry), in the graph's dtype
-    and on its device."""
+    and on its device; for a rank's part (pdmm.halo.PartGraph) W is the whole graph's and src[e] the global id
+    of the edge's local source."""
     n, W = W.shape[0], W.sorted_indices()
     keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(W.indptr)) * n + W.indices
-    wanted = graph.src.cpu().numpy().astype(np.int64) * n + graph.dst.cpu().numpy()
+    src = graph.src.cpu().numpy().astype(np.int64)
+    if isinstance(graph, PartGraph):
+        src = np.asarray(graph.nodes, dtype=np.int64)[src]
+    wanted = src * n + graph.dst.cpu().numpy()
     at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
     weights = np.where(keys[at] == wanted, W.data[at], 0.0)
     return torch.from_numpy(weights).to(graph.sign.device, graph.sign.dtype).view(-1, 1, 1)

@@ -32,13 +32,17 @@ The nodes are split into P parts::
                all-reduced; every rank then takes the same stopping / divergence decision.
     reference  reference="cvxpy" is solved once, by rank 0, and broadcast (shared_reference), the other ranks
                waiting for it up to REFERENCE_TIMEOUT whatever the group's timeout.
+    network    network= (pdmm.Network): each rank's pdmm.network.Channel is built with its nodes' and edges'
+               global ids (GlobalIds), so it draws exactly one process's draws for its part (in the graph's own
+               node order: compare with a one-process run that is not renumbered, reorder=False); its
+               messages and bits count its own receiving edges and are all-reduced when recorded.
     result     x is all-gathered and reassembled in the original node order: every rank returns the
                same pdmm.Result as the single-process engine (to rounding: sums are taken in another order).
 
 Supported: every method, consensus constraints, any local function the method takes, batched
-problems, float64/float32, on the CPU (gloo) or on CUDA (cuda:LOCAL_RANK, NCCL for the iterations'
-collectives, gloo for the set-up's); edge-matrix constraints, network= and compile=True raise
-ValueError naming them. Every rank checks that all
+problems, float64/float32, a simulated network (without privacy), on the CPU (gloo) or on CUDA
+(cuda:LOCAL_RANK, NCCL for the iterations' collectives, gloo for the set-up's); edge-matrix
+constraints, network privacy and compile=True raise ValueError naming them. Every rank checks that all
 ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
 iteration. Collectives time out after the timeout given when the process group was initialised:
 `init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes; a collective
@@ -69,6 +73,7 @@ from .constraints import Consensus
 from .halo import local_part
 from .loop import Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
 from .methods import METHODS
+from .network import Channel, GlobalIds
 
 if TYPE_CHECKING:
     from .loop import Result
@@ -283,7 +288,7 @@ def check_group(group=None):
 
 def check_supported(problem, method, device, network, compile):
     """ValueError naming what the distributed backend does not implement (docs/guide/distributed.md, "What runs on
-    the engine"): a method whose Capabilities say so, edge-matrix constraints, a simulated network, compile=True
+    the engine"): a method whose Capabilities say so, edge-matrix constraints, network privacy, compile=True
     and devices other than the CPU and CUDA."""
     unsupported = []
     if not METHODS[method].capabilities.distributed:
@@ -291,8 +296,8 @@ def check_supported(problem, method, device, network, compile):
         unsupported.append(f"method={method!r} (it runs {', '.join(runs)})")
     if not problem.is_consensus:
         unsupported.append("edge-matrix constraints (only constraints='consensus')")
-    if network is not None:
-        unsupported.append("network= (only the ideal network)")
+    if network is not None and network.privacy is not None:
+        unsupported.append("network privacy (its gaps are not summed over the ranks)")
     if compile:
         unsupported.append("compile=True")
     if torch.device(device).type not in ("cpu", "cuda"):
@@ -307,7 +312,7 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
     options.scale: the problem's scale, the stopping test's floor as one process has it). The method is built as
     the local engine builds it (pdmm.solve.build_method) on the rank's pdmm.halo.PartGraph. The same Result on every
     rank."""
-    from .solve import build_method
+    from .solve import build_method, short_of_tol
 
     rank, world = check_group(group)
     stopping, recording, engine = options.stopping, options.recording, options.engine
@@ -331,6 +336,7 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             check_every=stopping.check_every,
             method_params=dict(options.method_params),
             partition=engine.partition,
+            network=repr(options.network),
             world=world,
         )
         mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
@@ -355,6 +361,9 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
         rows = torch.from_numpy(own)
         local = problem.local.to(device, dtype).nodes(rows.to(device))
         edges = Consensus(graph)
+        capabilities = METHODS[method].capabilities
+        width = edges.state_shape(problem.batch, problem.dim)[2]
+        channel = _part_channel(options.network, problem, graph, owner, rank, width, capabilities.vectors_sent)
         algorithm, certificate = build_method(  # consensus at every rank's nodes' average: sums over the ranks
             problem,
             graph,
@@ -362,19 +371,19 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             edges,
             options,
             _part_params(options.method_params, own, problem.n),
+            channel,
             count=problem.n,
             summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
         )
         x_star = shared_reference(problem, options, group)
         state = algorithm.init(initial_x(problem, options)[rows.to(device)])
-        capabilities = METHODS[method].capabilities
-        width = edges.state_shape(problem.batch, problem.dim)[2]
         sent = problem.compiled.num_edges * capabilities.vectors_sent  # messages per round, every rank's
         book = _PartBookkeeping(
             options,
             local=_Summed(local, problem.n, group),
             edges=edges,
             per_round=(sent, sent * width * torch.finfo(dtype).bits),
+            channel=None if channel is None else _SummedCounts(channel, group),
             x_star=x_star,
             silent=capabilities.silent_rounds,
             certificate=certificate,
@@ -404,8 +413,28 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             torch.no_grad(),
             tqdm(total=stopping.max_iter, desc=method, disable=not recording.progress, leave=False) as bar,
         ):
-            status = iterate(algorithm.step, so_far, book, options, finish, bar=bar if recording.progress else None)
-        return finish(status)
+            status = iterate(
+                algorithm.step,
+                so_far,
+                book,
+                options,
+                finish,
+                before=None if channel is None else channel.draw,
+                bar=bar if recording.progress else None,
+            )
+        return finish(status, short_of_tol(status, so_far.now[1], options))
+
+
+def _part_channel(network, problem, graph, owner, rank, width, vectors):
+    """The rank's Channel over the simulated network (None for the ideal one): its nodes' and edges' global ids
+    (pdmm.network.GlobalIds), so that it draws exactly the whole graph's draws for its part in the graph's own node
+    order (docs/guide/network.md, "Partitioned runs")."""
+    if network is None:
+        return None
+    whole = problem.compiled
+    edges = np.flatnonzero(owner[whole.src.cpu().numpy()] == rank)  # the rank's edges, global ids (as local_part's)
+    ids = GlobalIds.of(whole, np.flatnonzero(owner == rank), edges)
+    return Channel(network, graph, problem.batch, width, graph.sign.dtype, vectors=vectors, ids=ids)
 
 
 def _part_params(params: Mapping[str, Any], own: np.ndarray, n: int) -> dict[str, Any]:
@@ -493,6 +522,22 @@ class _Summed:
 
     def value(self, x):
         return _all_sum(self.local.value(x).contiguous(), self.group)
+
+
+class _SummedCounts:
+    """A rank's Channel as the bookkeeping reads it: `messages` and `bits` (each rank's own receiving edges) summed
+    over the ranks, one process's counts (pdmm.network.Channel)."""
+
+    def __init__(self, channel, group):
+        self.channel, self.group = channel, group
+
+    @property
+    def messages(self) -> torch.Tensor:
+        return _all_sum(self.channel.messages.clone(), self.group)
+
+    @property
+    def bits(self) -> torch.Tensor:
+        return _all_sum(self.channel.bits.clone(), self.group)
 
 
 class _PartBookkeeping(Bookkeeping):

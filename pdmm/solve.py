@@ -455,7 +455,8 @@ class Plan:
 
                 bits = torch.finfo(options.engine.dtype).bits
                 _keep_freed(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.engine.device)
-                return _warned(distributed.run(problem, options), options.stopping.tol, problem, options.rho)
+                result = distributed.run(problem, options)
+                return _warned(result, options.stopping.tol, problem, options.rho, BIASED if _biased(options) else None)
             return _run_local(problem, self.ready.pop() if self.ready else _prepare(problem, options))
         except DivergenceError as err:
             if options.stopping.on_divergence == "raise":
@@ -631,9 +632,7 @@ def _run_local(problem: Problem, run: "Prepared") -> Result:
             )
         except KeyboardInterrupt:
             status = "interrupted"
-    short = run.biased and status in ("max_iter", "stalled")
-    why = f"{status_message(status, so_far.now[1], stopping.tol, stopping.target)}; {BIASED}" if short else ""
-    result = finish(status, why)
+    result = finish(status, short_of_tol(status, so_far.now[1], options))
     return _warned(result, stopping.tol, problem, options.rho, BIASED if run.biased else None)
 
 
@@ -735,8 +734,22 @@ def _prepare(problem: Problem, options: RunOptions) -> Prepared:
         certificate=certificate,
     )
     step = torch.compile(algorithm.step) if options.engine.compile else algorithm.step
-    biased = capabilities.biased_under_loss and network is not None and network_biases(network)
-    return Prepared(options, step, state, book, x_star, order, channel, biased)
+    return Prepared(options, step, state, book, x_star, order, channel, _biased(options))
+
+
+def _biased(options: RunOptions) -> bool:
+    """Whether the run's network keeps its method off the solution (pdmm.decentralised.network_biases)."""
+    network = options.network
+    return METHODS[options.method].capabilities.biased_under_loss and network is not None and network_biases(network)
+
+
+def short_of_tol(status: str, iterations: int, options: RunOptions) -> str:
+    """The Result's message for a run whose network biases its method (_biased) and that ended at max_iter or
+    stalled: the status and why (BIASED); "" otherwise. Both engines (docs/guide/network.md)."""
+    if not (_biased(options) and status in ("max_iter", "stalled")):
+        return ""
+    stopping = options.stopping
+    return f"{status_message(status, iterations, stopping.tol, stopping.target)}; {BIASED}"
 
 
 def build_method(

@@ -12,7 +12,7 @@ import torch
 
 import pdmm
 from pdmm import draws
-from pdmm.distributed import local_part
+from pdmm.halo import local_part
 from pdmm.network import Channel, GlobalIds, Network
 
 N, ROUNDS, WIDTH = 24, 6, 2
@@ -21,6 +21,12 @@ N, ROUNDS, WIDTH = 24, 6, 2
 @pytest.fixture(scope="module")
 def whole():
     return pdmm.averaging(pdmm.topology("random_geometric", n=N, seed=2), np.zeros(N)).compiled
+
+
+class NoCollectives:
+    """The parts live in this process: no halo exchanges through a collective (each part's swap is Parts.swap)."""
+
+    all_to_all = None
 
 
 def owners(parts):
@@ -81,8 +87,9 @@ class Parts:
         self.swapped = None
         rev, src = whole.rev, whole.src.numpy()
         self.parts = []
-        for rank in range(owner.max() + 1):
-            part, own = local_part(whole, owner, rank, torch.float64)
+        world = int(owner.max()) + 1
+        for rank in range(world):
+            part, own = local_part(whole, owner, rank, world, NoCollectives(), dtype=torch.float64)
             edges = np.flatnonzero(owner[src] == rank)
             assert torch.equal(part.dst, whole.dst[edges])  # the part's edges in the order of their global ids
 
@@ -161,7 +168,7 @@ def test_the_parts_exchanges_are_the_rows_of_the_whole_exchange_and_their_counts
 
 def test_labelled_settings_on_a_part_without_the_whole_graph_are_refused(whole):
     owner = owners(2)
-    part, own = local_part(whole, owner, 0, torch.float64)
+    part, own = local_part(whole, owner, 0, 2, NoCollectives(), dtype=torch.float64)
     ids = replace(GlobalIds.of(whole, own, np.flatnonzero(owner[whole.src.numpy()] == 0)), whole=None)
     Channel(Network(drop=tuple([0.1] * whole.num_edges), wake=tuple([0.5] * N)), part, 1, 1, torch.float64, ids=ids)
     for network, setting in (

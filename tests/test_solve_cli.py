@@ -211,7 +211,7 @@ def test_nproc_runs_the_partitioned_engine_as_one_job_and_matches_one_process(tm
 @pytest.mark.parametrize(
     "option, culprit",
     [
-        (["--drop", "0.1"], "network="),
+        (["--privacy", "1.0"], "network privacy"),
         (["--nodes", "3", "--nproc", "4"], "more than the graph's 3 nodes"),
     ],
 )

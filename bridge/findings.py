@@ -1,5 +1,5 @@
 """The comparison's findings: one declared family of headline tests (bridge.comparison.pairing.headline_comparisons),
-Holm-adjusted together, and the sentences written from them (docs/guide/bridge.md, "Findings").
+Holm-adjusted together, and the sentences written from them (docs/guide/bridge.md, "Verdicts and findings").
 
 Per held-out set, the family holds:
 

@@ -75,19 +75,23 @@ def widths(text: str) -> list[int]:
 
 
 def row_specs(args: argparse.Namespace) -> list[RowSpec]:
-    """The transformer rows, untied (--residuals), tied (--tied) and width-limited (--widths), in that order."""
+    """The transformer rows, untied (--residuals), tied (--tied) and width-limited (--widths), in that order, each
+    labelled by bridge.comparison.rows.transformer (what row_of reads back)."""
+    from bridge.comparison.rows import transformer  # torch: imported only to run (--help answers without it)
+
     rows = [
-        (f"transformer ({r})", {"model.residual": r, "task.tied": False}, [f"model.residual={r}", "task.tied=false"])
-        for r in variants(args.residuals, "--residuals")
-    ]
-    rows += [
-        (f"tied transformer ({r})", {"model.residual": r, "task.tied": True}, [f"model.residual={r}", "task.tied=true"])
-        for r in variants(args.tied, "--tied")
+        (
+            transformer(r, None, tied=tied).label,
+            {"model.residual": r, "task.tied": tied},
+            [f"model.residual={r}", f"task.tied={str(tied).lower()}"],
+        )
+        for tied, flag in ((False, "--residuals"), (True, "--tied"))
+        for r in variants(args.tied if tied else args.residuals, flag)
     ]
     r = args.width_residual
     return rows + [
         (
-            f"transformer ({r}, w={w})",
+            transformer(r, None, width=w).label,
             {"model.residual": r, "task.tied": False, "width": w},
             [f"model.residual={r}", "task.tied=false", f"model.send_width={w}", "model.n_head=1"],
         )

@@ -385,8 +385,9 @@ def slurm_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """torch's env:// variables for one task of a Slurm job step (`srun`), from Slurm's own (docs/guide/
     distributed.md, "Slurm").
 
-    RANK = SLURM_PROCID, WORLD_SIZE = SLURM_NTASKS, LOCAL_RANK = SLURM_LOCALID, LOCAL_WORLD_SIZE =
-    SLURM_NTASKS_PER_NODE or this node's count in SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE ("2(x3),1":
+    RANK = SLURM_PROCID, WORLD_SIZE = SLURM_STEP_NUM_TASKS (srun's; else SLURM_NTASKS), LOCAL_RANK =
+    SLURM_LOCALID, LOCAL_WORLD_SIZE = this node's count in SLURM_STEP_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE
+    or SLURM_TASKS_PER_NODE ("2(x3),1":
     three nodes of 2 tasks, then one of 1; this node is SLURM_NODEID), MASTER_ADDR = the first host of
     SLURM_STEP_NODELIST / SLURM_JOB_NODELIST / SLURM_NODELIST ("gpu[01-04,07],cpu3" -> "gpu01", where task 0 runs
     under srun's block distribution), MASTER_PORT = 20000 + SLURM_JOB_ID % 20000. Every one of the six already in
@@ -409,9 +410,10 @@ def slurm_environment(environ: Mapping[str, str]) -> dict[str, str]:
         Naming the Slurm variable that is missing or cannot be read, and its value.
     """
     given = {name: environ[name] for name in TORCH_VARIABLES if name in environ}
-    rank, tasks = _count(environ, "SLURM_PROCID"), _count(environ, "SLURM_NTASKS", least=1)
+    size = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
+    rank, tasks = _count(environ, "SLURM_PROCID"), _count(environ, size, least=1)
     if rank >= tasks:
-        raise UsageError(f"SLURM_PROCID={rank} is not below SLURM_NTASKS={tasks}")
+        raise UsageError(f"SLURM_PROCID={rank} is not below {size}={tasks}")
     mapped = {"RANK": str(rank), "WORLD_SIZE": str(tasks)}
     if "LOCAL_RANK" not in given:
         mapped["LOCAL_RANK"] = str(_count(environ, "SLURM_LOCALID"))
@@ -425,10 +427,10 @@ def slurm_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def slurm_task(environ: Mapping[str, str]) -> bool:
-    """Whether this process is one task of a Slurm job step of several (srun) that no launcher has given torch's
-    variables: SLURM_PROCID set, SLURM_NTASKS not "1", RANK not set. `--nproc` inside a one-task allocation, and
-    torchrun under srun, are not."""
-    return "SLURM_PROCID" in environ and environ.get("SLURM_NTASKS", "1") != "1" and "RANK" not in environ
+    """Whether this process is one task of a Slurm job step of several that no launcher has given torch's
+    variables: SLURM_STEP_NUM_TASKS (set by srun only, not in a batch script) not "1", RANK not set. `--nproc` in a
+    batch script or a one-task step, and torchrun under srun, are not."""
+    return environ.get("SLURM_STEP_NUM_TASKS", "1") != "1" and "RANK" not in environ
 
 
 def _variable(environ, name):
@@ -447,8 +449,9 @@ def _count(environ, name, least=0):
 
 
 def _tasks_here(environ):
-    """This node's number of tasks: SLURM_NTASKS_PER_NODE, else its entry of the step's (or job's) tasks per node."""
-    if "SLURM_NTASKS_PER_NODE" in environ:
+    """This node's number of tasks: its entry of the step's tasks per node, else SLURM_NTASKS_PER_NODE, else its
+    entry of the job's tasks per node."""
+    if "SLURM_NTASKS_PER_NODE" in environ and "SLURM_STEP_TASKS_PER_NODE" not in environ:
         return _count(environ, "SLURM_NTASKS_PER_NODE", least=1)
     name = next((n for n in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if n in environ), None)
     if name is None:

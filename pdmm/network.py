@@ -348,7 +348,7 @@ class Network:
 
 @dataclass(frozen=True)
 class GlobalIds:
-    """Where a part of a graph (a rank's own nodes and the directed edges out of them, pdmm.distributed.PartGraph)
+    """Where a part of a graph (a rank's own nodes and the directed edges out of them, pdmm.halo.PartGraph)
     sits in the whole compiled graph. A Channel given them draws every event of the part's nodes and edges by
     their global ids, so the parts' channels together draw exactly the events one process's Channel draws for
     the whole graph, bit for bit (docs/guide/network.md, "Partitioned runs"). Build them with `GlobalIds.of`

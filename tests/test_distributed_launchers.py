@@ -37,6 +37,7 @@ JOB = ["--nodes", "24", "--problem", "least_squares", "--iters", "150", "--refer
 SLURM = {  # one task of `srun --nodes 4 --ntasks 7` (three nodes of two tasks, one of one): the fourth task
     "SLURM_PROCID": "3",
     "SLURM_NTASKS": "7",
+    "SLURM_STEP_NUM_TASKS": "7",
     "SLURM_LOCALID": "1",
     "SLURM_NODEID": "1",
     "SLURM_TASKS_PER_NODE": "2(x3),1",
@@ -50,7 +51,9 @@ SLURM = {  # one task of `srun --nodes 4 --ntasks 7` (three nodes of two tasks, 
     [
         ({}, dict(RANK="3", WORLD_SIZE="7", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", MASTER_ADDR="gpu01")),
         ({"SLURM_NODEID": "3", "SLURM_PROCID": "6", "SLURM_LOCALID": "0"}, dict(RANK="6", LOCAL_WORLD_SIZE="1")),
-        ({"SLURM_NTASKS_PER_NODE": "4"}, dict(LOCAL_WORLD_SIZE="4")),  # --ntasks-per-node wins over the list
+        ({"SLURM_NTASKS_PER_NODE": "4"}, dict(LOCAL_WORLD_SIZE="4")),  # --ntasks-per-node wins over the job's list
+        ({"SLURM_NTASKS_PER_NODE": "4", "SLURM_STEP_TASKS_PER_NODE": "3,2,1,1"}, dict(LOCAL_WORLD_SIZE="2")),
+        ({"SLURM_STEP_NUM_TASKS": "5"}, dict(WORLD_SIZE="5")),  # an `srun -n 5` step in a 7-task allocation
         ({"SLURM_STEP_TASKS_PER_NODE": "3,2,1,1"}, dict(LOCAL_WORLD_SIZE="2")),  # the step's, over the job's
         ({"SLURM_JOB_NODELIST": "cpu3,gpu[01-04]"}, dict(MASTER_ADDR="cpu3")),
         ({"SLURM_JOB_NODELIST": "rack[2-3]-n[008,010-012],x"}, dict(MASTER_ADDR="rack2-n008")),  # zero padding kept
@@ -77,8 +80,9 @@ def test_slurm_variables_map_to_torchs(changes, expected):
         ({"SLURM_PROCID": None}, "SLURM_PROCID is not set"),
         ({"SLURM_PROCID": "x"}, "SLURM_PROCID='x' is not a whole number >= 0"),
         ({"SLURM_PROCID": "-1"}, "SLURM_PROCID='-1'"),
-        ({"SLURM_PROCID": "7"}, "SLURM_PROCID=7 is not below SLURM_NTASKS=7"),
-        ({"SLURM_NTASKS": "0"}, "SLURM_NTASKS='0' is not a whole number >= 1"),
+        ({"SLURM_PROCID": "7"}, "SLURM_PROCID=7 is not below SLURM_STEP_NUM_TASKS=7"),
+        ({"SLURM_STEP_NUM_TASKS": "0"}, "SLURM_STEP_NUM_TASKS='0' is not a whole number >= 1"),
+        ({"SLURM_STEP_NUM_TASKS": None, "SLURM_NTASKS": "0"}, "SLURM_NTASKS='0' is not a whole number >= 1"),
         ({"SLURM_LOCALID": ""}, "SLURM_LOCALID=''"),
         ({"SLURM_TASKS_PER_NODE": "2(x"}, "SLURM_TASKS_PER_NODE='2(x' is not a list of task counts"),
         ({"SLURM_TASKS_PER_NODE": "2(x0)"}, "SLURM_TASKS_PER_NODE='2(x0)'"),
@@ -101,7 +105,8 @@ def test_malformed_slurm_variables_are_named_in_one_line(changes, culprit):
 def test_the_solve_command_refuses_a_malformed_slurm_step_in_one_line(tmp_path, monkeypatch, capsys):
     for name in (*launch.TORCH_VARIABLES, launch.REPORTS):
         monkeypatch.delenv(name, raising=False)
-    for name, value in {**SLURM, "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2(x"}.items():
+    step = {**SLURM, "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_TASKS_PER_NODE": "2(x"}
+    for name, value in step.items():
         monkeypatch.setenv(name, value)
     line = fails(capsys, ["solve", "--nodes", "10", "--no-progress", "--out", str(tmp_path / "out")])
     assert line == "pdmm-bridge solve: error: SLURM_TASKS_PER_NODE='2(x' is not a list of task counts such as '2(x3),1'"
@@ -111,7 +116,9 @@ def test_the_solve_command_refuses_a_malformed_slurm_step_in_one_line(tmp_path, 
 def test_slurm_task_is_a_step_of_several_tasks_without_torchs_variables():
     assert launch.slurm_task(SLURM)
     assert not launch.slurm_task({**SLURM, "RANK": "3"})  # torchrun under srun: torchrun's variables
-    assert not launch.slurm_task({**SLURM, "SLURM_NTASKS": "1"})  # --nproc inside a one-task allocation
+    assert not launch.slurm_task({**SLURM, "SLURM_STEP_NUM_TASKS": "1"})  # --nproc inside a one-task step
+    batch = {name: value for name, value in SLURM.items() if name != "SLURM_STEP_NUM_TASKS"}
+    assert not launch.slurm_task(batch)  # --nproc in the batch script of an sbatch --ntasks 7: srun set nothing
     assert not launch.slurm_task({})
 
 
@@ -166,6 +173,7 @@ def test_a_slurm_step_of_two_tasks_runs_the_job_and_matches_one_process(tmp_path
     port = _free_port(20000, 40000)
     slurm = {
         "SLURM_NTASKS": "2",
+        "SLURM_STEP_NUM_TASKS": "2",
         "SLURM_TASKS_PER_NODE": "2",
         "SLURM_NODEID": "0",
         "SLURM_JOB_NODELIST": "127.0.0.1",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .fits import frontier_rows, learned_pdmm_rows, pdmm_transformer_rows
-from .rows import BAYES, BEST_ONE_NUMBER, BEST_TRANSFORMER, FROM_PDMM, ORACLE, TUNED, numbers_sent
+from .rows import BAYES, BEST_ONE_NUMBER, BEST_TRANSFORMER, FROM_PDMM, ORACLE, TUNED, numbers_sent, row_of
 from .runs import (
     SeedRun,
     bayes_oracle_errors,
@@ -199,13 +199,19 @@ def compare(
     Raises
     ------
     ValueError
-        For transformer rows without a train hook; RowsDiffer (a ValueError) when two seeds' results hold
+        For no seeds, a transformer label that names no transformer row (rows.row_of), transformer rows without a
+        train hook; RowsDiffer (a ValueError) when two seeds' results hold
         different rows.
     """
     widths = dict(transformers or {})
+    for label, width in widths.items():
+        if row_of(label, width).kind != "transformer":  # else a ValueError naming the label
+            raise ValueError(f"{label!r} is not a transformer row's label (rows.transformer(...).label)")
     if widths and train is None:
         raise ValueError(f"the transformer rows {', '.join(widths)} need a train(label, seed) hook to train them")
     seeds = list(seeds)
+    if not seeds:
+        raise ValueError("compare needs at least one seed")
     kept = {seed: None if cache is None else cache.load(seed) for seed in seeds}
     results = {}
     for seed in seeds:

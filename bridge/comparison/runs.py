@@ -70,7 +70,7 @@ def grid_errors(
     rounds: int,
     instances: Sequence[Compiled],
 ) -> torch.Tensor:
-    """(values, rounds, instances) errors of classical_errors(method, {**fixed, key: value}, rounds, instances) for
+    """(values, rounds, instances) errors of ``classical_errors(method, {**fixed, key: value}, rounds, instances)`` for
     every grid value, the values in one run per graph (as many as pdmm.batch_runs.pieces puts in a batch): its B
     instances tiled once per value (LocalFunction.tiled) and value g held by instances g B .. g B + B - 1 (rho, or
     an interval's two ends, as per-instance tensors (1, G B, 1), pdmm.methods; docs/decentralised.md section 8).

@@ -10,6 +10,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from .rows import row_of
+
 CURVE_COLUMNS = ("method", "seed", "step", "val_loss", "val_error")  # a learning-curve row
 
 
@@ -103,7 +105,7 @@ def _integer(value: Any) -> bool:
 def check_seed_json(saved: Any) -> None:
     """ValueError unless `saved` has the shape SeedResult.to_json writes: key, fitted (check_fitted), curves (a list
     of learning-curve rows: CURVE_COLUMNS, method a string, seed and step integers, numbers) and log_errors
-    (non-empty, {"method<TAB>set": [number or null]}).
+    (non-empty, {"method<TAB>set": [number or null]}, each method a row of the comparison: rows.row_of).
 
     Parameters
     ----------
@@ -135,6 +137,7 @@ def check_seed_json(saved: Any) -> None:
     for name, values in saved["log_errors"].items():
         if len(name.split("\t")) != 2:
             raise ValueError(f"log_errors key {name!r} is not 'method<TAB>set'")
+        row_of(name.split("\t")[0], None)  # a row of the comparison, or a ValueError naming it
         if not (isinstance(values, list) and all(v is None or _number(v) for v in values)):
             raise ValueError(f"log_errors {name!r} must be a list of numbers (or null)")
 

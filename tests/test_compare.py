@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -37,6 +38,7 @@ from bridge.comparison import (
     SeedResult,
     Setting,
     Trained,
+    check_seed_json,
     classical_errors,
     compare,
     compiled,
@@ -569,6 +571,25 @@ def test_compare_trains_the_transformer_rows_through_the_hook_and_resumes_from_i
     with pytest.raises(RowsDiffer) as raised:
         compare(SMALL, [0, 1], widths, train, cache)
     assert raised.value.seeds == (1, 0) and calls == [(label, 0)]
+
+
+def test_compare_refuses_labels_naming_no_transformer_row_and_no_seeds_before_running():
+    """A transformer label that names no transformer row (rows.row_of), or no seed at all, is a ValueError naming it
+    before anything trains or runs; so is a cached seed whose rows name no row of the comparison."""
+
+    def train(row, seed):
+        pytest.fail("trained")
+
+    for label in ("my model", "best classical (chosen on tuning data)"):
+        with pytest.raises(ValueError, match=re.escape(label)):
+            compare(SMALL, [0], {label: 4}, train)
+    with pytest.raises(ValueError, match="at least one seed"):
+        compare(SMALL, [])
+    saved = {"key": "k", "fitted": {}, "curves": [], "log_errors": {"my model\tring": [0.0]}}
+    with pytest.raises(ValueError, match="my model"):
+        check_seed_json(saved)
+    saved["log_errors"] = {"ball oracle\tring": [0.0]}
+    check_seed_json(saved)  # a row of the comparison: accepted
 
 
 def test_a_diverged_run_is_an_infinite_error_not_a_crash(tmp_path):

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .building import local_curvature
 from .loop import RunOptions, expand_instances
 from .problem import Problem, node_data
 from .settings import Engine, Recording, Stopping
-from .solve import Prepared, _prepare, checked_options, checked_rho, local_curvature
+from .solve import Prepared, _prepare, checked_options, checked_rho
 
 Outcome = tuple[int, bool, float, bool]  # (iterations, reached, worst error there (inf: diverged), diverged)
 BATCH_BYTES = 2**21  # a batch's edge state at most, E B d numbers per value: about a core's cache (BENCHMARKS.md)

@@ -65,7 +65,7 @@ def optimality_certificate(
     edges : pdmm.constraints.Consensus or pdmm.constraints.EdgeMatrices
         The run's edge operator.
     curvature : torch.Tensor or None
-        L_i of the smooth part for every node of the problem, (n, B) (pdmm.solve.local_curvature), or None.
+        L_i of the smooth part for every node of the problem, (n, B) (pdmm.building.local_curvature), or None.
     scale : torch.Tensor or None
         The problem's scale per instance, (B,) (pdmm.solve.problem_scale), or None.
     multipliers : callable or None

@@ -21,7 +21,7 @@ The nodes are split into P parts::
                the edge state z_{i|j} it aggregates, and the message y_{i|j} it computes. Since edges
                are sorted by (src, dst) a rank's edges are its nodes' contiguous blocks, so aggregate,
                fuse and the messages run unchanged (pdmm.methods) on the rank's pdmm.halo.PartGraph; the
-               method is built as on one process (pdmm.solve.build_method).
+               method is built as on one process (pdmm.building.build_method).
     exchange   z_{j|i} <- y_{i|j} lives at the owner of j: once per iteration the messages of the edges
                that cross the cut are swapped with one torch.distributed.all_to_all_single (pdmm.halo.
                EdgeSwap: pdmm, qa-pdmm, admm); a product with a mixing matrix W takes its neighbours' rows
@@ -69,6 +69,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from .building import build_method, short_of_tol
 from .constraints import Consensus
 from .halo import local_part
 from .loop import Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
@@ -310,9 +311,8 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
     """pdmm.solve's loop (pdmm.loop.iterate) on this rank's part of the graph, with the options pdmm.solve checked
     (options.engine.partition: the rank of each node or None; options.recording.progress: a tqdm bar on this rank;
     options.scale: the problem's scale, the stopping test's floor as one process has it). The method is built as
-    the local engine builds it (pdmm.solve.build_method) on the rank's pdmm.halo.PartGraph. The same Result on every
+    the local engine builds it (pdmm.building.build_method) on the rank's pdmm.halo.PartGraph. The same Result on every
     rank."""
-    from .solve import build_method, short_of_tol
 
     rank, world = check_group(group)
     stopping, recording, engine = options.stopping, options.recording, options.engine

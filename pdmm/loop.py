@@ -298,7 +298,7 @@ class RunOptions:
     scale : torch.Tensor or None
         The problem's scale per instance (pdmm.solve.problem_scale), the stopping test's floor.
     curvature : torch.Tensor or None
-        L_i per node and instance (pdmm.solve.local_curvature), where the local functions have it.
+        L_i per node and instance (pdmm.building.local_curvature), where the local functions have it.
     """
 
     method: str

@@ -333,7 +333,7 @@ def test_a_malformed_summary_is_one_line(run, tmp_path, capsys, summary):
         {"key": 1, "fitted": [], "curves": [], "log_errors": {}},
         {"key": 1, "fitted": {}, "curves": [1], "log_errors": {}},
         {"key": 1, "fitted": {}, "curves": [], "log_errors": {"no tab": [1.0]}},
-        {"key": 1, "fitted": {}, "curves": [], "log_errors": {"a\tb": ["x"]}},
+        {"key": 1, "fitted": {}, "curves": [], "log_errors": {"ball oracle\tb": ["x"]}},
     ],
 )
 def test_malformed_compare_seed_files_are_one_line(tmp_path, saved):
@@ -345,7 +345,7 @@ def test_malformed_compare_seed_files_are_one_line(tmp_path, saved):
     with pytest.raises(UsageError, match="seed=0.json"):
         SeedFiles(tmp_path, 1, 2).load(0)
     curve = {"method": "transformer (standard)", "seed": 0, "step": 3, "val_loss": 1.5, "val_error": None}
-    check_seed_json({"key": 1, "fitted": {}, "curves": [curve], "log_errors": {"a\tb": [1.0, None]}})
+    check_seed_json({"key": 1, "fitted": {}, "curves": [curve], "log_errors": {"ball oracle\tb": [1.0, None]}})
 
 
 def test_run_names_over_255_bytes_are_one_line(tmp_path, capsys):
@@ -684,10 +684,15 @@ def test_a_malformed_solve_directory_is_one_line_in_plot(tmp_path, capsys, confi
 
 SEED_SHAPES = [
     {"key": 1, "fitted": {}, "curves": [], "log_errors": {}},
-    {"key": 1, "fitted": {}, "curves": [{"method": 1}], "log_errors": {"a\tb": [1.0]}},
-    {"key": 1, "fitted": {"training": 5}, "curves": [], "log_errors": {"a\tb": [1.0]}},
-    {"key": 1, "fitted": {"pdmm: rho per round": {"1": "x"}}, "curves": [], "log_errors": {"a\tb": [1.0]}},
-    {"key": 1, "fitted": {"best classical per round": {"1": 2.0}}, "curves": [], "log_errors": {"a\tb": [1.0]}},
+    {"key": 1, "fitted": {}, "curves": [{"method": 1}], "log_errors": {"ball oracle\tb": [1.0]}},
+    {"key": 1, "fitted": {"training": 5}, "curves": [], "log_errors": {"ball oracle\tb": [1.0]}},
+    {"key": 1, "fitted": {"pdmm: rho per round": {"1": "x"}}, "curves": [], "log_errors": {"ball oracle\tb": [1.0]}},
+    {
+        "key": 1,
+        "fitted": {"best classical per round": {"1": 2.0}},
+        "curves": [],
+        "log_errors": {"ball oracle\tb": [1.0]},
+    },
 ]
 
 
@@ -701,7 +706,7 @@ def test_more_malformed_compare_seed_files_are_one_line(tmp_path, saved):
 
 def test_a_compare_seed_file_with_rows_of_another_length_is_refused(tmp_path):
     path = tmp_path / "seed=0.json"
-    path.write_text(json.dumps({"key": 1, "fitted": {}, "curves": [], "log_errors": {"a\tb": [1.0, None]}}))
+    path.write_text(json.dumps({"key": 1, "fitted": {}, "curves": [], "log_errors": {"ball oracle\tb": [1.0, None]}}))
     assert SeedFiles(tmp_path, 1, 2).load(0) is not None
     with pytest.raises(UsageError, match="must hold 3 numbers, one per round"):
         SeedFiles(tmp_path, 1, 3).load(0)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..statistics import holm, one_sample_test, paired_p, powers, ratio_interval, significant, t_interval
 from .rows import REFERENCES, Row, row_of
-from .runs import SeedResult
+from .seeds import SeedResult
 from .setting import Setting
 
 Cell = tuple[float, float, float]  # (value, 95 % low, high)

@@ -33,6 +33,7 @@ COMMANDS = {  # name: (module, the summary its add_parser registers; tests/test_
     "compare": ("compare_command", "transformers vs classical averaging round by round on graph_consensus"),
     "probe": ("probe_command", "per-layer discrepancy of a trained run vs PDMM's residual"),
     "network-sweep": ("network_command", "iterations to 1e-6 under loss, sleep and quantisation"),
+    "partition": ("partition_command", "cut a problem into shards, one per rank"),
 }
 
 

@@ -140,7 +140,7 @@ def _tolerance(text: str) -> float:
     return value
 
 
-def _seed(text: str) -> int:
+def seed_value(text: str) -> int:
     """--seed: an integer in [0, 2^63): every generator seeded from it (numpy, torch, pdmm.Network) takes it."""
     value = int(text)
     if not 0 <= value < 2**63:
@@ -184,14 +184,15 @@ def _pair(text: str) -> tuple[float, float]:
     return p_gb, p_bg
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the argument groups of `pdmm-bridge solve` to its parser: problem and data, graph, solver, simulated
-    network, output.
+def add_data_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the "problem and data" group of `pdmm-bridge solve` (--problem, --dim, --samples, --batch, --ridge,
+    --lam, --reg, --data) to a parser: solve's and partition's, which read them with
+    experiments/solve_problem.py's data_of and problem_from.
 
     Parameters
     ----------
     p : argparse.ArgumentParser
-        The solve command's parser.
+        The command's parser.
     """
     data = p.add_argument_group("problem and data")
     data.add_argument("--problem", default="averaging", choices=names.PROBLEMS, help="the local functions f_i")
@@ -223,6 +224,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"{names.NPZ_RATIO}:1, no objects), or "
         f"builtin:NAME for a data set shipped with a library ({', '.join(names.DATASETS)})",
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the argument groups of `pdmm-bridge solve` to its parser: problem and data, graph, solver, simulated
+    network, output.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The solve command's parser.
+    """
+    add_data_arguments(p)
     graph = p.add_argument_group("graph")
     graph.add_argument(
         "--graph",
@@ -293,7 +306,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     solver.add_argument("--device", type=_solve_device, default="cpu", help="torch device, e.g. cpu or cuda")
     solver.add_argument("--dtype", choices=names.DTYPES, default="float64", help="floating-point type of the iterates")
-    solver.add_argument("--seed", type=_seed, default=0, help="seed for the graph, the synthetic data and the network")
+    solver.add_argument(
+        "--seed", type=seed_value, default=0, help="seed for the graph, the synthetic data and the network"
+    )
     solver.add_argument(
         "--nproc",
         type=positive(int),

@@ -93,7 +93,7 @@ def graph_of(args: argparse.Namespace) -> Any:
     except ValueError as err:
         raise UsageError(str(err)) from None
     for warning in caught if launch.speaks() else ():
-        print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
+        print(f"pdmm-bridge {getattr(args, 'command', 'solve')}: warning: {warning.message}", file=sys.stderr)
     if G.components > 1:
         raise UsageError(
             f"the graph in {args.graph} is disconnected: it has {G.components} connected components; "
@@ -124,23 +124,71 @@ def problem_of(args: argparse.Namespace, G: Any) -> pdmm.Problem:
     """
     if args.data is not None and args.data.startswith(BUILTIN):
         return builtin_problem(args, G)
+    return problem_from(args, G, data_of(args, G))
+
+
+def data_of(args: argparse.Namespace, G: Any) -> dict[str, Any]:
+    """The data arrays of --data FILE.npz, or synthetic ones for --problem on G (pdmm.synthetic.make_data, sized by
+    --dim, --samples and --batch); resolves args.reg, and for synthetic data args.dim and args.samples, for
+    config.json.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The command's arguments (problem, data, dim, samples, batch, reg, seed).
+    G : networkx.Graph or pdmm.Graph
+        The graph.
+
+    Returns
+    -------
+    dict
+        {name: array}, the arrays pdmm.synthetic.make_problem takes.
+
+    Raises
+    ------
+    UsageError
+        When the data file is missing or unreadable, or the synthetic data would not fit in memory.
+    """
     args.reg = DEFAULT_REG if args.reg is None else args.reg  # resolved for config.json
     if args.data is None:
         args.dim, args.samples = args.dim or DEFAULT_DIM, args.samples or DEFAULT_SAMPLES  # resolved for config.json
         try:  # its size checked against the memory available before anything is drawn
-            data = make_data(args.problem, G.number_of_nodes(), args.dim, args.samples, args.batch, args.seed)
+            return make_data(args.problem, G.number_of_nodes(), args.dim, args.samples, args.batch, args.seed)
         except ValueError as err:
             raise UsageError(str(err)) from None
-    else:
-        refuse_sizes(args)
-        if not Path(args.data).is_file():
-            raise UsageError(f"data file not found: {args.data}")
-        if not zipfile.is_zipfile(args.data):
-            raise UsageError(f"{args.data} is not an .npz archive (write one with numpy.savez)")
-        try:  # every header checked before any data is read (pdmm.npz: size, compression ratio, no objects)
-            data = pdmm.npz.read_npz(args.data)
-        except pdmm.npz.NpzError as err:
-            raise UsageError(f"could not read data file {err}") from None
+    refuse_sizes(args)
+    if not Path(args.data).is_file():
+        raise UsageError(f"data file not found: {args.data}")
+    if not zipfile.is_zipfile(args.data):
+        raise UsageError(f"{args.data} is not an .npz archive (write one with numpy.savez)")
+    try:  # every header checked before any data is read (pdmm.npz: size, compression ratio, no objects)
+        return pdmm.npz.read_npz(args.data)
+    except pdmm.npz.NpzError as err:
+        raise UsageError(f"could not read data file {err}") from None
+
+
+def problem_from(args: argparse.Namespace, G: Any, data: dict[str, Any]) -> pdmm.Problem:
+    """The problem of --problem on G with `data` (data_of's) and the weights --ridge, --lam, --reg, its warnings
+    printed one line each.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The command's arguments (problem, data, ridge, lam, reg).
+    G : networkx.Graph or pdmm.Graph
+        The graph.
+    data : dict
+        The data arrays.
+
+    Returns
+    -------
+    pdmm.Problem
+
+    Raises
+    ------
+    UsageError
+        When the data does not fit the problem.
+    """
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -149,7 +197,7 @@ def problem_of(args: argparse.Namespace, G: Any) -> pdmm.Problem:
         source = args.data or "synthetic data"
         raise UsageError(f"{args.problem} from {source}: {err}") from None
     for warning in caught if launch.speaks() else ():  # e.g. self-loops in a graph file, which PDMM ignores
-        print(f"pdmm-bridge solve: warning: {warning.message}", file=sys.stderr)
+        print(f"pdmm-bridge {getattr(args, 'command', 'solve')}: warning: {warning.message}", file=sys.stderr)
     return problem
 
 

@@ -285,8 +285,7 @@ def _gram(H, y, ridge):
     return torch.einsum("nbkd,nbke->nbde", H, H) + ridge * eye, torch.einsum("nbkd,nbk->nbd", H, y)
 
 
-def _regression_data(G, H, y):
-    n = node_count(G)
+def _regression_data(n, H, y):
     H = node_data("H", H, n, (None, None))
     y = node_data("y", y, n, (H.shape[2],))
     return _broadcast_batch(H, y)
@@ -327,11 +326,18 @@ def averaging(G: GraphLike, a: Any, constraints: Constraints = "consensus") -> P
     >>> pdmm.averaging(pdmm.topology("ring", n=4), np.zeros((5, 4, 2))).batch  # B = 5 instances at once
     5
     """
+    local, batched = averaging_local(a, node_count(G))
+    return Problem(G, local, constraints, batched)
+
+
+def averaging_local(a: Any, rows: int) -> tuple[LocalFunction, bool]:
+    """(the local functions of pdmm.averaging, whether the data has a batch axis) of `rows` nodes' values a: the one
+    function pdmm.averaging and a shard's loader (pdmm.shards) build them with; ValueError as pdmm.averaging."""
     a = _real("a", a)
     batched = a.ndim == 3
-    a = node_data("a", a[:, None] if a.ndim == 1 else a, node_count(G), (None,))
+    a = node_data("a", a[:, None] if a.ndim == 1 else a, rows, (None,))
     ones = torch.ones(a.shape[:2], dtype=a.dtype)
-    return Problem(G, Quadratic(ones, a, y=a), constraints, batched)
+    return Quadratic(ones, a, y=a), batched
 
 
 def least_squares(G: GraphLike, H: Any, y: Any, ridge: float = 0.0, constraints: Constraints = "consensus") -> Problem:
@@ -361,11 +367,19 @@ def least_squares(G: GraphLike, H: Any, y: Any, ridge: float = 0.0, constraints:
     ValueError
         For data of the wrong shape, with NaN or inf, or a bad ridge (and what pdmm.Problem refuses).
     """
+    local, batched = least_squares_local(H, y, node_count(G), ridge)
+    return Problem(G, local, constraints, batched)
+
+
+def least_squares_local(H: Any, y: Any, rows: int, ridge: float = 0.0) -> tuple[LocalFunction, bool]:
+    """(the local functions of pdmm.least_squares, whether the data has a batch axis) of `rows` nodes' data: the one
+    function pdmm.least_squares and a shard's loader (pdmm.shards) build them with; ValueError as
+    pdmm.least_squares."""
     ridge = _weight("ridge", ridge)
     batched = _has_batch_axis(H, 3, y, 2)
-    H, y = _regression_data(G, H, y)
+    H, y = _regression_data(rows, H, y)
     P, q = _gram(H, y, ridge)
-    return Problem(G, Quadratic(P, q, H, y, ridge), constraints, batched)
+    return Quadratic(P, q, H, y, ridge), batched
 
 
 def lasso(G: GraphLike, H: Any, y: Any, lam: float, constraints: Constraints = "consensus") -> Problem:
@@ -410,11 +424,20 @@ def lasso(G: GraphLike, H: Any, y: Any, lam: float, constraints: Constraints = "
     >>> bool(np.allclose(result.x, result.x[0]))  # every node agrees
     True
     """
+    n = node_count(G)
+    local, batched = lasso_local(H, y, n, lam, n)
+    return Problem(G, local, constraints, batched)
+
+
+def lasso_local(H: Any, y: Any, rows: int, lam: float, nodes: int) -> tuple[LocalFunction, bool]:
+    """(the local functions of pdmm.lasso on a graph of `nodes` nodes, whether the data has a batch axis) of `rows`
+    of its nodes' data (each node's l1 weight lam / nodes): the one function pdmm.lasso and a shard's loader
+    (pdmm.shards) build them with; ValueError as pdmm.lasso."""
     lam = _weight("lam", lam)
     batched = _has_batch_axis(H, 3, y, 2)
-    H, y = _regression_data(G, H, y)
+    H, y = _regression_data(rows, H, y)
     P, q = _gram(H, y, 0.0)
-    return Problem(G, Lasso(P, q, lam / node_count(G), H, y), constraints, batched)
+    return Lasso(P, q, lam / nodes, H, y), batched
 
 
 def logistic(G: GraphLike, X: Any, y: Any, reg: float = 0.1, constraints: Constraints = "consensus") -> Problem:
@@ -444,18 +467,24 @@ def logistic(G: GraphLike, X: Any, y: Any, reg: float = 0.1, constraints: Constr
     ValueError
         For data of the wrong shape, with NaN or inf, other labels or a bad reg (and what pdmm.Problem refuses).
     """
+    local, batched = logistic_local(X, y, node_count(G), reg)
+    return Problem(G, local, constraints, batched)
+
+
+def logistic_local(X: Any, y: Any, rows: int, reg: float = 0.1) -> tuple[LocalFunction, bool]:
+    """(the local functions of pdmm.logistic, whether the data has a batch axis) of `rows` nodes' data: the one
+    function pdmm.logistic and a shard's loader (pdmm.shards) build them with; ValueError as pdmm.logistic."""
     reg = _weight("reg", reg)
     batched = _has_batch_axis(X, 3, y, 2)
-    n = node_count(G)
-    X = node_data("X", X, n, (None, None))
-    y = node_data("y", y, n, (X.shape[2],))
+    X = node_data("X", X, rows, (None, None))
+    y = node_data("y", y, rows, (X.shape[2],))
     labels = set(torch.unique(y).tolist())
     if labels <= {0.0, 1.0}:
         y = 2 * y - 1
     elif not labels <= {-1.0, 1.0}:
         raise ValueError(f"logistic labels must be -1/+1 or 0/1, got values {sorted(labels)[:5]}")
     X, y = _broadcast_batch(X, y)
-    return Problem(G, Logistic(X, y, reg), constraints, batched)
+    return Logistic(X, y, reg), batched
 
 
 def quadratic(G: GraphLike, P: Any, q: Any, constraints: Constraints = "consensus") -> Problem:
@@ -484,14 +513,20 @@ def quadratic(G: GraphLike, P: Any, q: Any, constraints: Constraints = "consensu
         For data of the wrong shape, with NaN or inf, or a P_i not symmetric positive semidefinite (and what
         pdmm.Problem refuses).
     """
-    n = node_count(G)
+    local, batched = quadratic_local(P, q, node_count(G))
+    return Problem(G, local, constraints, batched)
+
+
+def quadratic_local(P: Any, q: Any, rows: int) -> tuple[LocalFunction, bool]:
+    """(the local functions of pdmm.quadratic, whether the data has a batch axis) of `rows` nodes' data: the one
+    function pdmm.quadratic and a shard's loader (pdmm.shards) build them with; ValueError as pdmm.quadratic."""
     batched = _has_batch_axis(P, 3, q, 2)
-    q = node_data("q", q, n, (None,))
+    q = node_data("q", q, rows, (None,))
     d = q.shape[-1]
-    P = node_data("P", P, n, (d, d))
+    P = node_data("P", P, rows, (d, d))
     if not torch.allclose(P, P.transpose(-1, -2)):
         raise ValueError("every P_i must be symmetric")
     if bool((torch.linalg.eigvalsh(P)[..., 0] < -1e-10 * P.abs().amax((-1, -2)).clamp(min=1)).any()):
         raise ValueError("every P_i must be positive semidefinite (f_i convex)")
     P, q = _broadcast_batch(P, q)
-    return Problem(G, Quadratic(P, q), constraints, batched)
+    return Quadratic(P, q), batched

@@ -4,10 +4,21 @@ data = make_data("lasso", n=G.number_of_nodes(), dim=5, seed=0)
 problem = make_problem("lasso", G, data, lam=0.1)
 """
 
+from typing import Any
+
 import numpy as np
 
-from . import problem as constructors
+from .array_graph import GraphLike, node_count
 from .graph_files import available_memory
+from .local import LocalFunction
+from .problem import (
+    Problem,
+    averaging_local,
+    lasso_local,
+    least_squares_local,
+    logistic_local,
+    quadratic_local,
+)
 
 DATA_KEYS = {
     "averaging": ("a",),
@@ -17,6 +28,7 @@ DATA_KEYS = {
     "quadratic": ("P", "q"),
 }
 KINDS = tuple(DATA_KEYS)
+BATCHED_NDIM = {"a": 3, "H": 4, "X": 4, "y": 3, "P": 4, "q": 3}  # a data array's ndim with a batch axis (B, n, ...)
 NOISE = 0.1
 PEAK_COPIES = 4  # float64 copies of the largest data array that make_data and the problem hold at once
 
@@ -80,15 +92,47 @@ def _check_memory(kind, lead, dim, samples):
         )
 
 
-def make_problem(kind, G, data, ridge=0.0, lam=0.1, reg=0.1):
-    """pdmm.<kind>(G, *data arrays) with its own weight: ridge (least_squares), lam (lasso), reg (logistic).
+def make_problem(kind: str, G: GraphLike, data: Any, ridge: float = 0.0, lam: float = 0.1, reg: float = 0.1) -> Problem:
+    """pdmm.<kind>(G, *data arrays) with its own weight: ridge (least_squares), lam (lasso), reg (logistic); its
+    local functions are make_local's, as a shard's (docs/guide/distributed.md, "Shards: pdmm-bridge partition").
 
     data: a mapping holding the arrays DATA_KEYS[kind] names (as make_data returns); other keys are ignored.
     """
+    n = node_count(G)
+    local, batched = make_local(kind, data, n, n, ridge=ridge, lam=lam, reg=reg)
+    return Problem(G, local, batched=batched)
+
+
+def make_local(
+    kind: str, data: Any, rows: int, nodes: int, ridge: float = 0.0, lam: float = 0.1, reg: float = 0.1
+) -> tuple[LocalFunction, bool]:
+    """(the local functions of `rows` nodes of a `kind` problem on a graph of `nodes` nodes, whether the data has a
+    batch axis), from `data`, the arrays DATA_KEYS[kind] names with those rows (as make_data returns, or
+    node_rows keeps): the one function that builds a whole problem's (make_problem, pdmm.<kind>) and a shard's
+    (pdmm.shards), so that a part's local function is the whole one's rows (docs/guide/distributed.md, "Shards:
+    pdmm-bridge partition"). ValueError for an unknown kind, missing arrays, or what pdmm.<kind> refuses."""
     _check_kind(kind)
     missing = [key for key in DATA_KEYS[kind] if key not in data]
     if missing:
         raise ValueError(f"{kind} needs data arrays {list(DATA_KEYS[kind])}; missing {missing} (got {sorted(data)})")
-    weights = {"least_squares": {"ridge": ridge}, "lasso": {"lam": lam}, "logistic": {"reg": reg}}
-    arrays = [np.asarray(data[key]) for key in DATA_KEYS[kind]]
-    return getattr(constructors, kind)(G, *arrays, **weights.get(kind, {}))
+    arrays = {key: np.asarray(data[key]) for key in DATA_KEYS[kind]}
+    if kind == "averaging":
+        return averaging_local(arrays["a"], rows)
+    if kind == "least_squares":
+        return least_squares_local(arrays["H"], arrays["y"], rows, ridge)
+    if kind == "lasso":
+        return lasso_local(arrays["H"], arrays["y"], rows, lam, nodes)
+    if kind == "logistic":
+        return logistic_local(arrays["X"], arrays["y"], rows, reg)
+    return quadratic_local(arrays["P"], arrays["q"], rows)
+
+
+def node_rows(kind: str, data: Any, index: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays DATA_KEYS[kind] names at the nodes `index` ((k,) int), in that order: each array's node axis (the
+    first, or the second where the array has a batch axis, BATCHED_NDIM) indexed, the shapes otherwise kept."""
+    _check_kind(kind)
+    taken = {}
+    for key in DATA_KEYS[kind]:
+        array = np.asarray(data[key])
+        taken[key] = np.take(array, index, axis=int(array.ndim == BATCHED_NDIM[key]))
+    return taken

@@ -229,6 +229,7 @@ ARGUMENT_ERRORS = {  # one argument error of each command, refused by its parser
     "compare": ["compare", "--rounds", "many"],
     "probe": ["probe", "runs/a", "--batches", "some"],
     "network-sweep": ["network-sweep", "--rho", "0"],
+    "partition": ["partition", "ring", "--parts", "0", "--out", "shards"],
 }
 
 

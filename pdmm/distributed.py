@@ -35,14 +35,19 @@ The nodes are split into P parts::
     network    network= (pdmm.Network): each rank's pdmm.network.Channel is built with its nodes' and edges'
                global ids (GlobalIds), so it draws exactly one process's draws for its part (in the graph's own
                node order: compare with a one-process run that is not renumbered, reorder=False); its
-               messages and bits count its own receiving edges and are all-reduced when recorded.
+               messages and bits count its own receiving edges, and with privacy (z^0 perturbed by the same
+               draws) the privacy measures are taken from sums of squares over its nodes and edges: all of them
+               summed in one all-reduce per recorded row (_PartBookkeeping.network_row).
+    node form  form="nodes" (or None from LARGE_GRAPH_EDGES directed edges, as on one process; pdmm and qa-pdmm,
+               consensus, no network): the edge state summed out (pdmm.methods.NodeForm), the adjacency product
+               over the rank's rows, its neighbours' rows of x through the NodeHalo (pdmm.halo.adjacency).
     result     x is all-gathered and reassembled in the original node order: every rank returns the
                same pdmm.Result as the single-process engine (to rounding: sums are taken in another order).
 
 Supported: every method, consensus constraints, any local function the method takes, batched
-problems, float64/float32, a simulated network (without privacy), on the CPU (gloo) or on CUDA
-(cuda:LOCAL_RANK, NCCL for the iterations' collectives, gloo for the set-up's); edge-matrix
-constraints, network privacy and compile=True raise ValueError naming them. Every rank checks that all
+problems, float64/float32, a simulated network (privacy included), the edge and node forms, on the CPU (gloo) or
+on CUDA (cuda:LOCAL_RANK, NCCL for the iterations' collectives, gloo for the set-up's); edge-matrix
+constraints and compile=True raise ValueError naming them. Every rank checks that all
 ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
 iteration. Collectives time out after the timeout given when the process group was initialised:
 `init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes; a collective
@@ -72,9 +77,9 @@ from tqdm.auto import tqdm
 from .building import build_method, short_of_tol
 from .constraints import Consensus
 from .halo import local_part
-from .loop import Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
-from .methods import METHODS
-from .network import Channel, GlobalIds
+from .loop import COUNTS, PRIVACY, Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
+from .methods import METHODS, NodeForm
+from .network import Channel, GlobalIds, gaps_of_sums, privacy_sums, private_point
 
 if TYPE_CHECKING:
     from .loop import Result
@@ -289,16 +294,14 @@ def check_group(group=None):
 
 def check_supported(problem, method, device, network, compile):
     """ValueError naming what the distributed backend does not implement (docs/guide/distributed.md, "What runs on
-    the engine"): a method whose Capabilities say so, edge-matrix constraints, network privacy, compile=True
-    and devices other than the CPU and CUDA."""
+    the engine"): a method whose Capabilities say so, edge-matrix constraints, compile=True and devices other
+    than the CPU and CUDA."""
     unsupported = []
     if not METHODS[method].capabilities.distributed:
         runs = sorted(name for name, kind in METHODS.items() if kind.capabilities.distributed)
         unsupported.append(f"method={method!r} (it runs {', '.join(runs)})")
     if not problem.is_consensus:
         unsupported.append("edge-matrix constraints (only constraints='consensus')")
-    if network is not None and network.privacy is not None:
-        unsupported.append("network privacy (its gaps are not summed over the ranks)")
     if compile:
         unsupported.append("compile=True")
     if torch.device(device).type not in ("cpu", "cuda"):
@@ -337,6 +340,7 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             method_params=dict(options.method_params),
             partition=engine.partition,
             network=repr(options.network),
+            node_form=options.node_form,
             world=world,
         )
         mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
@@ -376,6 +380,7 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
         )
         x_star = shared_reference(problem, options, group)
+        algorithm = NodeForm(algorithm) if options.node_form else algorithm  # the node form on the part's halo
         state = algorithm.init(initial_x(problem, options)[rows.to(device)])
         sent = problem.compiled.num_edges * capabilities.vectors_sent  # messages per round, every rank's
         book = _PartBookkeeping(
@@ -383,8 +388,9 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             local=_Summed(local, problem.n, group),
             edges=edges,
             per_round=(sent, sent * width * torch.finfo(dtype).bits),
-            channel=None if channel is None else _SummedCounts(channel, group),
+            channel=channel,
             x_star=x_star,
+            private=_private(options.network, local, state["x"]),
             silent=capabilities.silent_rounds,
             certificate=certificate,
         )
@@ -435,6 +441,12 @@ def _part_channel(network, problem, graph, owner, rank, width, vectors):
     edges = np.flatnonzero(owner[whole.src.cpu().numpy()] == rank)  # the rank's edges, global ids (as local_part's)
     ids = GlobalIds.of(whole, np.flatnonzero(owner == rank), edges)
     return Channel(network, graph, problem.batch, width, graph.sign.dtype, vectors=vectors, ids=ids)
+
+
+def _private(network, local, x):
+    """The privacy measures' reference point argmin f_i at the rank's nodes (pdmm.network.private_point), or None
+    without network privacy."""
+    return None if network is None or network.privacy is None else private_point(local, x)
 
 
 def _part_params(params: Mapping[str, Any], own: np.ndarray, n: int) -> dict[str, Any]:
@@ -524,22 +536,6 @@ class _Summed:
         return _all_sum(self.local.value(x).contiguous(), self.group)
 
 
-class _SummedCounts:
-    """A rank's Channel as the bookkeeping reads it: `messages` and `bits` (each rank's own receiving edges) summed
-    over the ranks, one process's counts (pdmm.network.Channel)."""
-
-    def __init__(self, channel, group):
-        self.channel, self.group = channel, group
-
-    @property
-    def messages(self) -> torch.Tensor:
-        return _all_sum(self.channel.messages.clone(), self.group)
-
-    @property
-    def bits(self) -> torch.Tensor:
-        return _all_sum(self.channel.bits.clone(), self.group)
-
-
 class _PartBookkeeping(Bookkeeping):
     """solve's bookkeeping with every norm summed over the ranks (residuals over each rank's forward edges), and
     the ranks' Ctrl-C flags (asked(), set by solve) summed with them: `interrupted` is whether any rank was asked to
@@ -572,6 +568,24 @@ class _PartBookkeeping(Bookkeeping):
             d = x - self.star_own
             seen["error"] = torch.sqrt(_all_sum((d * d).sum((0, 2)), self.group)) / self.x_star_norm
         return seen["error"]
+
+    def network_row(self, x):
+        """As Bookkeeping.network_row over all ranks' nodes and edges: the counts of each rank's receiving edges and
+        the sums of squares behind the privacy measures (pdmm.network.privacy_sums) summed in one all-reduce per
+        recorded row, the measures then taken from the sums as one process takes them (docs/guide/distributed.md,
+        "What runs on the engine")."""
+        counts = [name for name in COUNTS if name in self.columns]
+        private = PRIVACY[0] in self.columns or PRIVACY[1] in self.columns
+        parts = [getattr(self.channel, name) for name in counts]
+        if private:
+            sums = privacy_sums(x, self.channel.sent, self.private, self.edges, self.rho)
+            parts += [s.to(torch.float64) for s in sums]
+        summed = _all_sum(torch.cat(parts), self.group).split(x.shape[1])
+        row = dict(zip(counts, summed, strict=False))  # summed: the counts, then the privacy sums
+        if private:
+            sums = (t.to(x.dtype) for t in summed[len(counts) :])  # the measures in the run's dtype, as one process's
+            row.update(zip(PRIVACY, gaps_of_sums(*sums, self.local.shape[0], 2 * self.undirected), strict=True))
+        return row
 
     def sizes(self, x, x_old):
         """As Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one

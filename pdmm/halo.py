@@ -19,6 +19,7 @@ method may need at set-up: an element-wise max over the ranks (a step size's max
 rank and shared (a mixing matrix's spectrum).
 """
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -244,6 +245,27 @@ def computed_once(compute: Callable[[], tuple[float, ...]], count: int, graph: C
     """compute()'s `count` floats, on rank 0 of graph's ranks alone and the same on every rank for a part;
     compute() for a whole graph."""
     return graph.collectives.once(compute, count) if isinstance(graph, PartGraph) else compute()
+
+
+def adjacency(graph: CompiledGraph) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor] | None]:
+    """The adjacency matrix's rows at the graph's nodes, a sparse CSR of ones in the graph's device and dtype, and
+    what a node tensor x becomes before the product (None: x itself), for the node form's sum of x over each node's
+    neighbours (pdmm.methods.NodeForm; docs/guide/distributed.md, "What runs on the engine"): the whole graph's
+    A (n, n); a part's rows (n_r, n_r + h_r), its columns its own nodes and then its ghosts, each row's entries
+    ordered by column, with the NodeHalo, x -> cat(x, ghosts)."""
+    if isinstance(graph, PartGraph):
+        assert graph.halo is not None and graph.ghost_of_edge is not None
+        columns, width, widen = graph.ghost_of_edge, graph.n + len(graph.halo.ghosts), graph.halo
+        columns = columns[torch.argsort(graph.src * width + columns)]  # each row's columns ascending
+    else:
+        columns, width, widen = graph.dst, graph.n, None
+    crow = torch.cat([graph.degree.new_zeros(1), torch.cumsum(graph.degree, 0)])
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        matrix = torch.sparse_csr_tensor(
+            crow, columns, torch.ones_like(graph.sign), (graph.n, width), check_invariants=False
+        )
+    return matrix, widen
 
 
 def whole_graph(graph: CompiledGraph) -> CompiledGraph:

@@ -28,6 +28,7 @@ FROZEN_EPS = 4  # a state whose every tensor changes by <= FROZEN_EPS * eps * it
 STATUSES = ("converged", "max_iter", "stalled", "diverged", "interrupted", "callback")
 HISTORY = ("residual", "objective", "error", "messages", "bits", "privacy_x", "privacy_messages")
 COUNTS = ("messages", "bits")  # cumulative, float64 whatever the run's dtype
+PRIVACY = ("privacy_x", "privacy_messages")  # with network privacy (pdmm.network.privacy_gaps)
 CAPACITY = 4096  # history rows allocated ahead at most (the columns double when full)
 
 
@@ -294,7 +295,7 @@ class RunOptions:
     method_params : dict
         The method's own parameters (theta, eta, alpha, mixing, ...).
     node_form : bool
-        Whether the local engine sums the edge state out (pdmm.methods.NodeForm), as resolved from engine.form.
+        Whether the run sums the edge state out (pdmm.methods.NodeForm), as resolved from engine.form.
     scale : torch.Tensor or None
         The problem's scale per instance (pdmm.solve.problem_scale), the stopping test's floor.
     curvature : torch.Tensor or None
@@ -484,12 +485,8 @@ class Bookkeeping:
                 row[name] = self.local.value(x)
             elif name == "error":
                 row[name] = self.error(x, seen)
-            elif name in COUNTS:
-                row[name] = getattr(self.channel, name)
-            elif "privacy_x" not in row:
-                row["privacy_x"], row["privacy_messages"] = privacy_gaps(
-                    x, self.channel.sent, self.private, self.edges, self.rho
-                )
+            elif name not in row:  # the network's counts and privacy measures, all at once
+                row.update(self.network_row(x))
         if r == self.capacity:
             self.columns = {name: torch.cat([c, torch.empty_like(c)]) for name, c in self.columns.items()}
             self.times = np.concatenate([self.times, np.empty_like(self.times)])
@@ -498,6 +495,16 @@ class Bookkeeping:
             self.columns[name][r] = row[name]
         self.times[r] = time.perf_counter() - self.started
         self.last = None if k % self.every == 0 else (r, k)
+
+    def network_row(self, x):
+        """The simulated network's entries of a row at x, those the history stores: the cumulative "messages" and
+        "bits" (the channel's counts) and the privacy measures "privacy_x" and "privacy_messages" (privacy_gaps),
+        each (B,)."""
+        row = {name: getattr(self.channel, name) for name in COUNTS if name in self.columns}
+        if PRIVACY[0] in self.columns or PRIVACY[1] in self.columns:
+            gaps = privacy_gaps(x, self.channel.sent, self.private, self.edges, self.rho)
+            row.update(zip(PRIVACY, gaps, strict=True))
+        return row
 
     def sizes(self, x, x_old):
         """(RMS of x, RMS of x - x_old) per instance, (B,) each, and whether every entry of x is finite, per

@@ -24,13 +24,13 @@ instance, a tensor (1, B, 1) that broadcasts against the state: a grid of values
 as one batch, each instance as its own run with a number would (docs/decentralised.md section 8).
 """
 
-import warnings
 from dataclasses import replace
 
 import torch
 
 from .constraints import Consensus
 from .decentralised import DGD, EXTRA, NIDS, GradientTracking, check_network
+from .halo import adjacency
 from .local import Quadratic
 from .local.base import add, is_scalar, spd_solver
 from .mixing import add_product, as_mixing, mixing_product, run_interval
@@ -190,7 +190,9 @@ class NodeForm:
         v^{k+1} = (1 - theta) v^k + theta (-2 rho d_i x_i^{k+1} - u^k)
 
     so a step is one sparse product with the adjacency matrix and node-sized work, where the edge
-    form reads and writes the E-row edge state three times. The state carries -v ("minus_v"), so
+    form reads and writes the E-row edge state three times; on a rank's part of the graph (pdmm.halo.PartGraph,
+    backend="distributed") the product takes its neighbours' rows of x through the node halo, one exchange per step
+    (pdmm.halo.adjacency; docs/guide/distributed.md, "What runs on the engine"). The state carries -v ("minus_v"), so
     that each of the two updates is one fused operation (addmm, addcmul) at theta = 1. Equal in
     exact arithmetic; in floating point the sums are formed in another order (tests/test_node_form.py).
     """
@@ -200,12 +202,7 @@ class NodeForm:
         graph = algorithm.graph
         self.theta, self.rho = algorithm.theta, algorithm.rho
         self.twice_rho_degree = 2 * self.rho * graph.degree.to(graph.sign.dtype).view(-1, 1, 1)
-        crow = torch.cat([graph.degree.new_zeros(1), torch.cumsum(graph.degree, 0)])
-        with warnings.catch_warnings():  # "sparse CSR support is in beta"
-            warnings.simplefilter("ignore", UserWarning)
-            self.adjacency = torch.sparse_csr_tensor(
-                crow, graph.dst, torch.ones_like(graph.sign), (graph.n, graph.n), check_invariants=False
-            )
+        self.adjacency, self.widen = adjacency(graph)  # a rank's part: its rows, x with its ghosts' rows (NodeHalo)
 
     def init(self, x0):
         state = self.algorithm.init(x0)
@@ -216,7 +213,7 @@ class NodeForm:
         u, minus_v = state["u"], state["minus_v"]
         new = self.algorithm.local_step(state, u)
         x = new["x"]
-        u_next = add_product(minus_v, self.adjacency, x, -2 * self.rho)
+        u_next = add_product(minus_v, self.adjacency, x if self.widen is None else self.widen(x), -2 * self.rho)
         minus_v_next = torch.addcmul(u, self.twice_rho_degree, x)
         if self.theta != 1:
             u_next, minus_v_next = torch.lerp(u, u_next, self.theta), torch.lerp(minus_v, minus_v_next, self.theta)

@@ -763,10 +763,27 @@ def privacy_gaps(x, sent, private, edges, rho):
     """(x gap, message gap), each (B,): RMS_i ||x_i - p_i|| and RMS_{i->j} ||x~_{i|j} - p_i|| over RMS_i ||p_i||,
     p = private_point, x~_{i|j} the x_i that message y_{i|j} carries if z_{i|j} were 0 (what an
     eavesdropper who assumes no perturbation reads off it)."""
-    scale = _rms(private).clamp(min=torch.finfo(x.dtype).tiny)
+    return gaps_of_sums(*privacy_sums(x, sent, private, edges, rho), len(x), len(sent))
+
+
+def privacy_sums(
+    x: torch.Tensor, sent: torch.Tensor, private: torch.Tensor, edges: Any, rho: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sums of squares behind privacy_gaps over the nodes and edges given (x, private: (n, B, d); sent, the
+    messages y: (E, B, m); a rank's part: sum them over the ranks, docs/guide/distributed.md, "What runs on the
+    engine"): (sum_i ||x_i - p_i||^2, sum_{i->j} ||x~_{i|j} - p_i||^2, sum_i ||p_i||^2), each (B,)."""
     carried = edges.carried(sent, rho)
-    return _rms(x - private) / scale, _rms(carried - edges.graph.gather(private)) / scale
+    return _squares(x - private), _squares(carried - edges.graph.gather(private)), _squares(private)
 
 
-def _rms(v):
-    return torch.sqrt((v * v).sum(-1).mean(0))
+def gaps_of_sums(
+    x_sum: torch.Tensor, message_sum: torch.Tensor, private_sum: torch.Tensor, nodes: int, edges: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """privacy_gaps from privacy_sums over `nodes` nodes and `edges` directed edges, (x gap, message gap), each (B,)
+    (docs/guide/network.md, "Privacy")."""
+    scale = torch.sqrt(private_sum / nodes).clamp(min=torch.finfo(private_sum.dtype).tiny)
+    return torch.sqrt(x_sum / nodes) / scale, torch.sqrt(message_sum / edges) / scale
+
+
+def _squares(v):
+    return (v * v).sum(-1).sum(0)

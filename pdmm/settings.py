@@ -108,7 +108,7 @@ class Engine:
     reorder : bool, array_like or None
         Local backend: how the run numbers the nodes.
     form : str or None
-        Local backend: "edges", "nodes" or None (chosen by size).
+        "edges", "nodes" or None (chosen by size), on either backend.
     compile : bool
         Whether the step runs through torch.compile.
     """
@@ -128,8 +128,6 @@ class Engine:
             raise ValueError("partition= needs backend='distributed'")
         if self.form not in (None, "edges", "nodes"):
             raise ValueError(f"form must be None, 'edges' or 'nodes', got {self.form!r}")
-        if self.form is not None and self.backend != "local":
-            raise ValueError("form= applies to backend='local'; the distributed engine runs the edge form")
         if self.reorder is not None and self.backend != "local":
             raise ValueError(
                 "reorder= applies to backend='local'; the distributed engine numbers nodes by its partition"

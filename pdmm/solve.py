@@ -176,9 +176,9 @@ def solve(
         True: at any size; False: as given; or a permutation of the node indices. Results are in the graph's own
         order either way.
     form : str or None
-        Local backend: "edges" (the method's edge state) or "nodes" (summed out, two numbers per node: pdmm and
-        qa-pdmm on consensus constraints without a network; docs/guide/solve.md, "Node form"); None: "nodes" where
-        it applies from LARGE_GRAPH_EDGES directed edges, else "edges".
+        "edges" (the method's edge state) or "nodes" (summed out, two numbers per node: pdmm and qa-pdmm on
+        consensus constraints without a network; docs/guide/solve.md, "Node form"), on either backend; None: "nodes"
+        where it applies from LARGE_GRAPH_EDGES directed edges (the whole graph's), else "edges".
 
     Raises
     ------
@@ -547,7 +547,7 @@ def checked_options(
     if network is not None and network.privacy is not None and capabilities.rho and not capabilities.privacy:
         raise ValueError(f"network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for {method}")
     names = _history_names(recording.history, reference, network)
-    node_form = engine.backend == "local" and _node_form(engine.form, method, problem, network)
+    node_form = _node_form(engine.form, method, problem, network)
     check_every = stopping.check_every
     if check_every is None:
         check_every = 1 if target is not None else CHECK_EVERY_NODES if node_form else CHECK_EVERY

@@ -382,7 +382,6 @@ def _bad_worker(rank, world, port, out, timeout):
     attempts = {
         "different_data": lambda: pdmm.solve(pdmm.averaging(G, a + rank), backend="distributed", max_iter=3),
         "different_arguments": lambda: pdmm.solve(pdmm.averaging(G, a), backend="distributed", rho=1.0 + rank),
-        "network": lambda: pdmm.solve(pdmm.averaging(G, a), network=pdmm.Network(privacy=1.0), backend="distributed"),
         "compile": lambda: pdmm.solve(logistic, backend="distributed", compile=True),
         "edge_matrices": lambda: pdmm.solve(pdmm.averaging(G, a, constraints=edge), backend="distributed"),
         "partition": lambda: pdmm.solve(pdmm.averaging(G, a), backend="distributed", partition=np.zeros(12, int)),
@@ -471,7 +470,6 @@ def refused(tmp_path_factory):
     [
         ("different_data", "different problems"),
         ("different_arguments", "different problems"),
-        ("network", "network privacy (its gaps are not summed over the ranks)"),
         ("compile", "compile=True"),
         ("edge_matrices", "edge-matrix constraints"),
         ("partition", "every rank"),
@@ -518,6 +516,13 @@ def test_partition_fallback_blocks_are_contiguous():
     assert sorted(set(owner.tolist())) == [0, 1, 2, 3]
 
 
+ONE_RANK_EXTRAS = {
+    "pdmm_nodes": dict(form="nodes"),
+    "qa_pdmm_nodes": dict(method="qa-pdmm", form="nodes", theta=0.5),
+    "pdmm_private": dict(network=pdmm.Network(privacy=0.5, drop=0.2, seed=3)),
+}
+
+
 def _one_rank_worker(rank, device, port, out):
     """A group of one process made by init_process_group's default backend ("cpu:gloo,cuda:nccl" where CUDA is
     available, else gloo), its halos exchanging through all_to_all_single although no other rank holds anything
@@ -543,6 +548,12 @@ def _one_rank_worker(rank, device, port, out):
             found[method] = _compare(
                 pdmm.solve(problem, **keywords), pdmm.solve(problem, backend="distributed", **keywords)
             )
+        for name, more in ONE_RANK_EXTRAS.items():  # the node form's halo product; privacy's one summed row
+            keywords = dict(max_iter=10, tol=0, device=device, record_every=1, **more)
+            problem = _problems()["averaging"]
+            found[name] = _compare(
+                pdmm.solve(problem, **keywords), pdmm.solve(problem, backend="distributed", **keywords)
+            )
     finally:
         distributed.GroupCollectives = always
         always._all_to_all = original
@@ -554,13 +565,13 @@ def _one_rank_worker(rank, device, port, out):
 
 def test_one_rank_group_runs_every_method_on_its_device(device, tmp_path):
     """On the CPU with gloo; on CUDA (tests/conftest.py's device fixture) with NCCL for the iterations' exchanges,
-    cuda:LOCAL_RANK the rank's device."""
+    cuda:LOCAL_RANK the rank's device; the node form and network privacy too."""
     out = tmp_path / f"one_rank_{device}.json"
     mp.spawn(_one_rank_worker, args=(device, _free_port(), str(out)), nprocs=1, join=True)
     found = json.loads(out.read_text())
     assert ("nccl" in found["backend"]) == torch.cuda.is_available() and "gloo" in found["backend"], found
     assert found["exchanges"] == [device], found  # the halos' all_to_all ran, on the run's device
-    for method in pdmm.METHODS:
+    for method in [*pdmm.METHODS, *ONE_RANK_EXTRAS]:
         _same_as_one_process(found[method])
 
 

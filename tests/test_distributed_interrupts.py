@@ -176,13 +176,13 @@ def test_kill_9_of_the_launcher_ends_its_processes(tmp_path):
 def test_bad_input_found_inside_the_processes_is_one_line(tmp_path):
     """Arguments that only the processes check (launch.launch bypasses the command's own checks): one line for
     the job, exit 2, no traceback."""
-    argv = ["solve", "--nodes", "20", "--privacy", "1.0", "--no-progress", "--out", str(tmp_path / "run")]
+    out = str(tmp_path / "run")
+    argv = ["solve", "--nodes", "20", "--method", "admm", "--privacy", "1.0", "--no-progress", "--out", out]
     code = f"from experiments.launch import launch; raise SystemExit(launch({argv!r}, 2))"
     done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "pdmm-bridge solve: error: pdmm: backend='distributed' does not implement network privacy (its gaps are not "
-        "summed over the ranks)"
+        "pdmm-bridge solve: error: admm: --privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for admm"
     ]
 
 

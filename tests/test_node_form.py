@@ -117,5 +117,3 @@ def test_a_bad_form_is_named():
     problem = pdmm.averaging(nx.path_graph(4), np.arange(4.0))
     with pytest.raises(ValueError, match="form must be None, 'edges' or 'nodes'"):
         pdmm.solve(problem, form="node", max_iter=2)
-    with pytest.raises(ValueError, match="form= applies to backend='local'"):
-        pdmm.solve(problem, backend="distributed", form="nodes", max_iter=2)

@@ -39,7 +39,6 @@ BAD = [  # (group, the keywords of one bad setting)
     (pdmm.Engine, {"backend": "mpi"}),
     (pdmm.Engine, {"partition": [0] * N}),
     (pdmm.Engine, {"form": "matrix"}),
-    (pdmm.Engine, {"backend": "distributed", "form": "edges"}),
     (pdmm.Engine, {"backend": "distributed", "reorder": True}),
     (pdmm.Engine, {"dtype": torch.float16}),
     (pdmm.Engine, {"device": "meta"}),

@@ -75,6 +75,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.config = config
         self.residual_spec = config.residual_spec  # the one place the layer reads which residual it has
+        self.form_signal = self.residual_spec.signal  # its function in attention.signals, looked up once
         C, w_v = config.d_model, config.value_width
         if layer_index is not None and not (
             isinstance(layer_index, numbers.Integral) and not isinstance(layer_index, bool) and layer_index >= 1
@@ -290,7 +291,7 @@ class MultiHeadAttention(nn.Module):
             (B, T, width * w_v): w_v wide, or 2 w_v for "concat" and "belief_star" (Delta, then the per-head
             parts that W^s maps), as the residual's row of the table says.
         """
-        return self.residual_spec.signal(mh, v, self.config)
+        return self.form_signal(mh, v, self.config)
 
     @torch.no_grad()
     def record(

@@ -2,24 +2,25 @@
 (docs/guide/attention.md, "Switches"; docs/theory/residuals.md section 1).
 
     spec = RESIDUAL_TABLE["attentionx"]
-    r = spec.signal(mh, v, config)        # R = V - gamma MH, (B, T, spec.width * w_v)
+    r = spec.signal(mh, v, config)        # R = V - gamma MH, (B, T, spec.width * w_v): attention.signals.attentionx
     spec.knobs                            # ("gamma",): the AttentionConfig fields it reads
 
 This module is the one place in attention/ where a residual is told apart by its name: AttentionConfig
 checks names against it, MultiHeadAttention reads its row once, and the experiments read the knobs from
-it. A new residual is one row here (CONTRIBUTING.md).
+it. A new residual is one row here and its signal function in attention/signals.py (CONTRIBUTING.md). The table
+imports no torch (the signals are imported when a layer first reads one), so AttentionConfig and the experiments'
+config parsing load without it.
 """
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # the table loads without torch: the signals live in attention.signals
+    from torch import Tensor
 
-from .mha import orthogonal_part, orthogonal_parts
-
-if TYPE_CHECKING:
     from .config import AttentionConfig
 
 
@@ -31,9 +32,8 @@ class Residual:
     ----------
     name : str
         The value of AttentionConfig.residual.
-    signal : callable
-        (mh, v, config) -> R from the merged heads MH and values V, both (B, T, w_v): token-local
-        (docs/theory/residuals.md section 1); R is (B, T, width * w_v).
+    formula : str
+        The name of the function in attention.signals that forms R (its `signal`).
     width : int
         R's width in multiples of w_v.
     second_map : bool
@@ -50,12 +50,19 @@ class Residual:
     """
 
     name: str
-    signal: Callable[[Tensor, Tensor, "AttentionConfig"], Tensor]
+    formula: str
     width: int = 1
     second_map: bool = False
     needs_memory: bool = False
     orthogonal: bool = False
     knobs: tuple[str, ...] = ()
+
+    @cached_property
+    def signal(self) -> "Callable[[Tensor, Tensor, AttentionConfig], Tensor]":
+        """(mh, v, config) -> R from the merged heads MH and values V, both (B, T, w_v): token-local
+        (docs/theory/residuals.md section 1); R is (B, T, width * w_v). The function attention.signals.<formula>,
+        imported on first use so that the table loads without torch."""
+        return getattr(importlib.import_module(".signals", __package__), self.formula)
 
     def output_width(self, value_width: int) -> int:
         """The input width of W^o: all of R, or its first w_v when R's second part has its own map.
@@ -73,41 +80,15 @@ class Residual:
         return value_width if self.second_map else self.width * value_width
 
 
-def heads(mh: Tensor, v: Tensor, config: "AttentionConfig") -> Tensor:
-    """R = MH (docs/theory/residuals.md sections 2, 7)."""
-    return mh
-
-
-def attentionx(mh: Tensor, v: Tensor, config: "AttentionConfig") -> Tensor:
-    """R = V - gamma MH (docs/theory/residuals.md section 3)."""
-    return torch.sub(v, mh, alpha=config.gamma)
-
-
-def belief(mh: Tensor, v: Tensor, config: "AttentionConfig") -> Tensor:
-    """R = Delta, the part of MH orthogonal to V row by row (docs/theory/residuals.md section 4)."""
-    return orthogonal_part(mh, v)
-
-
-def belief_star(mh: Tensor, v: Tensor, config: "AttentionConfig") -> Tensor:
-    """R = [Delta, Concat(Delta^s_1..Delta^s_M)], Delta through W^o and the per-head parts through W^s
-    (docs/theory/residuals.md section 5)."""
-    return orthogonal_parts(mh, v, config.n_head).flatten(-2)
-
-
-def concat(mh: Tensor, v: Tensor, config: "AttentionConfig") -> Tensor:
-    """R = [MH, V] (docs/theory/residuals.md section 6)."""
-    return torch.cat([mh, v], dim=-1)
-
-
 RESIDUAL_TABLE: dict[str, Residual] = {
     spec.name: spec
     for spec in (
-        Residual("standard", heads),
-        Residual("attentionx", attentionx, knobs=("gamma",)),
-        Residual("belief", belief, orthogonal=True),
-        Residual("belief_star", belief_star, width=2, second_map=True, orthogonal=True),
-        Residual("concat", concat, width=2),
-        Residual("accumulated", heads, needs_memory=True, knobs=("beta",)),
+        Residual("standard", "heads"),
+        Residual("attentionx", "attentionx", knobs=("gamma",)),
+        Residual("belief", "belief", orthogonal=True),
+        Residual("belief_star", "belief_star", width=2, second_map=True, orthogonal=True),
+        Residual("concat", "concat", width=2),
+        Residual("accumulated", "heads", needs_memory=True, knobs=("beta",)),
     )
 }
 RESIDUALS = tuple(RESIDUAL_TABLE)  # the names AttentionConfig.residual accepts

@@ -65,7 +65,7 @@ def _probe_totals(path: str, mtime: int, batches: int) -> list[dict[str, float]]
 @functools.cache
 def _lambdas(path: str, mtime: int) -> list[tuple[float, float]]:
     config = load_config(rundir.inside(Path(path) / "config.toml"))
-    if config.model.kernel != "diff":
+    if config.model.attention.kernel != "diff":
         return []
     model = build_task(config).build_model()
     load_weights(model, Path(path) / CHECKPOINT)

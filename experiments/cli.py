@@ -10,7 +10,6 @@ cuda`, `train --device=cuda` without a config) is answered with the --set that s
 """
 
 import argparse
-import dataclasses
 import importlib
 import os
 import select
@@ -19,7 +18,7 @@ import sys
 import threading
 
 from . import rundir
-from .config import TABLES
+from .config import TABLES, table_keys
 from .errors import RunFailure, UsageError, first_line, package_version
 
 COMMANDS = {  # name: (module, the summary its add_parser registers; tests/test_cli.py checks they agree)
@@ -143,9 +142,7 @@ def set_hint(words: list[str], unknown: list[str]) -> str:
     from `words`, the command's arguments as typed: the text after "=", else the next word, VALUE when that is an
     option or there is none. It is the word typed even where argparse took it for the command's positional
     argument (`train --device cuda`: cuda became the config), docs/guide/runs.md, "The command line"."""
-    keys = [  # task.options is no key: it holds the task's own keys
-        (table, f.name) for table, cls in TABLES.items() for f in dataclasses.fields(cls) if f.name != "options"
-    ]
+    keys = [(table, key) for table in TABLES for key in table_keys(table)]  # task options are the task's own keys
     unknown_options = {argument.partition("=")[0] for argument in unknown if argument.startswith("--")}
     suggestions = []
     for i, word in enumerate(words):

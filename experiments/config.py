@@ -24,11 +24,12 @@ import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+
+from attention.config import KERNELS, AttentionConfig  # no torch: attention's layers are imported on first use
+from attention.residuals import RESIDUALS
 
 from .errors import UsageError
-
-if typing.TYPE_CHECKING:
-    from attention import AttentionConfig
 
 
 @dataclass
@@ -38,29 +39,27 @@ class TaskConfig:
     options: dict = field(default_factory=dict)  # the task's own keys, checked by the task
 
 
+NOT_CONFIG_KEYS = ("probe",)  # AttentionConfig fields that no config sets: bridge.probe turns probes on
+EXPERIMENT_DEFAULTS = {"bias": False}  # where a config's default is not AttentionConfig's: nanoGPT's bias
+
+
+def experiment_attention() -> AttentionConfig:
+    """The AttentionConfig of a [model] table that sets no attention key: AttentionConfig's defaults but
+    EXPERIMENT_DEFAULTS (docs/guide/training.md, "Configs")."""
+    return AttentionConfig(**EXPERIMENT_DEFAULTS)
+
+
 @dataclass
 class ModelConfig:
-    """The [model] table: n_layer, the attention switches, then the keys of the convex kinds.
+    """The [model] table: n_layer, the layers' AttentionConfig, then the keys of the convex kinds.
 
-    Every attention.AttentionConfig field but NOT_CONFIG_KEYS is a key of the same name (attention_config builds the
-    layers' AttentionConfig from them, so a new AttentionConfig field needs only its key and default here), with
-    AttentionConfig's default except bias (false, nanoGPT's) and send_width (0 for None: TOML has no None).
-    tests/test_train.py checks that the keys cover the fields (docs/guide/training.md, "Configs")."""
+    A config file writes the attention switches flat in [model], one key per AttentionConfig field but
+    NOT_CONFIG_KEYS, named as the field (0 for a field's None: TOML has no None); they are read into `attention`,
+    declared in AttentionConfig alone, with its defaults but EXPERIMENT_DEFAULTS (docs/guide/training.md,
+    "Configs")."""
 
     n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 128
-    dropout: float = 0.0
-    bias: bool = False
-    residual: str = "standard"
-    gamma: float = 1.0
-    beta: float = 1.0
-    kernel: str = "softmax"
-    symmetric: bool = False
-    self_loops: bool = True  # false: no token attends to itself (ViT only; AttentionX's ViT setting)
-    send_width: int = 0  # numbers a token sends each neighbour per layer: keys send_width // 2 wide,
-    # values the rest (0: key and value d_model wide each, 2 d_model;
-    # kernel "mean" sends values only, send_width >= 1 wide)
+    attention: AttentionConfig = field(default_factory=experiment_attention)
     kind: str = "transformer"  # "convex": ConvexTokenClassifier over fixed embeddings; "convex_blocks":
     # n_layer convex attention + FCN blocks over trained embeddings (docs/theory/convex.md section 8;
     # both task modular only)
@@ -68,33 +67,64 @@ class ModelConfig:
     group_lasso: float = 0.0  # convex kinds: beta, the group-lasso weight added to the training loss
 
 
-NOT_CONFIG_KEYS = ("probe",)  # AttentionConfig fields that no config sets: bridge.probe turns probes on
+LEADING_KEYS = ("n_head", "d_model", "dropout", "bias")  # written right after n_layer (nanoGPT's order, that of
+# every config.toml written so far); the other attention keys follow in AttentionConfig's order
 
 
 def attention_keys() -> tuple[str, ...]:
-    """The [model] keys that are attention.AttentionConfig fields, in the fields' order: all but NOT_CONFIG_KEYS."""
-    from attention import AttentionConfig  # here, not at the top: `pdmm-bridge configs` reads configs without torch
-
+    """The [model] keys that are AttentionConfig fields, in the fields' order: all but NOT_CONFIG_KEYS."""
     return tuple(f.name for f in dataclasses.fields(AttentionConfig) if f.name not in NOT_CONFIG_KEYS)
 
 
-def attention_config(model: ModelConfig) -> "AttentionConfig":
-    """The attention.AttentionConfig of a transformer's [model] table: each field of attention_keys() from the key
-    of its name, 0 read as None where the field takes None (send_width); UsageError for a convex kind or for a
-    value AttentionConfig refuses, naming it (docs/guide/training.md, "Configs")."""
-    from attention import AttentionConfig
+def optional_keys() -> frozenset[str]:
+    """The attention keys whose field takes None, which a config writes as 0 (send_width)."""
+    return frozenset(f.name for f in dataclasses.fields(AttentionConfig) if type(None) in typing.get_args(f.type))
 
+
+def key_type(annotation: typing.Any) -> type:
+    """The type a config key's value has: the field's type, without None for an optional field."""
+    return next((arg for arg in typing.get_args(annotation) if arg is not type(None)), annotation)
+
+
+def model_keys() -> dict[str, type]:
+    """{key: type} of the [model] table in the order config files are written: n_layer, LEADING_KEYS, the other
+    attention keys, then the convex kinds' keys."""
+    attention = {f.name: key_type(f.type) for f in dataclasses.fields(AttentionConfig) if f.name in attention_keys()}
+    own = {f.name: f.type for f in dataclasses.fields(ModelConfig) if f.name != "attention"}
+    leading = {name: attention.pop(name) for name in LEADING_KEYS}
+    return {"n_layer": own.pop("n_layer"), **leading, **attention, **own}
+
+
+def model_tables(model: ModelConfig) -> dict[str, typing.Any]:
+    """The [model] table of `model`, flat, in model_keys' order, 0 for an optional field's None."""
+    values = {f.name: getattr(model, f.name) for f in dataclasses.fields(ModelConfig) if f.name != "attention"}
+    values.update({name: getattr(model.attention, name) for name in attention_keys()})
+    values.update({name: 0 for name in optional_keys() if values[name] is None})
+    return {key: values[key] for key in model_keys()}
+
+
+def model_from_table(values: dict[str, typing.Any]) -> ModelConfig:
+    """ModelConfig from a flat [model] table of checked values (keys left out take their defaults), 0 read as None
+    for an optional attention field; UsageError "[model]: ..." for a value AttentionConfig refuses, naming it."""
+    own = {key: value for key, value in values.items() if key not in attention_keys()}
+    switches = {key: value for key, value in values.items() if key in attention_keys()}
+    switches.update({key: None for key in optional_keys() & set(switches) if switches[key] == 0})
+    try:
+        attention = AttentionConfig(**{**EXPERIMENT_DEFAULTS, **switches})
+    except ValueError as err:
+        raise UsageError(f"[model]: {err}") from None
+    return ModelConfig(attention=attention, **own)
+
+
+def attention_config(model: ModelConfig) -> AttentionConfig:
+    """A copy of the AttentionConfig of a transformer's [model] table (a model that changes its layers' config, as
+    bridge.probe turns probes on, leaves the run's config as it was); UsageError for a convex kind, which trains no
+    transformer (docs/guide/training.md, "Configs")."""
     if model.kind != "transformer":
         raise UsageError(
             f"model.kind = {model.kind!r} is only available for task modular; this task trains transformers"
         )
-    optional = {f.name for f in dataclasses.fields(AttentionConfig) if type(None) in typing.get_args(f.type)}
-    values = {name: getattr(model, name) for name in attention_keys()}
-    values.update({name: None for name in optional & set(values) if values[name] == 0})
-    try:
-        return AttentionConfig(**values)
-    except ValueError as err:
-        raise UsageError(f"[model]: {err}") from None
+    return dataclasses.replace(model.attention)
 
 
 @dataclass
@@ -134,7 +164,7 @@ class RunConfig:
 
 TABLES = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
 PLAN_TABLES = ("sweep", "report")
-NON_NEGATIVE = {
+NON_NEGATIVE = {  # and every optional attention key (optional_keys: 0 stands for None)
     "batch_size",
     "warmup_iters",
     "weight_decay",
@@ -146,7 +176,6 @@ NON_NEGATIVE = {
     "beta",
     "gates",
     "group_lasso",
-    "send_width",
     "patience",
     "min_delta",
 }
@@ -247,15 +276,12 @@ def from_tables(tables, source="config", overridden=()):
             f"{'--set' if from_set else source}: unknown table(s) {sorted(unknown)}; expected {list(TABLES)}"
         )
     parts = {}
-    for table, cls in TABLES.items():
+    for table in TABLES:
         if not isinstance(tables.get(table, {}), dict):
             where = "--set" if any(key.startswith(f"{table}.") for key in overridden) else source
             raise UsageError(f"{where}: [{table}] must be a table of keys, got {tables[table]!r}")
-        values = dict(tables.get(table, {}))
-        known = {f.name: f for f in dataclasses.fields(cls) if f.name != "options"}
-        if cls is TaskConfig:
-            values["options"] = {k: values.pop(k) for k in list(values) if k not in known}
-        else:
+        values, known = dict(tables.get(table, {})), table_keys(table)
+        if table != "task":
             extra = set(values) - set(known)
             if extra:
                 names = [f"{table}.{k}" for k in sorted(extra)]
@@ -263,13 +289,25 @@ def from_tables(tables, source="config", overridden=()):
                     f"{'--set' if set(names) <= set(overridden) else source}: unknown key(s) "
                     f"{', '.join(names)}; [{table}] accepts {', '.join(known)}"
                 )
-        for key, value in values.items():
-            if key != "options":
-                values[key] = checked(f"{table}.{key}", value, known[key].type)
-        parts[table] = cls(**values)
-    config = RunConfig(**parts)
-    check_ranges(config)
-    return config
+        parts[table] = {
+            key: checked(f"{table}.{key}", value, known[key]) if key in known else value
+            for key, value in values.items()
+        }
+    defaults = to_tables(RunConfig())
+    check_ranges({table: {**defaults[table], **values} for table, values in parts.items()})
+    task = {key: value for key, value in parts["task"].items() if key in table_keys("task")}
+    options = {key: value for key, value in parts["task"].items() if key not in task}
+    return RunConfig(
+        TaskConfig(**task, options=options), model_from_table(parts["model"]), TrainConfig(**parts["train"])
+    )
+
+
+def table_keys(table: str) -> dict[str, type]:
+    """{key: type} of the keys [table] accepts, in the order config files are written ([task]: name and data; the
+    task's own options are checked by the task)."""
+    if table == "model":
+        return model_keys()
+    return {f.name: f.type for f in dataclasses.fields(TABLES[table]) if f.name != "options"}
 
 
 KINDS = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}
@@ -293,52 +331,59 @@ def checked(name, value, kind):
     return float(value) if kind is float else value
 
 
-def check_ranges(config):
-    """Sizes, rates and intervals > 0; NON_NEGATIVE ones >= 0; betas, dropout and min_delta below 1."""
+def check_ranges(tables: dict[str, dict[str, typing.Any]]) -> None:
+    """Sizes, rates and intervals > 0; NON_NEGATIVE ones >= 0; betas, dropout and min_delta below 1: UsageError
+    naming the key otherwise. `tables`: the [model] and [train] tables, every key present, values of their types
+    (before the model's AttentionConfig is made, so that each message names its key)."""
+    model, train = SimpleNamespace(**tables["model"]), SimpleNamespace(**tables["train"])
+    non_negative = NON_NEGATIVE | optional_keys()
     for table in ("model", "train"):
-        for f in dataclasses.fields(TABLES[table]):
-            value = getattr(getattr(config, table), f.name)
-            if f.type in (int, float):
-                if f.name in NON_NEGATIVE and value < 0:
-                    raise UsageError(f"{table}.{f.name} must be >= 0, got {value}")
-                if f.name not in NON_NEGATIVE and f.name != "stop_value" and value <= 0:
-                    raise UsageError(f"{table}.{f.name} must be > 0, got {value}")
-    if config.train.seed > MAX_SEED:
-        raise UsageError(f"train.seed must be an integer from 0 to 2^32 - 1, got {config.train.seed}")
+        for name, kind in table_keys(table).items():
+            value = tables[table][name]
+            if kind in (int, float):
+                if name in non_negative and value < 0:
+                    raise UsageError(f"{table}.{name} must be >= 0, got {value}")
+                if name not in non_negative and name != "stop_value" and value <= 0:
+                    raise UsageError(f"{table}.{name} must be > 0, got {value}")
+    if train.seed > MAX_SEED:
+        raise UsageError(f"train.seed must be an integer from 0 to 2^32 - 1, got {train.seed}")
     for name, value in (
-        ("model.dropout", config.model.dropout),
-        ("train.beta1", config.train.beta1),
-        ("train.beta2", config.train.beta2),
-        ("train.min_delta", config.train.min_delta),
+        ("model.dropout", model.dropout),
+        ("train.beta1", train.beta1),
+        ("train.beta2", train.beta2),
+        ("train.min_delta", train.min_delta),
     ):
         if value >= 1:
             raise UsageError(f"{name} must be < 1, got {value}")
-    if config.model.send_width == 1 and config.model.kernel != "mean":
+    if model.send_width == 1 and model.kernel != "mean":
         raise UsageError(
             "model.send_width must be 0 (key and value d_model wide each) or >= 2, got 1 "
             '(1 needs model.kernel = "mean", which sends values only)'
         )
-    if config.model.kind not in MODEL_KINDS:
-        raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {config.model.kind!r}")
+    for name, choices in (("residual", RESIDUALS), ("kernel", KERNELS)):
+        if getattr(model, name) not in choices:
+            raise UsageError(f"unknown model.{name} {getattr(model, name)!r}; choose one of {', '.join(choices)}")
+    if model.kind not in MODEL_KINDS:
+        raise UsageError(f"model.kind must be one of {', '.join(MODEL_KINDS)}, got {model.kind!r}")
     import torch  # here, not at the top: `pdmm-bridge configs` reads configs without torch
 
     try:
-        kind = torch.device(config.train.device).type
+        kind = torch.device(train.device).type
     except RuntimeError:
         kind = None
     if kind not in DEVICE_TYPES:  # meta holds no data, and the trainer knows no other kind
         raise UsageError(
-            f"train.device must be a torch device the trainer runs on (cpu, cuda or cuda:N), "
-            f"got {config.train.device!r}"
+            f"train.device must be a torch device the trainer runs on (cpu, cuda or cuda:N), got {train.device!r}"
         )
-    if config.train.min_lr > config.train.lr:
-        raise UsageError(f"train.min_lr ({config.train.min_lr}) must not exceed train.lr ({config.train.lr})")
+    if train.min_lr > train.lr:
+        raise UsageError(f"train.min_lr ({train.min_lr}) must not exceed train.lr ({train.lr})")
 
 
 def to_tables(config):
-    """{table: {key: value}} with task options folded back into [task]."""
+    """{table: {key: value}} with task options folded back into [task] and [model] flat (model_tables)."""
     tables = {table: dataclasses.asdict(getattr(config, table)) for table in TABLES}
     tables["task"].update(tables["task"].pop("options"))
+    tables["model"] = model_tables(config.model)
     return tables
 
 

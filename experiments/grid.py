@@ -3,8 +3,6 @@ passes before the first run starts (so a typo in a grid fails at once, not after
 
 from urllib.parse import quote
 
-import attention
-
 from . import rundir
 from .errors import UsageError
 from .tasks import TASKS
@@ -12,15 +10,11 @@ from .tasks.base import parse_options
 
 
 def check_names(config):
-    """What building the run would reject at once: an unknown task or task option, residual or kernel."""
+    """What building the run would reject at once: an unknown task or task option (load_config has checked the
+    residual and kernel names)."""
     if config.task.name not in TASKS:
         raise UsageError(f"unknown task {config.task.name!r}; choose one of {', '.join(TASKS)}")
     parse_options(TASKS[config.task.name].Options, config.task.options, config.task.name)
-    for name, choices in (("residual", attention.RESIDUALS), ("kernel", attention.KERNELS)):
-        if getattr(config.model, name) not in choices:
-            raise UsageError(
-                f"unknown model.{name} {getattr(config.model, name)!r}; choose one of {', '.join(choices)}"
-            )
 
 
 def run_name(assignment, seed):

@@ -55,17 +55,17 @@ def examples_per_batch(config) -> int:
     return 1797 if config.task.name == "digits" else FULL_BATCH
 
 
-def widths(model) -> tuple[int, int]:
+def widths(attention) -> tuple[int, int]:
     """(w_k, w_v): the widths of a layer's keys and values (attention.AttentionConfig's send_width rule)."""
-    if not model.send_width:
-        return model.d_model, model.d_model
-    return model.send_width // 2, model.send_width - model.send_width // 2
+    if not attention.send_width:
+        return attention.d_model, attention.d_model
+    return attention.send_width // 2, attention.send_width - attention.send_width // 2
 
 
 def parameter_count(config) -> int:
     """Parameters and buffers of the model the config builds (module docstring), an upper bound."""
     model, tokens = config.model, tokens_per_example(config)
-    d, gated = model.d_model, max(model.gates, 1)
+    d, gated = model.attention.d_model, max(model.gates, 1)
     p = int(config.task.options.get("p", 97)) if config.task.name == "modular" else VOCAB
     gates = model.gates * (tokens + d)
     if model.kind == "convex":
@@ -73,7 +73,7 @@ def parameter_count(config) -> int:
     if model.kind == "convex_blocks":
         blocks = (model.n_layer - 1) * (gated * tokens**2 * d**2 + gates)
         return blocks + gated * p * tokens * d + gates + (p + 2) * d
-    w_k, w_v = widths(model)
+    w_k, w_v = widths(model.attention)
     vocab = max(VOCAB, p + 2)
     return model.n_layer * (d * (2 * w_k + 4 * w_v) + 8 * d**2) + (vocab + tokens) * d
 
@@ -82,10 +82,12 @@ def activation_bytes(config) -> int:
     """Bytes a training step keeps for backward (module docstring)."""
     model, tokens = config.model, tokens_per_example(config)
     if model.kind == "transformer":
-        w_k, w_v = widths(model)
-        per_layer = tokens * (4 * (12 * model.d_model + 2 * w_k + 3 * w_v) + 10 * model.n_head * tokens)
+        w_k, w_v = widths(model.attention)
+        per_layer = tokens * (
+            4 * (12 * model.attention.d_model + 2 * w_k + 3 * w_v) + 10 * model.attention.n_head * tokens
+        )
     else:
-        per_layer = 8 * max(model.gates, 1) * tokens * model.d_model
+        per_layer = 8 * max(model.gates, 1) * tokens * model.attention.d_model
     return model.n_layer * examples_per_batch(config) * per_layer
 
 
@@ -97,8 +99,8 @@ def estimate(config, data_parts: dict | None = None) -> dict:
     parameters = parameter_count(config)
     parameter_bytes = parameters * FLOAT_BYTES * PARAMETER_COPIES
     activations = activation_bytes(config)
-    sizes = f"model.n_layer={model.n_layer}, model.d_model={model.d_model}"
-    sizes += f", model.send_width={model.send_width}" if model.send_width else ""
+    sizes = f"model.n_layer={model.n_layer}, model.d_model={model.attention.d_model}"
+    sizes += f", model.send_width={model.attention.send_width}" if model.attention.send_width else ""
     sizes += f", model.gates={model.gates}" if model.kind != "transformer" else ""
     parts = {
         f"{sizes}: {parameters:.3g} parameters, with gradients and optimizer state": parameter_bytes,

@@ -55,12 +55,12 @@ def run(args):
     record = {
         "version": package_version(),
         "run": str(run_dir),
-        "residual": config.model.residual,
+        "residual": config.model.attention.residual,
         "layers": totals,
         "pdmm_residual_normalised": residual,
     }
     rundir.write_file(out / "probe.json", json.dumps(record, indent=2) + "\n")
-    plot_probe(totals, residual, config.model.residual, out / "probe.png")
+    plot_probe(totals, residual, config.model.attention.residual, out / "probe.png")
     for index, total in enumerate(totals, start=1):
         print(f"layer {index}: " + ", ".join(f"{k} {v:.3f}" for k, v in total.items()))
     print(out / "probe.png")

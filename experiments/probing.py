@@ -44,12 +44,12 @@ def probe_layers(run_dir, batches=4):
         model,
         lambda b: task.loss(model, task.train_batch(step_generator(config.train.seed, b, PROBE_STREAM))),
         batches,
-        probe_gamma(config.model),
+        probe_gamma(config.model.attention),
     )
     return config, totals
 
 
-def probe_gamma(model) -> float:
+def probe_gamma(attention) -> float:
     """The gamma of Phi = V - gamma MH in the probe statistics: the run's gamma where its residual reads gamma
     (attention.RESIDUAL_TABLE; AttentionX), else 1 (docs/guide/bridge.md, "Discrepancy against depth")."""
-    return model.gamma if uses_knob(model.residual, "gamma") else 1.0
+    return attention.gamma if uses_knob(attention.residual, "gamma") else 1.0

@@ -361,13 +361,14 @@ def against_section(runs, key, metric, baseline, keys, path):
 def setting(runs):
     """One sentence on the runs' shared setting: task, model size, steps, batch, seeds."""
     config = load_config(runs[0].path / "config.toml")
-    model, train = config.model, config.train
+    model, train, d_model = config.model, config.train, config.model.attention.d_model
     seeds = sorted({run.seed for run in runs})
     size = {
-        "transformer": f"{model.n_layer} layer{'s' * (model.n_layer > 1)}, {model.d_model} dims, {model.n_head} heads",
-        "convex": f"convex attention, fixed {model.d_model}-dim embeddings, {model.gates} gates",
+        "transformer": f"{model.n_layer} layer{'s' * (model.n_layer > 1)}, {d_model} dims, "
+        f"{model.attention.n_head} heads",
+        "convex": f"convex attention, fixed {d_model}-dim embeddings, {model.gates} gates",
         "convex_blocks": f"{model.n_layer} convex attention + FCN block{'s' * (model.n_layer > 1)}, trained "
-        f"{model.d_model}-dim embeddings, {model.gates} gates",
+        f"{d_model}-dim embeddings, {model.gates} gates",
     }[model.kind]
     options = ", ".join(f"{k} {v}" for k, v in config.task.options.items())
     return (

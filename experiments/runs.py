@@ -16,7 +16,6 @@ UsageError naming it and what is wrong (docs/guide/runs.md).
 """
 
 import csv
-import dataclasses
 import io
 import json
 import os
@@ -31,7 +30,7 @@ import numpy as np
 from attention import RESIDUAL_KNOBS, uses_knob
 
 from . import rundir
-from .config import TABLES, attention_keys, checked
+from .config import TABLES, attention_keys, checked, table_keys
 from .errors import UsageError
 
 IGNORED_KEYS = ("train.seed", "train.device", "train.compile")  # never part of a variant's label
@@ -124,14 +123,14 @@ def read_toml(file, what=None) -> dict:
 def check_run_config(config, file) -> None:
     """UsageError naming a run's config.toml unless its tables are tables and the keys this version knows have
     their types (keys it does not know, from another version, are left alone): what the readers of runs use."""
-    for table, cls in TABLES.items():
+    for table in TABLES:
         values = config.get(table, {})
         if not isinstance(values, dict):
             raise UsageError(f"{file}: [{table}] must be a table, got {values!r}")
-        for field in dataclasses.fields(cls):
-            if field.name in values and field.name != "options":
+        for name, kind in table_keys(table).items():
+            if name in values:
                 try:
-                    checked(f"{table}.{field.name}", values[field.name], field.type)
+                    checked(f"{table}.{name}", values[name], kind)
                 except UsageError as err:
                     raise UsageError(f"{file}: {err}") from None
 

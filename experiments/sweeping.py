@@ -4,7 +4,6 @@ trained in turn (docs/guide/training.md).
 """
 
 import argparse
-import dataclasses
 import itertools
 import json
 import shlex
@@ -17,7 +16,16 @@ from tqdm import tqdm
 
 from . import rundir
 from .checkpoints import has_checkpoint
-from .config import TABLES, RunConfig, apply_override, load_config, load_plan, overrides_with_data, toml_value
+from .config import (
+    TABLES,
+    RunConfig,
+    apply_override,
+    load_config,
+    load_plan,
+    overrides_with_data,
+    table_keys,
+    toml_value,
+)
 from .errors import RunFailure, UsageError, package_version
 from .grid import check_names, parse_seeds, run_name
 from .progress import job_bar
@@ -180,7 +188,7 @@ def known_key(key: str) -> None:
     table, _, name = key.partition(".")
     if table not in TABLES:
         raise UsageError(f"unknown table {table!r}; expected {', '.join(TABLES)}")
-    fields = [f.name for f in dataclasses.fields(TABLES[table]) if f.name != "options"]
+    fields = list(table_keys(table))
     if table != "task" and name not in fields:
         raise UsageError(f"unknown key {key}; [{table}] accepts {', '.join(fields)}")
 

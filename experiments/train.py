@@ -535,7 +535,7 @@ def finish(run: Run, plot: Callable) -> dict:
         rows,
         out / "curves.png",
         best_step=state["best_step"],
-        title=f"{config.task.name}: {config.model.residual} / {config.model.kernel}",
+        title=f"{config.task.name}: {config.model.attention.residual} / {config.model.attention.kernel}",
     )
     if hasattr(task, "sample") and task.options.sample_length > 0:
         model.eval()

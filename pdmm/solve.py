@@ -415,7 +415,7 @@ class Plan:
         What the method takes and does.
     ready : list of Prepared
         The local run plan built (_prepare), which the first run() takes; empty for the distributed backend and
-        once taken.
+        once taken. A plan made by with_reference shares this list with the plan it was made from.
     """
 
     problem: Problem
@@ -449,7 +449,7 @@ class Plan:
                 _keep_freed(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.engine.device)
                 result = distributed.run(problem, options)
                 return _warned(result, options.stopping.tol, problem, options.rho, BIASED if biased(options) else None)
-            return _run_local(problem, self.ready.pop() if self.ready else _prepare(problem, options))
+            return _run_local(problem, self._taken() if self.ready else _prepare(problem, options))
         except DivergenceError as err:
             if options.stopping.on_divergence == "raise":
                 raise
@@ -461,8 +461,9 @@ class Plan:
         docs/guide/solve.md, "Plan and run").
 
         The new plan records the history of this one and "error"; its run() returns what pdmm.plan with the same
-        arguments and `reference` (history with "error") returns, bit for bit. It takes over the method this plan
-        built, state and step as they are, with its bookkeeping made afresh; this plan, if run, builds its own.
+        arguments and `reference` (history with "error") returns, bit for bit. This plan is left as it was: the two
+        share the method this plan built, which the first of them to run takes (the new one with its bookkeeping
+        made afresh for the reference), and the other, if run, builds its own.
 
         Parameters
         ----------
@@ -485,8 +486,15 @@ class Plan:
             self.options.recording, reference=reference, history=tuple(name for name in HISTORY if name in names)
         )
         options = replace(self.options, recording=recording)
-        ready = [self._referenced(self.ready.pop(), options)] if self.ready else []
-        return replace(self, options=options, ready=ready)
+        if self.ready and not (isinstance(reference, str) and reference == "cvxpy"):
+            reference_point(self.problem, options)  # refuse a bad array now, as pdmm.plan does; cvxpy's x* when run
+        return replace(self, options=options)  # the same `ready` list: one built method, taken by the first run
+
+    def _taken(self) -> "Prepared":
+        """The built method, taken from `ready` (shared with the plans with_reference made from this one), with
+        bookkeeping for this plan's reference where it was built for another plan's options."""
+        run = self.ready.pop()
+        return run if run.options is self.options else self._referenced(run, self.options)
 
     def _referenced(self, run: "Prepared", options: RunOptions) -> "Prepared":
         """The prepared run with options' reference point (in the run's node order) and bookkeeping made for it."""

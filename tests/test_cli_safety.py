@@ -108,6 +108,7 @@ def test_plot_and_sweep_refuse_what_they_did_not_make(tmp_path, capsys):
     [
         ("model.residual=standard,beleif", "--grid model.residual=\"beleif\": unknown model.residual 'beleif'"),
         ("model.kernel=softmax,cosine", "unknown model.kernel 'cosine'"),
+        ("model.n_head=4,3", "--grid model.n_head=3: [model]: d_model (128) must be divisible by n_head (3)"),
         ("model.residul=belief", "unknown key model.residul"),
         ("train.lr=0.1,-1", "train.lr must be > 0"),
         ("task.colour=red", "task.colour"),

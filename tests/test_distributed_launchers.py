@@ -263,9 +263,10 @@ def test_a_plan_given_its_reference_later_runs_as_one_planned_with_it():
     planned = pdmm.plan(problem, history=("residual", "bits"), **settings)
     built = planned.ready[0]
     later = planned.with_reference(x_star)
-    assert later.ready[0].step is built.step and not planned.ready  # taken over, not built again
+    assert later.ready is planned.ready and planned.ready[0] is built  # not built again; the first plan left alone
     assert later.options.recording.history == ("residual", "error", "bits")
     solved = pdmm.solve(problem, reference=x_star, history=("residual", "error", "bits"), **settings)
     assert_same_result(later.run(), solved)
+    assert not planned.ready  # later's run took the built method; planned builds its own
     with pytest.raises(ValueError, match="reference"):
         pdmm.plan(problem, **settings).with_reference(np.zeros((3, 1)))

@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from experiments.cli import main
-from experiments.config import TABLES, builtin_configs, load_config
+from experiments.config import TABLES, builtin_configs, load_config, table_keys
 from experiments.errors import UsageError
 from experiments.memory import check_memory
 
-KEYS = [f"{table}.{name}" for table, cls in TABLES.items() if table != "task" for name in cls.__dataclass_fields__]
+KEYS = [f"{table}.{name}" for table in TABLES if table != "task" for name in table_keys(table)]
 TEXTS = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),

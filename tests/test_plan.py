@@ -230,3 +230,22 @@ def test_plan_resolves_the_defaults_solve_runs_with():
     assert (options.rho, stopping.tol, stopping.check_every, recording.record_every) == (None, 1e-5, 1, 1)
     assert recording.history == ("residual", "error", "messages", "bits")
     assert pdmm.plan(ring()).options.rho == 1.0
+
+
+@pytest.mark.parametrize("first", ["original", "referenced"])
+def test_with_reference_leaves_the_plan_it_was_called_on_unchanged(first):
+    """Plan.with_reference returns a new plan and changes nothing in the old one: its options and built method stay,
+    and each plan, run in either order, gives what pdmm.solve gives with its own settings, bit for bit."""
+    settings = dict(method="pdmm", max_iter=30, tol=0, network=pdmm.Network(drop=0.3, seed=2), reorder=True)
+    planned = pdmm.plan(ring(), history=("residual",), **settings)
+    options, built = planned.options, planned.ready[0]
+    later = planned.with_reference(MEAN)
+    assert planned.options is options and len(planned.ready) == 1 and planned.ready[0] is built
+    assert planned.options.recording.reference is None and later.options.recording.reference is MEAN
+    expected = {
+        "original": pdmm.solve(ring(), history=("residual",), **settings),
+        "referenced": pdmm.solve(ring(), reference=MEAN, history=("residual", "error"), **settings),
+    }
+    plans = {"original": planned, "referenced": later}
+    for name in (first, *(other for other in plans if other != first)):
+        assert_same_result(plans[name].run(), expected[name])

@@ -120,7 +120,7 @@ def test_sweep_table_variants_are_crossed_with_the_grid_and_set_sits_between_the
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert len(runs) == 3 * 2 and {r["seed"] for r in runs} == {3}
     configs = [load_config(out / r["name"] / "config.toml") for r in runs]
-    assert {(c.train.block_size, c.model.kernel) for c in configs} == {
+    assert {(c.train.block_size, c.model.attention.kernel) for c in configs} == {
         (b, k) for b in (64, 256, 1024) for k in ("softmax", "linear")
     }
     assert {c.train.batch_size for c in configs} == {2}  # --set beats the variants' batch sizes

@@ -13,7 +13,17 @@ import pytest
 from tiny_runs import fails
 
 import attention
-from bridge.comparison import CATALOGUE, FITTED, TUNED, Row, per_round, row_of, transformer
+from bridge.comparison import (
+    BEST_TRANSFORMER,
+    CATALOGUE,
+    FITTED,
+    TUNED,
+    Row,
+    numbers_sent,
+    per_round,
+    row_of,
+    transformer,
+)
 from bridge.comparison.pairing import (
     against_oracles,
     at_equal_numbers,
@@ -66,6 +76,19 @@ def test_the_labels_are_those_compare_writes():
     assert transformer("standard", 64, tied=True).label == "tied transformer (standard)"
     assert transformer("standard", 4, width=4).label == "transformer (standard, w=4)"
     assert per_round("pdmm").label == "pdmm (tuned per round)" and per_round("gossip").label == "gossip"
+
+
+def test_numbers_sent_knows_the_fixed_rows_and_refuses_any_other_label(committed):
+    fixed = {  # what a transformer row sends is its model's (the best transformer's: the widest trained)
+        label: s
+        for label, s in committed_sent().items()
+        if row_of(label, s).kind != "transformer" and label != BEST_TRANSFORMER.label
+    }
+    assert {label: numbers_sent(label) for label in fixed} == fixed  # the committed seeds.csv is the reference
+    assert numbers_sent("pdmm (tuned for round 32)") == 1
+    for label in ("transformer (belief)", "pdmm (tuned per rounds)", "gossip (tuned for round 0)", "nothing", ""):
+        with pytest.raises(ValueError, match=f"unknown row {re.escape(repr(label))}"):
+            numbers_sent(label)
 
 
 def test_every_committed_label_reads_back_as_the_row_compare_made(committed):

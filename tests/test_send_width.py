@@ -332,9 +332,8 @@ def test_config_loader_refuses_bad_send_widths(override, message):
 
 
 def test_config_send_width_that_n_head_does_not_divide_is_a_usage_error():
-    task = build_task(load_config(CONFIG, [*TINY, "model.send_width=6"]))  # 3 and 3 over 2 heads
     with pytest.raises(UsageError, match=r"\[model\]: send_width = 6 .*n_head = 1 always") as err:
-        task.build_model()
+        load_config(CONFIG, [*TINY, "model.send_width=6"])  # 3 and 3 over 2 heads: refused when the config loads
     assert "\n" not in str(err.value)
 
 
@@ -342,7 +341,7 @@ def test_config_send_width_that_n_head_does_not_divide_is_a_usage_error():
 
 
 def test_builtin_config_keeps_the_default_and_the_key_reaches_the_model():
-    assert load_config(CONFIG).model.send_width == 0
+    assert load_config(CONFIG).model.attention.send_width is None  # send_width = 0 in the file
     assert build_task(load_config(CONFIG, TINY)).build_model().numbers_sent == 2 * 16
     model = build_task(load_config(CONFIG, [*TINY, "model.send_width=4"])).build_model()
     assert model.numbers_sent == 4 and model.blocks[0].attn.config.send_width == 4

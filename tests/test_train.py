@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,6 @@ def losses(run):
 
 @pytest.mark.parametrize("name", ["shakespeare_char_cpu", "modular97", "digits_vit"])
 def test_shipped_configs_load_and_round_trip_through_toml(name):
-    import tomllib
-
     config = load_config(CONFIGS / f"{name}.toml")
     assert from_tables(tomllib.loads(to_toml(config))) == config
     assert config.task.name in TASKS
@@ -63,9 +62,9 @@ def test_set_overrides_parse_toml_values_and_unknown_keys_are_errors():
         ["model.residual=belief", "train.lr=3e-3", "model.symmetric=true", "task.op=/", "train.max_iters=7"],
     )
     assert (
-        config.model.residual,
+        config.model.attention.residual,
         config.train.lr,
-        config.model.symmetric,
+        config.model.attention.symmetric,
         config.task.options["op"],
         config.train.max_iters,
     ) == ("belief", 3e-3, True, "/", 7)
@@ -82,45 +81,44 @@ def test_set_overrides_parse_toml_values_and_unknown_keys_are_errors():
         build_task(load_config(CONFIGS / "modular97.toml", ["task.colour=red"]))
 
 
-def test_the_model_table_has_a_key_for_every_attention_field_with_attentions_default_but_two():
-    """[model] names each AttentionConfig field but probe; its defaults are AttentionConfig's except bias (false)
-    and send_width (0 for None), so the default table builds AttentionConfig(bias=False)."""
+def test_the_model_table_has_a_key_for_every_attention_field_and_embeds_attentionconfig():
+    """[model] names each AttentionConfig field but probe, flat; ModelConfig declares none of them but holds the
+    layers' AttentionConfig, with AttentionConfig's defaults but bias (false), send_width written as 0 for None."""
     import dataclasses
 
     import attention
-    from experiments.config import ModelConfig, attention_config, attention_keys
+    from experiments.config import ModelConfig, attention_config, attention_keys, table_keys
 
     fields = [f.name for f in dataclasses.fields(attention.AttentionConfig)]
     assert attention_keys() == tuple(name for name in fields if name != "probe")
+    assert [f.name for f in dataclasses.fields(ModelConfig)] == ["n_layer", "attention", "kind", "gates", "group_lasso"]
+    assert set(table_keys("model")) == {"n_layer", *attention_keys(), "kind", "gates", "group_lasso"}
     model = ModelConfig()
-    reference = attention.AttentionConfig()
-    differing = {key for key in attention_keys() if getattr(model, key) != getattr(reference, key)}
-    assert differing == {"bias", "send_width"} and (model.bias, model.send_width) == (False, 0)
     assert attention_config(model) == attention.AttentionConfig(bias=False)
-    wide = attention_config(ModelConfig(send_width=6, n_head=1, residual="belief", gamma=2.0, self_loops=False))
-    assert wide == attention.AttentionConfig(
-        send_width=6, n_head=1, residual="belief", gamma=2.0, self_loops=False, bias=False
-    )
+    written = tomllib.loads(to_toml(RunConfig()))["model"]
+    assert (written["bias"], written["send_width"]) == (False, 0)
+    switches = dict(send_width=6, n_head=1, residual="belief", gamma=2.0, self_loops=False)
+    wide = from_tables({"model": switches}).model
+    assert attention_config(wide) == attention.AttentionConfig(**switches, bias=False)
 
 
 def test_a_new_attention_field_reaches_the_model_from_its_config_key_alone(monkeypatch):
-    """A field added to AttentionConfig needs only its [model] key: nothing in experiments copies fields one by one."""
+    """A field added to AttentionConfig needs no [model] declaration: its key is read, written and checked."""
     import dataclasses
 
     import attention
-    from experiments.config import ModelConfig, attention_config
+    import experiments.config
 
     @dataclasses.dataclass
     class Wider(attention.AttentionConfig):
         window: int | None = None
 
-    @dataclasses.dataclass
-    class WiderModel(ModelConfig):
-        window: int = 0
-
-    monkeypatch.setattr(attention, "AttentionConfig", Wider)
-    assert attention_config(WiderModel(window=3)).window == 3
-    assert attention_config(WiderModel()).window is None  # 0 stands for None, as send_width's does
+    monkeypatch.setattr(experiments.config, "AttentionConfig", Wider)
+    assert load_config(CONFIGS / "modular97.toml", ["model.window=3"]).model.attention.window == 3
+    default = load_config(CONFIGS / "modular97.toml").model
+    assert default.attention.window is None and tomllib.loads(to_toml(RunConfig(model=default)))["model"]["window"] == 0
+    with pytest.raises(UsageError, match="model.window must be an integer"):
+        load_config(CONFIGS / "modular97.toml", ["model.window=wide"])
 
 
 def test_a_convex_runs_label_leaves_out_every_attention_switch_but_d_model():
@@ -349,16 +347,16 @@ def test_a_failing_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
             "--set=train.max_iters=2",
             "--set=task.sample_length=0",
             "--grid",
-            "model.n_head=3,2",
+            "train.plateau_metric=val_los,val_loss",
             "--out",
             str(out),
         ]
-    )  # 3 heads do not divide d_model 16
+    )  # the task logs no val_los, which the run finds when it builds its task
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert code == 1 and [r["status"] for r in runs] == ["failed", "finished"]
-    assert "divisible" in runs[0]["error"]
+    assert "train.plateau_metric must be one of the metrics" in runs[0]["error"]
     assert main(["report", str(out)]) == 0
-    assert "n_head=3,seed=0`: failed" in (out / "report.md").read_text()
+    assert "plateau_metric=val_los,seed=0`: failed" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("problem", ["missing", "empty", "one character", "one distinct character"])
@@ -389,7 +387,7 @@ def test_bad_corpus_is_a_clear_error(tmp_path, capsys, problem):
         ("task.name=poetry", "unknown task 'poetry'"),
         ("train.device=gpu", "torch device"),
         ("model.n_head=3", "divisible"),
-        ("model.residual=beleif", "unknown residual"),
+        ("model.residual=beleif", "unknown model.residual 'beleif'; choose one of standard, attentionx"),
     ],
 )
 def test_bad_config_values_are_clear_errors(tmp_path, capsys, setting, message):
@@ -538,8 +536,8 @@ def test_a_sweeps_bar_counts_runs_of_the_whole_sweep_from_those_finished_and_no_
     from tiny_runs import MODULAR
     from tiny_runs import TINY as TINY_MODULAR
 
-    sweep = ["sweep", MODULAR, *[f"--set={s}" for s in TINY_MODULAR], "--grid", "model.n_head=3,2"]
-    sweep += ["--out", str(tmp_path / "sweep")]  # 3 heads do not divide d_model 8: that run fails, the sweep goes on
+    sweep = ["sweep", MODULAR, *[f"--set={s}" for s in TINY_MODULAR], "--grid", "train.plateau_metric=val_los,val_loss"]
+    sweep += ["--out", str(tmp_path / "sweep")]  # the task logs no val_los: that run fails, the sweep goes on
     assert main(sweep) == 1
     drawn = bar_lines(capsys.readouterr().err, "run ")
     assert drawn[0].startswith("run 1 of 2") and "0/2 [" in drawn[0] and "2/2 [" in drawn[-1]

@@ -197,9 +197,9 @@ def row_of(label: str, sent: int | None) -> Row:
     """
     if label in CATALOGUE:
         return replace(CATALOGUE[label], sent=sent)
-    horizon = _HORIZON.fullmatch(label)
-    if horizon and horizon[1] in TUNED and TUNED[horizon[1]][2] is not None:
-        return replace(for_horizon(horizon[1], int(horizon[2])), sent=sent)
+    horizon = _horizon_row(label)
+    if horizon is not None:
+        return replace(horizon, sent=sent)
     found = _TRANSFORMER.fullmatch(label)
     if found:
         return transformer(found[2], sent, tied=bool(found[1]), width=None if found[3] is None else int(found[3]))
@@ -209,9 +209,32 @@ def row_of(label: str, sent: int | None) -> Row:
     )
 
 
+def _horizon_row(label: str) -> Row | None:
+    """The row of a classical method tuned for one round ("pdmm (tuned for round 32)"); None for any other label."""
+    horizon = _HORIZON.fullmatch(label)
+    if horizon and horizon[1] in TUNED and TUNED[horizon[1]][2] is not None:
+        return for_horizon(horizon[1], int(horizon[2]))
+    return None
+
+
 def numbers_sent(label: str) -> int | None:
     """Numbers a node sends per edge and round for the fixed row `label`: its catalogue Row.sent (None for the
     bounds, 2 D_MODEL = 14 for the PDMM-transformers trained with keys, 1 for every classical method and the
     one-number models), and 1 for a classical row tuned for one round. What a transformer row sends is its model's
-    (evaluation.compare); compare --from reads rows back with row_of."""
-    return CATALOGUE[label].sent if label in CATALOGUE else 1
+    (evaluation.compare); compare --from reads rows back with row_of (docs/guide/bridge.md, "Rows as data").
+
+    Raises
+    ------
+    ValueError
+        Naming `label` when it is neither a catalogued row nor a classical row tuned for one round (a transformer's
+        label included: what it sends is its model's, not the label's).
+    """
+    if label in CATALOGUE:
+        return CATALOGUE[label].sent
+    horizon = _horizon_row(label)
+    if horizon is None:
+        raise ValueError(
+            f"unknown row {label!r}: numbers_sent knows the catalogued rows (bridge.comparison.rows.CATALOGUE) and the "
+            "classical rows tuned for one round; a transformer row sends what its model sends"
+        )
+    return horizon.sent

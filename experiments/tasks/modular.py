@@ -87,11 +87,17 @@ class Modular(Task):
         model, vocab = self.config.model, self.options.p + 2
         if model.kind == "convex":
             return attention.ConvexTokenClassifier(
-                vocab, 4, model.d_model, self.options.p, model.gates, seed=self.config.train.seed
+                vocab, 4, model.attention.d_model, self.options.p, model.gates, seed=self.config.train.seed
             )
         if model.kind == "convex_blocks":
             return attention.ConvexTransformer(
-                vocab, 4, model.d_model, self.options.p, model.n_layer, model.gates, seed=self.config.train.seed
+                vocab,
+                4,
+                model.attention.d_model,
+                self.options.p,
+                model.n_layer,
+                model.gates,
+                seed=self.config.train.seed,
             )
         return attention.GPT(attention_config(model), vocab, 4, model.n_layer)
 

@@ -20,6 +20,7 @@ from .loop import ConvergenceWarning, DivergenceError, Result, Snapshot
 from .methods import METHODS
 from .mixing import check_mixing, mixing_matrix, spectral_interval
 from .network import Network
+from .parts import PartProblem
 from .problem import Problem, averaging, lasso, least_squares, logistic, quadratic
 from .protocol import Capabilities, Method
 from .reference import reference
@@ -39,6 +40,7 @@ __all__ = [
     "Logistic",
     "METHODS",
     "Network",
+    "PartProblem",
     "Problem",
     "averaging",
     "lasso",

@@ -18,6 +18,7 @@ from .local import LocalFunction
 from .loop import RunOptions, status_message
 from .methods import METHODS
 from .network import Channel
+from .parts import PartProblem
 from .problem import Problem
 
 BIASED = (  # why a run over a network that biases its method (pdmm.decentralised.network_biases) ends short of tol
@@ -42,7 +43,7 @@ def short_of_tol(status: str, iterations: int, options: RunOptions) -> str:
 
 
 def build_method(
-    problem: Problem,
+    problem: "Problem | PartProblem",
     graph: CompiledGraph,
     local: LocalFunction,
     edges: Any,
@@ -52,6 +53,7 @@ def build_method(
     *,
     count: int | None = None,
     summed: Callable[[torch.Tensor], torch.Tensor] = node_sum,
+    certified: torch.Tensor | None = None,
 ) -> tuple[Any, Certificate | None]:
     """The run's method built on what this process runs, its steps checked against the dtype, and the run's
     optimality certificate (None with tol=0, or where the problem has none): one construction for both engines
@@ -73,6 +75,9 @@ def build_method(
     count, summed
         The problem's number of nodes and the sum over its nodes of a node tensor of this process
         (pdmm.certificate.optimality_certificate), where this process holds a part.
+    certified
+        The curvature the consensus certificate sums, where options.curvature holds only a rank's rows: (1, B), the
+        sum of L_i over every rank's nodes (pdmm.parts.checked_part); None: options.curvature.
 
     Returns
     -------
@@ -97,7 +102,7 @@ def build_method(
         optimality_certificate(
             local,
             edges,
-            options.curvature,
+            options.curvature if certified is None else certified,
             options.scale,
             multipliers=algorithm.multipliers if capabilities.multipliers else None,
             count=count,
@@ -131,7 +136,14 @@ def _stiffness(algorithm, curvature):
         return None
     if curvature is None:
         return None
-    return inverse, curvature.amax(0).to(inverse.device, inverse.dtype)
+    graph = getattr(algorithm, "graph", None)  # a part's: the max over every rank's nodes
+    top = curvature.amax(0) if graph is None else largest(curvature.amax(0), graph)
+    return inverse, top.to(inverse.device, inverse.dtype)
+
+
+def _greatest_degree(graph: CompiledGraph) -> int:
+    """The greatest degree of the whole graph, over every rank's nodes where graph is a part."""
+    return int(largest(graph.degree.amax().reshape(1), graph))
 
 
 def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None) -> None:
@@ -155,7 +167,7 @@ def check_steps_resolved(algorithm, problem, dtype: torch.dtype, curvature=None)
         coupling = (  # the smallest of a per-instance rho: the test of the value that fails first
             0.0
             if algorithm.rho is None or not problem.is_consensus
-            else float(torch.as_tensor(algorithm.rho).min()) * int(problem.compiled.degree.max())
+            else float(torch.as_tensor(algorithm.rho).min()) * _greatest_degree(algorithm.graph)
         )
         if inverse * eps > L + coupling:
             raise ValueError(

@@ -42,7 +42,10 @@ The nodes are split into P parts::
                consensus, no network): the edge state summed out (pdmm.methods.NodeForm), the adjacency product
                over the rank's rows, its neighbours' rows of x through the NodeHalo (pdmm.halo.adjacency).
     result     x is all-gathered and reassembled in the original node order: every rank returns the
-               same pdmm.Result as the single-process engine (to rounding: sums are taken in another order).
+               same pdmm.Result as the single-process engine (to rounding: sums are taken in another order);
+               with gather=False each rank returns its own nodes' rows, result.nodes their global ids.
+    parts      each rank may pass only its part, a pdmm.parts.PartProblem, in place of the whole problem:
+               no rank then holds the whole graph (docs/guide/distributed.md, "Each rank holds its part").
 
 Supported: every method, consensus constraints, any local function the method takes, batched
 problems, float64/float32, a simulated network (privacy included), the edge and node forms, on the CPU (gloo) or
@@ -64,7 +67,7 @@ import hashlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -76,10 +79,22 @@ from tqdm.auto import tqdm
 
 from .building import build_method, short_of_tol
 from .constraints import Consensus
-from .halo import local_part
-from .loop import COUNTS, PRIVACY, Bookkeeping, Progress, RunOptions, initial_x, iterate, make_result, reference_point
+from .halo import PartGraph, local_part
+from .loop import (
+    COUNTS,
+    PRIVACY,
+    Bookkeeping,
+    Progress,
+    RunOptions,
+    initial_x,
+    iterate,
+    make_result,
+    norm,
+    reference_point,
+)
 from .methods import METHODS, NodeForm
-from .network import Channel, GlobalIds, gaps_of_sums, privacy_sums, private_point
+from .network import gaps_of_sums, privacy_sums, private_point
+from .parts import PartProblem, PartStart, checked_part, owners, part_channel, part_params, returned
 
 if TYPE_CHECKING:
     from .loop import Result
@@ -247,7 +262,8 @@ def _patient_broadcast(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
 
 
 def fingerprint(problem, arguments):
-    """A SHA-256 of the graph, the local data, the edge constraints and the arguments, as a signed 64-bit int."""
+    """A SHA-256 of the graph, the local data, the edge constraints and the arguments, as a signed 64-bit int; of a
+    rank's part (pdmm.parts.PartProblem), of the whole graph's sizes, the local functions' kind and the arguments."""
     h = hashlib.sha256()
 
     def add(value):
@@ -272,6 +288,10 @@ def fingerprint(problem, arguments):
             h.update(repr(value).encode())
         h.update(b";")
 
+    if isinstance(problem, PartProblem):  # what every rank's part shares: the whole graph's sizes, the local kind
+        add([problem.n, problem.num_edges, problem.batch, problem.dim, type(problem.local).__name__, problem.batched])
+        add(arguments)
+        return int.from_bytes(h.digest()[:8], "little", signed=True)
     graph = problem.compiled
     add([problem.n, problem.batch, problem.dim, graph.src, graph.dst, type(problem.local).__name__])
     add(vars(problem.local))
@@ -310,27 +330,29 @@ def check_supported(problem, method, device, network, compile):
         raise ValueError("backend='distributed' does not implement " + "; ".join(unsupported))
 
 
-def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
+def run(problem: "Problem | PartProblem", options: RunOptions, group: Any = None) -> "Result":
     """pdmm.solve's loop (pdmm.loop.iterate) on this rank's part of the graph, with the options pdmm.solve checked
-    (options.engine.partition: the rank of each node or None; options.recording.progress: a tqdm bar on this rank;
-    options.scale: the problem's scale, the stopping test's floor as one process has it). The method is built as
-    the local engine builds it (pdmm.building.build_method) on the rank's pdmm.halo.PartGraph. The same Result on every
-    rank."""
+    (options.engine.partition: the rank of each node or None; options.engine.gather: whether every rank returns the
+    whole x; options.recording.progress: a tqdm bar on this rank; options.scale: the problem's scale, the stopping
+    test's floor as one process has it). A whole pdmm.Problem, the same on every rank, is cut into the ranks' parts
+    (pdmm.parts.PartProblem.of); a PartProblem is this rank's part already, checked against the other ranks'
+    (pdmm.parts.checked_part; docs/guide/distributed.md, "Each rank holds its part"). The method is built as the
+    local engine builds it (pdmm.building.build_method) on the rank's pdmm.halo.PartGraph. With gather, the same
+    Result on every rank; without, each rank's Result holds its own nodes' rows, result.nodes their global ids."""
 
     rank, world = check_group(group)
     stopping, recording, engine = options.stopping, options.recording, options.engine
     assert stopping.tol is not None and isinstance(recording.history, tuple)  # resolved by pdmm.plan
-    method, dtype = options.method, engine.dtype
     # a Ctrl-C from here to the end is only flagged, and agreed on at the next stopping test: no rank leaves the
     # others in a collective, and one that comes after the last test is dropped (the run has ended)
     with _DeferredInterrupts() as asked:
         arguments = dict(
-            method=method,
+            method=options.method,
             rho=options.rho,
             max_iter=stopping.max_iter,
             tol=stopping.tol,
             reference=recording.reference,
-            dtype=str(dtype),
+            dtype=str(engine.dtype),
             seed=options.seed,
             x0=options.x0,
             target=stopping.target,
@@ -343,120 +365,125 @@ def run(problem: "Problem", options: RunOptions, group: Any = None) -> "Result":
             node_form=options.node_form,
             world=world,
         )
-        mine = torch.tensor([fingerprint(problem, arguments)], dtype=torch.int64)
-        every = [torch.zeros_like(mine) for _ in range(world)]
-        _collective(dist.all_gather, every, mine, group=group)
+        if isinstance(problem, PartProblem):
+            options, start = checked_part(problem, options, arguments, group)
+            return _run(problem, options, group, asked, start)
+        every = all_gathered([fingerprint(problem, arguments)], group)[:, 0]
         differ = [r for r, f in enumerate(every) if int(f) != int(every[0])]
         if differ:
             raise ValueError(
                 f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
                 "(every rank must call pdmm.solve with the same data)"
             )
-        check_supported(problem, method, engine.device, options.network, engine.compile)
+        check_supported(problem, options.method, engine.device, options.network, engine.compile)
         device = rank_device(engine.device)
         options = replace(options, engine=replace(engine, device=device))  # "cuda" is this rank's GPU from here
         if world > problem.n:
             raise ValueError(
                 f"{world} ranks but the graph has only {problem.n} nodes; run at most {problem.n} processes"
             )
-        owner = _owners(problem, engine.partition, world, group)
+        owner = owners(problem, engine.partition, world, group)
         collectives = GroupCollectives(group, world)
-        graph, own = local_part(problem.compiled, owner, rank, world, collectives, device=device, dtype=dtype)
-        rows = torch.from_numpy(own)
-        local = problem.local.to(device, dtype).nodes(rows.to(device))
-        edges = Consensus(graph)
-        capabilities = METHODS[method].capabilities
-        width = edges.state_shape(problem.batch, problem.dim)[2]
-        channel = _part_channel(options.network, problem, graph, owner, rank, width, capabilities.vectors_sent)
-        algorithm, certificate = build_method(  # consensus at every rank's nodes' average: sums over the ranks
-            problem,
-            graph,
-            local,
-            edges,
-            options,
-            _part_params(options.method_params, own, problem.n),
-            channel,
-            count=problem.n,
-            summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
-        )
+        graph, _ = local_part(problem.compiled, owner, rank, world, collectives, device=device, dtype=engine.dtype)
+        part = PartProblem.of(problem, owner, rank, world)
+        rows = torch.from_numpy(part.nodes).to(device)
         x_star = shared_reference(problem, options, group)
-        algorithm = NodeForm(algorithm) if options.node_form else algorithm  # the node form on the part's halo
-        state = algorithm.init(initial_x(problem, options)[rows.to(device)])
-        sent = problem.compiled.num_edges * capabilities.vectors_sent  # messages per round, every rank's
-        book = _PartBookkeeping(
-            options,
-            local=_Summed(local, problem.n, group),
-            edges=edges,
-            per_round=(sent, sent * width * torch.finfo(dtype).bits),
-            channel=channel,
-            x_star=x_star,
-            private=_private(options.network, local, state["x"]),
-            silent=capabilities.silent_rounds,
-            certificate=certificate,
+        start = PartStart(
+            x0=initial_x(problem, options)[rows],
+            x_star=None if x_star is None else x_star[rows],
+            star_norm=None if x_star is None else norm(x_star).clamp(min=torch.finfo(engine.dtype).tiny),
+            params=part_params(options.method_params, part.nodes, problem.n),
         )
-        book.part(rows.to(device), problem.compiled.num_edges // 2, group)
-
-        so_far = Progress((state, 0, 0))
-        start = book.start_clock()
-
-        def finish(status, message=""):
-            state, done, rows = so_far.now
-            return make_result(
-                _gathered(state, owner, group),
-                done,
-                book,
-                rows,
-                status,
-                start,
-                problem,
-                options,
-                x_star,
-                message=message,
-            )
-
-        book.asked = asked
-        with (
-            torch.no_grad(),
-            tqdm(total=stopping.max_iter, desc=method, disable=not recording.progress, leave=False) as bar,
-        ):
-            status = iterate(
-                algorithm.step,
-                so_far,
-                book,
-                options,
-                finish,
-                before=None if channel is None else channel.draw,
-                bar=bar if recording.progress else None,
-            )
-        return finish(status, short_of_tol(status, so_far.now[1], options))
+        return _run(part, options, group, asked, start, whole=problem, graph=graph)
 
 
-def _part_channel(network, problem, graph, owner, rank, width, vectors):
-    """The rank's Channel over the simulated network (None for the ideal one): its nodes' and edges' global ids
-    (pdmm.network.GlobalIds), so that it draws exactly the whole graph's draws for its part in the graph's own node
-    order (docs/guide/network.md, "Partitioned runs")."""
-    if network is None:
-        return None
-    whole = problem.compiled
-    edges = np.flatnonzero(owner[whole.src.cpu().numpy()] == rank)  # the rank's edges, global ids (as local_part's)
-    ids = GlobalIds.of(whole, np.flatnonzero(owner == rank), edges)
-    return Channel(network, graph, problem.batch, width, graph.sign.dtype, vectors=vectors, ids=ids)
+def _run(
+    part: PartProblem,
+    options: RunOptions,
+    group: Any,
+    asked: Callable[[], bool],
+    start: PartStart,
+    whole: "Problem | None" = None,
+    graph: PartGraph | None = None,
+) -> "Result":
+    """The iterations on this rank's part, from start (x0, x*, the method's parameters on the part); whole: the
+    whole problem where every rank holds it (a mixing matrix's kind and the network's node labels are read off
+    it), None for a PartProblem run; graph: the part's PartGraph where already built (pdmm.halo.local_part)."""
+    stopping, recording, engine = options.stopping, options.recording, options.engine
+    method, dtype, device = options.method, engine.dtype, engine.device
+    compiled = None if whole is None else whole.compiled
+    if graph is None:
+        graph = PartGraph.of_edges(
+            *(part.nodes, part.src, part.dst, part.edge_id, part.rev_id, part.peer, part.rank, part.world),
+            GroupCollectives(group, part.world),
+            device=device,
+            dtype=dtype,
+        )
+    local = part.local.to(device, dtype)
+    edges = Consensus(graph)
+    capabilities = METHODS[method].capabilities
+    width = edges.state_shape(part.batch, part.dim)[2]
+    channel = part_channel(options.network, part, graph, width, capabilities.vectors_sent, compiled)
+    algorithm, certificate = build_method(  # consensus at every rank's nodes' average: sums over the ranks
+        part if whole is None else whole,
+        graph,
+        local,
+        edges,
+        options,
+        start.params,
+        channel,
+        count=part.n,
+        summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
+        certified=start.certified,
+    )
+    algorithm = NodeForm(algorithm) if options.node_form else algorithm  # the node form on the part's halo
+    state = algorithm.init(start.x0)
+    sent = part.num_edges * capabilities.vectors_sent  # messages per round, every rank's
+    book = _PartBookkeeping(
+        options,
+        local=_Summed(local, part.n, group),
+        edges=edges,
+        per_round=(sent, sent * width * torch.finfo(dtype).bits),
+        channel=channel,
+        x_star=start.x_star,
+        private=_private(options.network, local, state["x"]),
+        silent=capabilities.silent_rounds,
+        certificate=certificate,
+    )
+    book.x_star_norm = start.star_norm  # over every rank's nodes
+    book.part(torch.arange(len(part.nodes), device=device), part.num_edges // 2, group)
+
+    so_far = Progress((state, 0, 0))
+    clock = book.start_clock()
+
+    def finish(status, message=""):
+        state, done, rows = so_far.now
+        result = make_result(
+            state, done, book, rows, status, clock, part, options, None, message=message, nodes=part.nodes.tolist()
+        )
+        return returned(result, state["x"], start.x_star, part, compiled, engine.gather, group)
+
+    book.asked = asked
+    with (
+        torch.no_grad(),
+        tqdm(total=stopping.max_iter, desc=method, disable=not recording.progress, leave=False) as bar,
+    ):
+        status = iterate(
+            algorithm.step,
+            so_far,
+            book,
+            options,
+            finish,
+            before=None if channel is None else channel.draw,
+            bar=bar if recording.progress else None,
+        )
+    return finish(status, short_of_tol(status, so_far.now[1], options))
 
 
 def _private(network, local, x):
     """The privacy measures' reference point argmin f_i at the rank's nodes (pdmm.network.private_point), or None
     without network privacy."""
     return None if network is None or network.privacy is None else private_point(local, x)
-
-
-def _part_params(params: Mapping[str, Any], own: np.ndarray, n: int) -> dict[str, Any]:
-    """The method parameters for a rank's nodes: a per-node eta (first axis n) sliced to the rank's rows; the
-    others (a mixing kind or the whole graph's matrix, alpha, theta, interval) as given."""
-    eta = params.get("eta")
-    if eta is None or isinstance(eta, str) or np.ndim(eta) == 0 or len(eta) != n:
-        return dict(params)
-    eta = eta.detach().cpu() if torch.is_tensor(eta) else torch.as_tensor(np.asarray(eta, dtype=np.float64))
-    return {**params, "eta": eta.index_select(0, torch.from_numpy(own))}
 
 
 class _DeferredInterrupts:
@@ -481,43 +508,12 @@ class _DeferredInterrupts:
             signal.signal(signal.SIGINT, self.previous)
 
 
-def _owners(problem, given, world, group):
-    """The rank of every node: `given` checked, or partition() on rank 0, broadcast."""
-    n = problem.n
-    if given is not None:
-        owner = np.asarray(given)
-        if owner.shape != (n,) or not np.issubdtype(owner.dtype, np.integer):
-            raise ValueError(
-                f"partition must be {n} integer ranks, one per node, got shape {owner.shape}, dtype {owner.dtype}"
-            )
-        missing = sorted(set(range(world)) - set(owner.tolist()))
-        if owner.min() < 0 or owner.max() >= world or missing:
-            raise ValueError(
-                f"partition must give every rank 0..{world - 1} at least one node and use no other "
-                f"value; got values {sorted(set(owner.tolist()))[:10]}"
-            )
-        return owner.astype(np.int64)
-    owner = torch.from_numpy(
-        partition(problem.compiled, world) if dist.get_rank(group) == 0 else np.zeros(n, dtype=np.int64)
-    )
-    root = 0 if group is None else dist.get_global_rank(group, 0)  # broadcast's src is a global rank
-    _collective(dist.broadcast, owner, root, group=group)
-    return owner.numpy()
-
-
-def _gathered(state, owner, group):
-    """The state with x of every node, all-gathered in the original node order."""
-    x = state["x"]
-    world = dist.get_world_size(group)
-    sizes = np.bincount(owner, minlength=world)
-    padded = x.new_zeros((int(sizes.max()), *x.shape[1:]))
-    padded[: len(x)] = x
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    _collective(dist.all_gather, parts, padded, group=group)
-    full = x.new_empty((len(owner), *x.shape[1:]))
-    for r, part in enumerate(parts):
-        full[torch.from_numpy(np.flatnonzero(owner == r))] = part[: sizes[r]]
-    return {**state, "x": full}
+def all_gathered(values: list[int], group: Any = None) -> np.ndarray:
+    """Every rank's `values` (ints), (world, len(values)) int64 in rank order: one all_gather on the CPU."""
+    mine = torch.tensor(values, dtype=torch.int64)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    _collective(dist.all_gather, every, mine, group=group)
+    return torch.stack(every).numpy()
 
 
 def _all_sum(t, group):
@@ -626,4 +622,5 @@ __all__ = [
     "partition",
     "blocks",
     "run",
+    "all_gathered",
 ]

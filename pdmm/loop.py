@@ -675,11 +675,12 @@ def to_numpy(x, batched):
     return x if batched else x[0]
 
 
-def make_result(state, done, book, rows, status, start, problem, options, x_star, order=None, message=""):
+def make_result(state, done, book, rows, status, start, problem, options, x_star, order=None, message="", nodes=None):
     """The Result of a run that ran `done` iterations to `state` and recorded `rows` rows in `book`, started at
     time.perf_counter() `start`, with node rows back in the graph's own order where the run renumbered them
-    (order); message: how it ended, "" for status_message's sentence with the run's tol and target. The objective
-    at x (Result.fun) is computed after the clock stops: it is no part of `seconds`."""
+    (order); message: how it ended, "" for status_message's sentence with the run's tol and target; nodes: the
+    Result's node names, None for the problem graph's labels (a rank's part gives its nodes' global ids). The
+    objective at x (Result.fun) is computed after the clock stops: it is no part of `seconds`."""
     seconds = time.perf_counter() - start
     fun = book.objective(state["x"])
     x = state["x"] if order is None else torch.empty_like(state["x"]).index_copy_(0, order, state["x"])
@@ -694,7 +695,7 @@ def make_result(state, done, book, rows, status, start, problem, options, x_star
         history=book.arrays(rows, problem.batched),
         method=options.method,
         params=options.params,
-        nodes=list(problem.compiled.nodes),
+        nodes=list(problem.compiled.nodes) if nodes is None else nodes,
         seconds=seconds,
         reference=None if x_star is None else to_numpy(x_star, problem.batched),
         network=options.network,

@@ -127,9 +127,39 @@ def check_mixing(W: Any, graph: "GraphLike | CompiledGraph") -> "scipy.sparse.cs
 def as_mixing(mixing, graph) -> "scipy.sparse.csr_array":
     """The mixing matrix a method runs with: mixing_matrix(graph, mixing) for a kind (a string), else
     check_mixing(mixing, graph) for a user's matrix; of the whole graph where graph is a rank's part
-    (pdmm.halo.whole_graph)."""
+    (pdmm.halo.whole_graph), or, where the rank holds only its part (a pdmm.parts.PartProblem run), the rank's rows
+    of a kind's matrix (part_rows; docs/guide/distributed.md, "Each rank holds its part")."""
+    if isinstance(graph, PartGraph) and graph.whole is None and isinstance(mixing, str):
+        return part_rows(graph, mixing)
     graph = whole_graph(graph)
     return mixing_matrix(graph, mixing) if isinstance(mixing, str) else check_mixing(mixing, graph)
+
+
+def part_rows(graph: PartGraph, kind: str) -> "scipy.sparse.csr_array":
+    """A rank's rows of mixing_matrix(whole graph, kind), (n_r, n_r + h_r), columns the rows of halo(x) (own nodes,
+    then ghosts: pdmm.halo.PartGraph.mixing_rows' layout), from the part alone: the ghosts' degrees through one node
+    halo exchange, max_degree's maximum over the ranks. The same entries as the whole matrix's rows, each diagonal
+    summed in another order (to rounding)."""
+    import scipy.sparse as sp
+
+    if kind not in KINDS:
+        raise ValueError(f"unknown mixing kind {kind!r}; choose one of {', '.join(KINDS)}")
+    assert graph.halo is not None and graph.ghost_of_edge is not None
+    src, column = graph.src.cpu().numpy(), graph.ghost_of_edge.cpu().numpy()
+    own = np.bincount(src, minlength=graph.n).astype(np.float64)
+    degree = graph.halo(torch.from_numpy(own)[:, None].to(graph.sign.device))[:, 0].cpu().numpy()  # own, ghosts'
+    weight: np.ndarray  # float64, one per edge
+    if kind == "max_degree":
+        top = float(graph.collectives.maximum(torch.tensor([own.max()], dtype=torch.float64))[0])
+        weight = np.full(len(src), 1.0 / (1 + top))
+    else:
+        weight = 1.0 / (1 + np.maximum(degree[src], degree[column]))
+    diagonal: np.ndarray = 1 - np.bincount(src, weight, graph.n)
+    if kind == "lazy_metropolis":
+        weight, diagonal = weight / 2, (1 + diagonal) / 2
+    rows, nodes = np.concatenate([src, np.arange(graph.n)]), np.arange(graph.n)
+    entries = (np.concatenate([weight, diagonal]), (rows, np.concatenate([column, nodes])))
+    return sp.csr_array(entries, shape=(graph.n, len(degree)))
 
 
 def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, float]:
@@ -189,7 +219,13 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
 
 def run_interval(W: "scipy.sparse.csr_array", graph: CompiledGraph) -> tuple[float, float]:
     """spectral_interval(W) of a run's mixing matrix: on a rank's part (pdmm.halo.PartGraph) computed by rank 0
-    alone and the same on every rank (docs/guide/distributed.md, "What runs on the engine")."""
+    alone and the same on every rank (docs/guide/distributed.md, "What runs on the engine"). ValueError where the
+    rank holds only its part: the spectrum needs the whole matrix."""
+    if isinstance(graph, PartGraph) and graph.whole is None:
+        raise ValueError(
+            "the mixing matrix's spectrum needs the whole graph, which no rank holds here: give chebyshev its "
+            "interval=(low, high), or run the whole problem (pdmm.halo.whole_graph)"
+        )
     low, high = computed_once(lambda: spectral_interval(W), 2, graph)
     return low, high
 
@@ -222,8 +258,8 @@ class MixingProduct:
 def mixing_product(W: "scipy.sparse.csr_array", graph: CompiledGraph) -> MixingProduct:
     """The product with the mixing matrix W (of the whole graph) on the run's graph: W itself, or on a rank's part
     (pdmm.halo.PartGraph) its rows, with the node halo (docs/guide/distributed.md, "What runs on the engine")."""
-    if isinstance(graph, PartGraph):
-        return MixingProduct(graph.mixing_rows(W), graph.sign, graph.halo)
+    if isinstance(graph, PartGraph):  # W: the whole matrix, or the rank's rows already (part_rows)
+        return MixingProduct(W if graph.whole is None else graph.mixing_rows(W), graph.sign, graph.halo)
     return MixingProduct(W, graph.sign)
 
 

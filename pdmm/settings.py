@@ -111,6 +111,9 @@ class Engine:
         "edges", "nodes" or None (chosen by size), on either backend.
     compile : bool
         Whether the step runs through torch.compile.
+    gather : bool
+        Distributed backend: True, every rank returns the whole x in node order; False, each rank its own nodes'
+        rows, result.nodes their global ids (docs/guide/distributed.md, "Each rank holds its part").
     """
 
     device: torch.device | str = "cpu"
@@ -120,6 +123,7 @@ class Engine:
     reorder: Any = None
     form: str | None = None
     compile: bool = False
+    gather: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in ("local", "distributed"):
@@ -132,6 +136,10 @@ class Engine:
             raise ValueError(
                 "reorder= applies to backend='local'; the distributed engine numbers nodes by its partition"
             )
+        if not isinstance(self.gather, bool):
+            raise ValueError(f"gather must be True or False, got {self.gather!r}")
+        if not self.gather and self.backend != "distributed":
+            raise ValueError("gather=False applies to backend='distributed'; one process holds the whole x")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype}")
         check_device(self.device)

@@ -34,6 +34,7 @@ from .loop import (
 from .methods import METHODS, NodeForm, check_mixing_options
 from .mixing import check_mixing
 from .network import Channel, Network, private_point
+from .parts import PartProblem
 from .problem import Problem
 from .protocol import Capabilities
 from .settings import Engine, Recording, Stopping, is_real
@@ -70,7 +71,7 @@ def keep_freed_memory() -> bool:
 
 
 def solve(
-    problem: Problem,
+    problem: "Problem | PartProblem",
     method: str = "pdmm",
     rho: float | None = None,
     max_iter: int = 1000,
@@ -93,6 +94,7 @@ def solve(
     form: str | None = None,
     callback: Callable[[Snapshot], Any] | None = None,
     on_divergence: str = "raise",
+    gather: bool = True,
     **method_params: Any,
 ) -> Result:
     """Run `method` on `problem` until the stopping test passes, max_iter, a stall or a divergence, and return the
@@ -104,8 +106,9 @@ def solve(
 
     Parameters
     ----------
-    problem : pdmm.Problem
-        The problem.
+    problem : pdmm.Problem or pdmm.PartProblem
+        The problem, or this rank's part of it (backend="distributed"; docs/guide/distributed.md, "Each rank
+        holds its part").
     method : str
         A key of pdmm.METHODS.
     rho : float or None
@@ -170,6 +173,11 @@ def solve(
         calling solve alike; pdmm.distributed).
     partition : array_like or None
         Distributed backend: the rank of each node; None: METIS, else contiguous blocks.
+    gather : bool
+        Distributed backend: True (default), every rank returns the whole x in the graph's node order; False,
+        each rank returns its own nodes' rows, result.nodes holding their global ids (docs/guide/distributed.md,
+        "Each rank holds its part"). With a pdmm.parts.PartProblem in place of the problem, each rank passes
+        only its part.
     reorder : bool, array_like or None
         Local backend: how the run numbers the nodes, for memory locality (docs/guide/solve.md, "Node order").
         None: reverse Cuthill-McKee from LARGE_GRAPH_EDGES directed edges, where it brings neighbours closer;
@@ -272,12 +280,13 @@ def solve(
         form=form,
         callback=callback,
         on_divergence=on_divergence,
+        gather=gather,
         **method_params,
     ).run()
 
 
 def plan(
-    problem: Problem,
+    problem: "Problem | PartProblem",
     method: str = "pdmm",
     rho: float | None = None,
     max_iter: int = 1000,
@@ -300,6 +309,7 @@ def plan(
     form: str | None = None,
     callback: Callable[[Snapshot], Any] | None = None,
     on_divergence: str = "raise",
+    gather: bool = True,
     *,
     stopping: Stopping | None = None,
     recording: Recording | None = None,
@@ -320,13 +330,16 @@ def plan(
 
     Parameters
     ----------
-    problem : pdmm.Problem
-        The problem.
+    problem : pdmm.Problem or pdmm.PartProblem
+        The problem, or this rank's part of it (backend="distributed"; docs/guide/distributed.md, "Each rank
+        holds its part").
     method : str
         A key of pdmm.METHODS.
     rho, max_iter, tol, reference, device, dtype, seed, x0, progress, compile, network, target
         As pdmm.solve takes them.
-    history, record_every, check_every, backend, partition, reorder, form, callback, on_divergence, **method_params
+    history, record_every, check_every, backend, partition, reorder, form, callback, on_divergence, gather
+        As pdmm.solve takes them.
+    **method_params
         As pdmm.solve takes them.
     stopping, recording, engine : pdmm.Stopping, pdmm.Recording, pdmm.Engine or None
         The same settings in their groups (pdmm.settings), each checked when made; None: the group of the keywords.
@@ -393,9 +406,11 @@ def plan(
             reorder=reorder,
             form=form,
             compile=compile,
+            gather=gather,
         ),
     )
-    ready = [] if options.engine.backend != "local" else [_prepare(problem, options)]
+    local = options.engine.backend == "local" and not isinstance(problem, PartProblem)
+    ready = [_prepare(problem, options)] if local and isinstance(problem, Problem) else []
     return Plan(problem, options, METHODS[method].capabilities, ready)
 
 
@@ -405,8 +420,9 @@ class Plan:
 
     Attributes
     ----------
-    problem : pdmm.Problem
-        The problem.
+    problem : pdmm.Problem or pdmm.PartProblem
+        The problem, or this rank's part of it (backend="distributed"; docs/guide/distributed.md, "Each rank
+        holds its part").
     options : RunOptions
         The settings in their groups, checked and resolved (rho, tol, check_every, record_every and the history
         names filled in; the problem's curvature and scale computed), as the engines, pdmm.batch_runs and
@@ -418,7 +434,7 @@ class Plan:
         once taken. A plan made by with_reference shares this list with the plan it was made from.
     """
 
-    problem: Problem
+    problem: "Problem | PartProblem"
     options: RunOptions
     capabilities: Capabilities
     ready: "list[Prepared]" = field(default_factory=list, repr=False, compare=False)  # the local run built by plan
@@ -446,9 +462,12 @@ class Plan:
                 from . import distributed
 
                 bits = torch.finfo(options.engine.dtype).bits
-                _keep_freed(problem.compiled.num_edges * problem.batch * problem.dim * bits // 8, options.engine.device)
+                whole = None if isinstance(problem, PartProblem) else problem  # rho_advice reads the whole graph
+                edges = len(problem.src) if isinstance(problem, PartProblem) else problem.compiled.num_edges
+                _keep_freed(edges * problem.batch * problem.dim * bits // 8, options.engine.device)
                 result = distributed.run(problem, options)
-                return _warned(result, options.stopping.tol, problem, options.rho, BIASED if biased(options) else None)
+                return _warned(result, options.stopping.tol, whole, options.rho, BIASED if biased(options) else None)
+            assert isinstance(problem, Problem)  # pdmm.plan refuses a PartProblem on the local backend
             return _run_local(problem, self._taken() if self.ready else _prepare(problem, options))
         except DivergenceError as err:
             if options.stopping.on_divergence == "raise":
@@ -515,7 +534,7 @@ class Plan:
 
 
 def checked_options(
-    problem: Problem,
+    problem: "Problem | PartProblem",
     *,
     method: str,
     rho: Any,
@@ -536,6 +555,9 @@ def checked_options(
         raise ValueError("callback= applies to backend='local'; the distributed engine's ranks each hold a part of x")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
+    part = isinstance(problem, PartProblem)  # its whole-graph checks are made over the ranks when it runs
+    if part and engine.backend != "distributed":
+        raise ValueError("a PartProblem holds one rank's part: it runs on backend='distributed'")
     capabilities = METHODS[method].capabilities
     dtype, target, reference = engine.dtype, stopping.target, recording.reference
     curvature = local_curvature(problem)
@@ -548,10 +570,10 @@ def checked_options(
     _check_seed(seed)
     if network is not None and not isinstance(network, Network):
         raise TypeError(f"network must be a pdmm.Network or None, got {type(network).__name__}")
-    stuck = None if network is None else network.stuck(problem.compiled)
+    stuck = None if network is None else network.stuck(None if isinstance(problem, PartProblem) else problem.compiled)
     if stuck is not None:
         raise ValueError(f"network: {stuck}; no method can make progress over it")
-    scale = problem_scale(problem, dtype, curvature)
+    scale = None if part else problem_scale(problem, dtype, curvature)  # a part's: pdmm.parts.checked_part
     if network is not None and network.privacy is not None and capabilities.rho and not capabilities.privacy:
         raise ValueError(f"network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for {method}")
     names = _history_names(recording.history, reference, network)
@@ -777,7 +799,7 @@ def _history_names(history, reference, network):
 def checked_rho(
     method: str,
     rho: Any,
-    problem: Problem,
+    problem: "Problem | PartProblem",
     dtype: torch.dtype,
     curvature: torch.Tensor | None = None,
     *,
@@ -832,22 +854,27 @@ def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype, curvature
     multipliers, which grow by rho times the residual per step, would need more than 1 / eps steps to move
     any x_i (docs/guide/solve.md, "The stopping test"). curvature: local_curvature(problem) where already computed.
     Problems without a curvature bound (or with edge matrices) are left to the stopping test."""
-    if rho is None or not problem.is_consensus:
+    if rho is None or not problem.is_consensus or isinstance(problem, PartProblem):  # a part's: checked_part
         return
     curvature = local_curvature(problem) if curvature is None else curvature
     if curvature is None:
         return
-    eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
-    largest, smallest = float(curvature.max()), float(curvature.min())
     degree = problem.compiled.degree
-    penalty = rho * int(degree.min()) * eps
+    check_rho_extremes(rho, dtype, float(curvature.max()), float(curvature.min()), int(degree.min()), int(degree.max()))
+
+
+def check_rho_extremes(rho: float, dtype: torch.dtype, largest: float, smallest: float, low: int, high: int) -> None:
+    """check_rho_resolved's test from the extremes over the nodes: the largest and smallest L_i, the least and
+    greatest degree (low, high); for a rank's part, the extremes over every rank's nodes (pdmm.parts.checked_part)."""
+    eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
+    penalty = rho * low * eps
     if penalty > largest:
         raise ValueError(
             f"rho={rho:g} is beyond what {dtype_name} resolves for this problem: rho * eps * degree = "
             f"{penalty:.3g} exceeds the largest local curvature L = {largest:.3g}, so every node "
-            f"update rounds f_i away; use rho <= {largest / (int(degree.min()) * eps):.3g}"
+            f"update rounds f_i away; use rho <= {largest / (low * eps):.3g}"
         )
-    coupling = rho * int(degree.max())
+    coupling = rho * high
     if smallest > 0 and coupling < eps * smallest:
         raise ValueError(
             f"rho={rho:g} is below what {dtype_name} resolves for this problem: rho * degree = "
@@ -857,7 +884,7 @@ def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype, curvature
         )
 
 
-def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor | None:
+def problem_scale(problem, dtype: torch.dtype, curvature=None, over: Any = None) -> torch.Tensor | None:
     """(B,) float64 on the CPU: per instance, the RMS over the nodes of ||grad s_i(0)|| / L_i, s_i the smooth part
     of f_i (a lower bound on ||argmin s_i||), the size of the problem's solution unless every f_i is minimised
     near 0 (with edge matrices at least RMS ||b_ij|| / max ||A_ij||, the size the constraints ask of x); None
@@ -865,7 +892,8 @@ def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor |
     floor, min(1, scale) in place of 1, so that data of size 1e-8 is not "converged" at x = 0
     (docs/guide/solve.md, "The stopping test"). ValueError where it is beyond what dtype's norms resolve (their
     squares under- or overflow: below sqrt(tiny) / eps or above sqrt(max) / 10^4). curvature: local_curvature(problem)
-    where computed."""
+    where computed. over: for a rank's part (pdmm.parts.PartProblem), its ranks' reductions (maximum(t), total(t):
+    element-wise over the ranks), so that every rank gets the whole problem's scale; None for a whole problem."""
     local = problem.local
     curvature = local_curvature(problem) if curvature is None else curvature
     if curvature is None:
@@ -879,8 +907,11 @@ def problem_scale(problem, dtype: torch.dtype, curvature=None) -> torch.Tensor |
     with torch.no_grad():
         ratio = gradient.double() / torch.where(curvature > 0, curvature, math.inf).double().unsqueeze(-1)
         largest = ratio.abs().amax(dim=(0, 2))  # norms of the ratio scaled by its largest entry: no overflow
+        largest = largest if over is None else over.maximum(largest)
         unit = ratio / torch.where(largest > 0, largest, 1.0).view(1, -1, 1)
-        scale = (largest * torch.sqrt((unit * unit).sum(-1).mean(0))).cpu()
+        squares = (unit * unit).sum(-1)
+        mean = squares.mean(0) if over is None else over.total(squares.sum(0)) / problem.n
+        scale = (largest * torch.sqrt(mean)).cpu()
         if not problem.is_consensus:  # A_ij x_i + A_ji x_j = b_ij: x of size about ||b|| / ||A|| whatever f is
             A, b = (t.double() for t in problem.edge_matrices)
             norm = float(torch.linalg.matrix_norm(A, ord=2).max()) if A.numel() else 0.0

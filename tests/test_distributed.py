@@ -10,7 +10,6 @@ tight tol.
 
 import json
 import os
-import socket
 import sys
 import time
 from datetime import timedelta
@@ -19,6 +18,9 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from distributed_workers import free_port as _free_port
+from distributed_workers import init_group as _init
+from distributed_workers import spawn as _spawn
 
 import pdmm
 import pdmm.distributed as distributed
@@ -27,25 +29,6 @@ from pdmm.loop import RunOptions
 
 TOL = 1e-12
 METHOD_TOL = 1e-10
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _spawn(target, world, tmp_path, timeout=60.0):
-    out = tmp_path / f"{target.__name__}_{world}.json"
-    mp.spawn(target, args=(world, _free_port(), str(out), timeout), nprocs=world, join=True)
-    return json.loads(out.read_text())
-
-
-def _init(rank, world, port, timeout):
-    torch.set_num_threads(1)
-    distributed.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timeout
-    )
 
 
 def _cases(world):

@@ -1,0 +1,42 @@
+"""Spawning gloo process groups on localhost for the distributed tests (tests/test_distributed.py,
+tests/test_parts.py): each spawn starts P processes running target(rank, world, port, out, timeout), and rank 0 (or
+every rank, by its own file) writes what it measured as JSON for the test to read."""
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+import pdmm.distributed as distributed
+
+
+def free_port() -> int:
+    """A TCP port free on localhost now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(target: Any, world: int, tmp_path: Path, timeout: float = 60.0) -> Any:
+    """target run on `world` spawned processes; the JSON it wrote to its `out` file."""
+    out = tmp_path / f"{target.__name__}_{world}.json"
+    mp.spawn(target, args=(world, free_port(), str(out), timeout), nprocs=world, join=True)
+    return json.loads(out.read_text())
+
+
+def init_group(rank: int, world: int, port: int, timeout: float) -> None:
+    """This process's gloo group on localhost, one thread per process."""
+    torch.set_num_threads(1)
+    distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timeout
+    )
+
+
+def spawn_each(target: Any, world: int, tmp_path: Path, timeout: float = 60.0) -> list[Any]:
+    """target run on `world` spawned processes, each rank writing its own JSON to f"{out}.{rank}": the ranks'."""
+    out = tmp_path / f"{target.__name__}_{world}.json"
+    mp.spawn(target, args=(world, free_port(), str(out), timeout), nprocs=world, join=True)
+    return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(world)]

@@ -387,7 +387,7 @@ class GlobalIds:
         the part's local order (any int arrays or tensors); reverse and undirected ids read off `whole`."""
         nodes, edges = (torch.as_tensor(a, dtype=torch.int64).cpu() for a in (nodes, edges))
         rev = whole.rev.cpu()
-        return cls(nodes, edges, rev[edges], _undirected(whole).cpu()[edges], whole.n, whole.num_edges, whole)
+        return cls(nodes, edges, rev[edges], undirected_ids(whole).cpu()[edges], whole.n, whole.num_edges, whole)
 
 
 class Channel:
@@ -442,7 +442,7 @@ class Channel:
         self.rev = graph.rev.to(index) if ids is None else None  # a part exchanges through graph.exchange
         self.undirected = None
         if self.up is not None:  # each directed edge's undirected one: its place among the forward edges
-            self.undirected = (_undirected(graph) if ids is None else ids.undirected).to(device, index)
+            self.undirected = (undirected_ids(graph) if ids is None else ids.undirected).to(device, index)
         if network.burst is not None:
             p_gb, p_bg = network.burst
             self.chain = tuple(draws.bound(p) for p in (p_gb / (p_gb + p_bg), 1 - p_bg, p_gb))  # first, stay, enter
@@ -647,7 +647,7 @@ def _both(a, b):
     return b if a is None else a if b is None else a & b
 
 
-def _undirected(graph):
+def undirected_ids(graph: "CompiledGraph") -> torch.Tensor:
     """(E,) int64: each directed edge's undirected edge, its (or its reverse's) place in graph.forward."""
     places = torch.arange(len(graph.forward), device=graph.src.device)
     undirected = torch.empty(graph.num_edges, dtype=torch.int64, device=graph.src.device)

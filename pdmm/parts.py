@@ -18,6 +18,7 @@ import torch
 
 from .halo import AllToAll
 from .local import LocalFunction
+from .network import undirected_ids
 
 _ID_FIELDS = ("nodes", "src", "dst", "edge_id", "rev_id", "peer", "undirected_id")
 
@@ -139,7 +140,7 @@ class PartProblem:
             edge_id=edges.astype(np.int64),
             rev_id=rev[edges].astype(np.int64),
             peer=owner[dst[edges]],
-            undirected_id=_forward_places(graph)[edges],
+            undirected_id=undirected_ids(graph).cpu().numpy()[edges],
             local=problem.local.nodes(torch.from_numpy(own)),
             batched=bool(problem.batched),
             rank=rank,
@@ -385,13 +386,6 @@ def _reverses(exchange, nodes, src, dst, peer, edge_id, place, n):
     rev_id, rev_place = np.empty(len(src), dtype=np.int64), np.empty(len(src), dtype=np.int64)
     rev_id[order], rev_place[order] = back[:, 0], back[:, 1]
     return rev_id, rev_place, problem
-
-
-def _forward_places(graph: Any) -> np.ndarray:
-    """(E,) int64: each directed edge's place in graph.forward, its own or its reverse's (pdmm.network's)."""
-    from .network import _undirected
-
-    return _undirected(graph).cpu().numpy()
 
 
 def _is_int(value: Any) -> bool:

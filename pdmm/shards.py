@@ -32,7 +32,7 @@ import numpy as np
 from .distributed import blocks, partition
 from .edge_index import CompiledGraph
 from .local import LocalFunction
-from .network import _undirected
+from .network import undirected_ids
 from .npz import NpzError, read_npz
 from .problem import Problem
 from .synthetic import BATCHED_NDIM, DATA_KEYS, KINDS, make_local, node_rows
@@ -134,7 +134,7 @@ def _write_parts(
     """write's work, through `save`: each part's file, then the manifest."""
     graph = problem.compiled
     src, dst, rev = (t.cpu().numpy() for t in (graph.src, graph.dst, graph.rev))
-    undirected = _undirected(graph).cpu().numpy()
+    undirected = undirected_ids(graph).cpu().numpy()
     parts = int(owner.max()) + 1
     tail = owner[src]
     edge_order, edge_bounds = _grouped(tail, parts)  # each rank's edges, in the global order
@@ -262,7 +262,7 @@ def part_arrays(directory: str | Path, rank: int, world: int) -> tuple[dict[str,
 
 def load(directory: str | Path, rank: int, world: int) -> Any:
     """Rank `rank`'s part of the shard directory `directory` as a pdmm.parts.PartProblem (part_arrays' checks)."""
-    from .parts import PartProblem  # type: ignore[import-not-found]
+    from .parts import PartProblem
 
     ids, local, manifest = part_arrays(directory, rank, world)
     return PartProblem(
@@ -290,16 +290,25 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def _read_small(path: Path, limit: int) -> bytes:
-    """The bytes of regular file `path`, refused (ShardError) when it is a link, not a regular file or larger than
-    `limit`, before any is read."""
+def _regular_file(path: Path, hint: str = "") -> Any:
+    """Regular file `path` opened for reading without following a link (ShardError otherwise; `hint` is added to
+    the message where it cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
-        raise ShardError(f"{path}: cannot read it ({err.strerror or err}); is this a shard directory?") from None
-    with open(fd, "rb") as file:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or status.st_size > limit:
+        raise ShardError(f"{path}: cannot read it ({err.strerror or err}){hint}") from None
+    file = open(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        file.close()
+        raise ShardError(f"{path}: not a regular file")
+    return file
+
+
+def _read_small(path: Path, limit: int) -> bytes:
+    """The bytes of regular file `path` (_regular_file), refused (ShardError) when larger than `limit`, before any
+    is read."""
+    with _regular_file(path, "; is this a shard directory?") as file:
+        if os.fstat(file.fileno()).st_size > limit:
             raise ShardError(f"{path}: not a regular file of at most {limit:,} bytes")
         return file.read()
 
@@ -348,21 +357,15 @@ def _manifest_problem(manifest: Any) -> str | None:
 def _read_part(path: Path, sha256: str) -> dict[str, np.ndarray]:
     """The arrays of part file `path` after its sha256 is the manifest's; its headers are checked before its data
     (pdmm.npz.read_npz, the arrays at most the file's own size: numpy.savez stores them uncompressed)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as err:
-        raise ShardError(f"{path}: cannot read it ({err.strerror or err})") from None
-    with open(fd, "rb") as file:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise ShardError(f"{path}: not a regular file")
+    with _regular_file(path) as file:
+        size = os.fstat(file.fileno()).st_size
         hashed = hashlib.sha256()
         for chunk in iter(lambda: file.read(2**20), b""):
             hashed.update(chunk)
     if hashed.hexdigest() != sha256:
         raise ShardError(f"{path}: its sha256 is not the manifest's: the file changed or is damaged")
     try:
-        return read_npz(path, limit=status.st_size)
+        return read_npz(path, limit=size)
     except NpzError as err:
         raise ShardError(str(err)) from None
 

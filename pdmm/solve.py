@@ -951,7 +951,8 @@ def _node_form(form, method, problem, network):
     )
     if form == "nodes" and why:
         raise ValueError(f"form='nodes' is not available here: {why} (use form='edges' or None)")
-    return why is None and (form == "nodes" or (form is None and problem.compiled.num_edges >= LARGE_GRAPH_EDGES))
+    whole_edges = problem.num_edges if isinstance(problem, PartProblem) else problem.compiled.num_edges  # every rank's
+    return why is None and (form == "nodes" or (form is None and whole_edges >= LARGE_GRAPH_EDGES))
 
 
 def _node_order(problem, reorder):

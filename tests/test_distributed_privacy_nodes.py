@@ -13,7 +13,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from gloo_world import differences, init, spawn
+from distributed_workers import differences, spawn
+from distributed_workers import init_group as init
 
 import pdmm
 from pdmm.solve import LARGE_GRAPH_EDGES

@@ -48,6 +48,9 @@ def _runs():
             for kind in kinds:
                 keywords = dict(method=method, max_iter=25, tol=0, network=network, record_every=1)
                 runs.append((f"{method}_{kind}_{net_name}", kind, keywords))
+    runs.append(("pdmm_node_form", "averaging", dict(form="nodes", max_iter=25, tol=0, record_every=1)))
+    privacy = pdmm.Network(privacy=0.5, drop=0.2, seed=3)  # the privacy measures: sums over every rank's part
+    runs.append(("qa_pdmm_privacy", "averaging", dict(method="qa-pdmm", network=privacy, max_iter=25, tol=0)))
     runs.append(("pdmm_averaging_tol", "averaging", dict(max_iter=500, tol=1e-8, x0="random")))
     runs.append(("pdmm_lasso_tol", "lasso", dict(max_iter=400, tol=1e-5)))  # the certificate's prox step: sum L_i
     runs.append(("pdmm_small_data_tol", "small", dict(max_iter=3000, tol=1e-10)))  # the scale over every rank

@@ -108,6 +108,22 @@ def test_a_rank_reads_its_part_alone(tmp_path):
     assert np.array_equal(ids["nodes"], np.flatnonzero(owner == 1)) and local.shape[0] == len(ids["nodes"])
 
 
+@pytest.mark.parametrize("batch", [None, 3])
+@pytest.mark.parametrize("kind", ["averaging", "lasso"])
+def test_load_is_the_part_problem_cut_from_the_whole_problem(tmp_path, kind, batch):
+    """What a rank loads is exactly pdmm.PartProblem.of's cut of the whole problem: every field, every tensor."""
+    _, problem, owner, out = _written(tmp_path, kind, batch)
+    for rank in range(WORLD):
+        loaded, cut = shards.load(out, rank, WORLD), pdmm.PartProblem.of(problem, owner, rank, WORLD)
+        assert isinstance(loaded, pdmm.PartProblem)
+        for name in ("n", "num_edges", "batched", "rank", "world"):
+            assert getattr(loaded, name) == getattr(cut, name), name
+        for name in ("nodes", "src", "dst", "edge_id", "rev_id", "peer", "undirected_id"):
+            assert np.array_equal(getattr(loaded, name), getattr(cut, name)), name
+        mine, theirs = _tensors(loaded.local), _tensors(cut.local)
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
 def _rewrite(out, rank, change):
     """Part `rank` rewritten with change(arrays) applied and its sha256 recorded in the manifest, as a hostile or
     buggy writer would: only the content checks stand between it and a rank."""

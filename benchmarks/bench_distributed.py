@@ -12,18 +12,30 @@ edges. For each P the script reports:
                     torchrun-style processes started with torch.multiprocessing, one thread each
   exchange ms       the same difference for the all_to_all_single alone, on the rank's own cut edges
 
-Then a scaling model, time per iteration = E / P x (ns per edge) + exchange, fitted to these rows.
+Then a scaling model, time per iteration = E / P x (ns per edge) + exchange, fitted to these rows. Every run is
+the edge form (form="edges"; the engine's default picks the node form from 2^16 directed edges).
+
+With --shards, the memory each rank needs when it holds only its part (docs/guide/distributed.md, "Each rank holds
+its part"): for each P the averaging problem (B = 1, d = 1) on the same graph is cut into P shards
+(pdmm.shards.write, METIS) in a temporary directory, then P processes each record their peak resident memory
+(VmHWM, Linux: peak_mib) after their imports and the process group (the baseline), load their part
+(pdmm.shards.load), run pdmm.solve(part, backend="distributed", gather=False, max_iter=K2, tol=0, history=(),
+form="edges"), and report the peak above the baseline; rank 0 records the largest over the ranks, its ratio to
+P = 1's, and its ms / iteration (Result.seconds over the iterations: set-up excluded).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_distributed.py [--edges 1000000] [--dims 1 16] [--procs 1 2 4]
         [--results-dir benchmarks/results] [--shared no]
+    OMP_NUM_THREADS=1 python benchmarks/bench_distributed.py --shards --edges 10000000 --procs 1 2 4
 
-Rows go to benchmarks/results/bench_distributed.csv (table "processes"; benchmarks/results.py).
+Rows go to benchmarks/results/bench_distributed.csv (tables "processes" and, with --shards, "memory";
+benchmarks/results.py).
 """
 
 import argparse
 import math
 import os
 import socket
+import tempfile
 import time
 
 import numpy as np
@@ -63,7 +75,7 @@ def worker(rank, world, port, edges, degree, d, batch, queue):
         for iterations in (K1, K2):
             dist.barrier()
             start = time.perf_counter()
-            pdmm.solve(problem, max_iter=iterations, tol=0, history=(), backend="distributed")
+            pdmm.solve(problem, max_iter=iterations, tol=0, history=(), backend="distributed", form="edges")
             elapsed[iterations] = min(elapsed[iterations], time.perf_counter() - start)
     compiled = pdmm.CompiledGraph.from_graph(graph)
     owner = pdmm.distributed.partition(compiled, world)
@@ -88,6 +100,100 @@ def worker(rank, world, port, edges, degree, d, batch, queue):
     dist.destroy_process_group()
 
 
+def peak_mib():
+    """This process's peak resident memory so far, MiB: VmHWM of /proc/self/status, the high-water mark of the
+    process's own memory since it started (exec). Not getrusage's ru_maxrss, which Linux carries across exec: a
+    process spawned by this script would start with the parent's peak, the whole problem written into shards."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024  # kB
+
+
+def memory_worker(rank, world, port, directory, queue):
+    """One rank of the --shards mode: its peak resident memory above the baseline after its imports and the group,
+    through loading its part and solving K2 iterations on it, and the ms per iteration (Result.seconds, the
+    iterations alone); rank 0 puts the largest peak over the ranks and its own ms on the queue."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import pdmm
+    import pdmm.distributed
+    import pdmm.shards
+
+    pdmm.distributed.init_process_group(rank=rank, world_size=world, timeout=1800)
+    baseline = peak_mib()
+    part = pdmm.shards.load(directory, rank, world)
+    dist.barrier()
+    result = pdmm.solve(part, backend="distributed", gather=False, max_iter=K2, tol=0, history=(), form="edges")
+    above = torch.tensor([peak_mib() - baseline], dtype=torch.float64)
+    dist.all_reduce(above, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        queue.put(
+            {
+                "peak_mib": float(above),
+                "baseline_mib": baseline,
+                "iteration_ms": 1e3 * result.seconds / result.iterations,
+            }
+        )
+    dist.destroy_process_group()
+
+
+def write_shards(edges, degree, procs, root):
+    """The shards of the averaging problem (B = 1, d = 1) on graph_for(edges, degree), one directory per P in
+    `procs` under `root` (pdmm.shards.write, METIS); ({P: directory}, directed edges, nodes, {P: directed cut})."""
+    import pdmm
+    import pdmm.shards
+    from pdmm.synthetic import make_problem
+
+    graph = graph_for(edges, degree)
+    data = {"a": np.random.default_rng(0).normal(size=(graph.n, 1))}
+    problem = make_problem("averaging", graph, data)
+    directories, cuts = {}, {}
+    for world in procs:
+        owner, method = pdmm.shards.owners(problem.compiled, world, "metis")
+        directories[world] = os.path.join(root, f"P{world}")
+        manifest = pdmm.shards.write(problem, owner, directories[world], "averaging", data, method=method)
+        cuts[world] = manifest["cut"]
+    return directories, problem.compiled.num_edges, problem.n, cuts
+
+
+def measure_memory(args, recorder):
+    """The --shards mode: for each --edges, the shards written (write_shards, the whole problem freed before any
+    rank starts), then P processes per P in --procs (memory_worker); one table row each."""
+    print(
+        "| directed edges | n | P | cut edges | peak MiB above baseline (max over ranks) | ratio to P = 1 | "
+        "ms / iteration |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for edges in args.edges:
+        with tempfile.TemporaryDirectory(prefix="bench_distributed_shards_") as root:
+            directories, directed, n, cuts = write_shards(edges, args.degree, args.procs, root)
+            single = None
+            for world in sorted(args.procs):  # P = 1 first: the ratios' base
+                queue = mp.get_context("spawn").SimpleQueue()
+                mp.spawn(memory_worker, args=(world, free_port(), directories[world], queue), nprocs=world, join=True)
+                r = queue.get()
+                single = r["peak_mib"] if world == 1 else single
+                ratio = r["peak_mib"] / single if single else math.nan
+                print(
+                    f"| {directed:,} | {n:,} | {world} | {cuts[world]:,} | {r['peak_mib']:,.0f} | {ratio:.3f} | "
+                    f"{r['iteration_ms']:.1f} |",
+                    flush=True,
+                )
+                recorder.add(
+                    "memory",
+                    directed_edges=directed,
+                    n=n,
+                    d=1,
+                    batch=1,
+                    processes=world,
+                    cut_edges=cuts[world],
+                    peak_mib=r["peak_mib"],
+                    baseline_mib=r["baseline_mib"],
+                    ratio_to_one=ratio,
+                    iteration_ms=r["iteration_ms"],
+                )
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,6 +213,11 @@ def main():
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 16], help="widths d")
     parser.add_argument("--batch", type=int, default=1, help="instances B")
     parser.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4], help="numbers of processes P")
+    parser.add_argument(
+        "--shards",
+        action="store_true",
+        help="measure each rank's peak memory holding only its part (B = 1, d = 1; --dims and --batch unused)",
+    )
     add_arguments(parser)
     args = parser.parse_args()
     recorder = Recorder("bench_distributed", args.results_dir, args.shared)  # before any work: load at start
@@ -117,8 +228,13 @@ def main():
     load = recorder.provenance["load_at_start"]
     print(
         f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, gloo, one thread per process, "
-        f"B = {args.batch}, float64, load average {load} at start\n"
+        f"B = {1 if args.shards else args.batch}, float64, load average {load} at start\n"
     )
+    if args.shards:
+        if 1 not in args.procs:
+            parser.error("--shards compares each P with P = 1: include 1 in --procs")
+        measure_memory(args, recorder)
+        return
     print(
         "| directed edges | n | d | P | METIS cut | random cut | sent per iteration | ms / iteration | "
         "exchange ms | ns per edge x P |"

@@ -40,24 +40,36 @@ the printed summary give the worst instance (the one convergence waits for). Ctr
 current run after its last whole iteration, writes what ran (marked "interrupted" in
 config.json and the plot's title) and exits with status 130.
 
---nproc P solves with P processes on this machine (gloo): the partitioned engine of
-`pdmm.solve(..., backend="distributed")` (plain or averaged pdmm, consensus problems with quadratic
-local functions, the ideal network). The command checks its arguments and claims --out, then starts
-P copies of the same command as one job (experiments/launch.py, torchrun's env:// variables); every
-process builds the same graph and data from --seed, and process 0 writes the outputs. Ctrl-C stops
-every process at the same iteration and process 0 writes what ran, as one process does; a failure
-prints one line for the job (exit 2 for bad input, 1 for a runtime failure); the processes die with
-the launcher (kill -9 of it ends them at once). Started by torchrun (one machine or several, c10d rendezvous) or as
-the tasks of a Slurm job step (`srun`, Slurm's variables taken for torch's), each process is one of such a job
-without --nproc (docs/guide/distributed.md, "Launching a solve job").
+--nproc P solves with P processes on this machine (gloo; NCCL with --device cuda): the partitioned engine of
+`pdmm.solve(..., backend="distributed")`, which runs every method, on consensus problems (quadratic, least-squares,
+lasso and logistic local functions), over the ideal or the simulated network (--privacy included), in the edge or
+the node form. The command checks its arguments and claims --out, then starts P copies of the same command as one
+job (experiments/launch.py, torchrun's env:// variables); every process builds the same graph and data from --seed,
+and process 0 writes the outputs. Ctrl-C stops every process at the same iteration and process 0 writes what ran,
+as one process does; a failure prints one line for the job (exit 2 for bad input, 1 for a runtime failure); the
+processes die with the launcher (kill -9 of it ends them at once). Started by torchrun (one machine or several,
+c10d rendezvous) or as the tasks of a Slurm job step (`srun`, Slurm's variables taken for torch's), each process is
+one of such a job without --nproc (docs/guide/distributed.md, "Launching a solve job").
+
+--shards DIR solves the problem `pdmm-bridge partition` cut into DIR, each process of the job loading only its part
+(pdmm.shards.load: the manifest and its own part file, each checked; a refused file is one line for the job, exit
+2), so that no process holds the whole graph, data or x. The job has the manifest's parts as processes (--nproc P,
+torchrun or srun; one part runs in this process without --nproc); the manifest fixes the graph, the data and the
+problem, so --graph, --nodes, --graph-param, --data, --dim, --samples, --batch, --problem, --ridge, --lam and --reg
+are refused beside it, as are --reference cvxpy and --tune (no process holds the whole problem: it runs without a
+reference). Each part's x is written to OUT/x/part-RRRRR.npz (nodes: the part's global node ids; x_<label>: each
+run's rows of them), through process 0, one part at a time; result.npz is not written, while config.json (with the
+manifest and its sha256s), history.csv (sums over the parts), convergence.png and the summary are as without it
+(docs/guide/solve_cli.md, "Solving shards").
+
+    pdmm-bridge partition torus --nodes 10000 --problem least_squares --parts 4 --out shards/ls
+    pdmm-bridge solve --shards shards/ls --nproc 4 --compare pdmm,extra --out runs/ls4
 """
 
 import argparse
 import os
 import sys
-import warnings
 
-from . import rundir
 from .errors import UsageError
 from .solve_options import add_arguments
 
@@ -98,12 +110,14 @@ def run(args):
 
 
 def _run(args):
-    from . import launch, solve_job, solve_outputs, solve_problem, solve_runs
+    from . import launch, solve_files, solve_job, solve_outputs, solve_problem, solve_runs, solve_shards
 
     if launch.slurm_task(os.environ):  # a task of srun: torch's env:// variables from Slurm's, before any rendezvous
         os.environ.update(launch.slurm_environment(os.environ))
     if "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process torchrun or srun started
         args.nproc = int(os.environ["WORLD_SIZE"])
+    if args.shards is not None:
+        return solve_shards.solve(args)
     specs = args.compare or [args.method]
     params = solve_runs.method_params(args, specs)
     to_tune = solve_runs.to_tune(args, specs)
@@ -113,10 +127,7 @@ def _run(args):
     plans = solve_runs.check_methods(problem, specs, params, args, network)  # each run's method built once, here
     rank = solve_job.rank(args)
     if args.nproc > 1 and rank is None:  # checked and claimed here, solved by the torchrun processes
-        launch.check(args.nproc)
-        rundir.claim(args.out, "solve", args.force, writes=solve_job.FILES)
-        rundir.release(args.out)  # process 0 of the job claims (and locks) it again
-        return launch.launch([*args.argv, "--force"], args.nproc)  # --out already claimed, hence --force
+        return solve_job.launch_job(args)
     x_star = solve_runs.reference_of(problem, args)
     out = solve_job.claim(args, rank)
     try:
@@ -133,19 +144,9 @@ def _run(args):
     results, failures, interrupted = solve_runs.solve_all(problem, specs, params, x_star, args, network, plans)
     if rank:  # process 0 writes and reports
         return 130 if interrupted else 1 if failures else 0
-
-    from .plots import plot_convergence  # matplotlib: imported only to draw
-
-    curves = {label: solve_outputs.mean_history(result.history) for label, result in results.items()}
-    config = solve_outputs.config_text(args, specs, params, G, results, failures, tunings, interrupted)
-    rundir.write_file(out / "config.json", config)
-    if tunings:
-        rundir.write_csv(out / "tuning.csv", solve_outputs.tuning_rows(tunings))
-    rundir.write_csv(
-        out / "history.csv", solve_outputs.history_rows(curves, solve_outputs.history_columns(curves, network))
+    config = solve_outputs.config_text(
+        args, specs, params, solve_outputs.graph_size(G), results, failures, tunings, interrupted
     )
-    rundir.write_file(out / "result.npz", solve_outputs.npz_bytes(results, x_star))
-    with warnings.catch_warnings():  # matplotlib's "no positive values to log-scale" for a residual of 0
-        warnings.simplefilter("ignore", UserWarning)
-        plot_convergence(curves, out / "convergence.png", solve_outputs.title(args, problem.n, interrupted))
-    return solve_outputs.print_summary(out, problem, specs, results, failures, tunings, interrupted)
+    ran = (specs, results, failures, tunings, interrupted)
+    npz = solve_outputs.npz_bytes(results, x_star)
+    return solve_files.write_outputs(args, out, config, ran, network, problem.n, problem, npz)

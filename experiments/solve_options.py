@@ -7,7 +7,7 @@ once (docs/guide/runs.md, "The command line").
 """
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import solve_names as names
@@ -226,6 +226,30 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def given(argv: Sequence[str], dests: Sequence[str]) -> list[str]:
+    """The flags among `dests` (argparse destinations of `pdmm-bridge solve`) that the command line `argv` (solve's
+    arguments, after the command's name) gives, whatever their value (a default typed out counts), named as
+    "--graph-param" for graph_param: argv is parsed again into a namespace holding None for them, which their
+    defaults do not replace and a value given does.
+
+    Parameters
+    ----------
+    argv : sequence of str
+        The solve command's arguments, which parse (argparse has checked them).
+    dests : sequence of str
+        Destinations, e.g. ("nodes", "graph_param").
+
+    Returns
+    -------
+    list of str
+        The flags given, in the order of `dests`.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    parsed, _ = parser.parse_known_args(list(argv), namespace=argparse.Namespace(**dict.fromkeys(dests)))
+    return ["--" + dest.replace("_", "-") for dest in dests if getattr(parsed, dest) is not None]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the argument groups of `pdmm-bridge solve` to its parser: problem and data, graph, solver, simulated
     network, output.
@@ -250,6 +274,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="topology parameter, e.g. radius=0.3 (repeatable)",
+    )
+    graph.add_argument(
+        "--shards",
+        metavar="DIR",
+        help="solve the problem `pdmm-bridge partition` cut into DIR, each process loading only its part "
+        "(--nproc the manifest's parts; its manifest fixes the graph, the data and the problem; x written as "
+        "OUT/x/part-RRRRR.npz)",
     )
     solver = p.add_argument_group("solver")
     which = solver.add_mutually_exclusive_group()
@@ -302,7 +333,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "0 runs all --iters",
     )
     solver.add_argument(
-        "--reference", choices=("cvxpy", "none"), default="cvxpy", help="centralised solution for the relative error"
+        "--reference",
+        choices=("cvxpy", "none"),
+        default="cvxpy",
+        help="centralised solution for the relative error (none with --shards: no process holds the whole problem)",
     )
     solver.add_argument("--device", type=_solve_device, default="cpu", help="torch device, e.g. cpu or cuda")
     solver.add_argument("--dtype", choices=names.DTYPES, default="float64", help="floating-point type of the iterates")
@@ -313,8 +347,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--nproc",
         type=positive(int),
         default=1,
-        help="processes: more than 1 runs the partitioned "
-        "engine under torchrun (pdmm only, consensus problems, ideal network)",
+        help="processes: more than 1 runs the partitioned engine as one job of this many processes "
+        "(consensus problems; with --shards, the manifest's parts)",
     )
     network = p.add_argument_group("simulated network (pdmm.Network; every run sees the same draws)")
     network.add_argument(

@@ -89,13 +89,15 @@ def config_text(
     args: argparse.Namespace,
     specs: Sequence[Spec],
     params: dict[str, dict[str, Any]],
-    G: Any,
+    graph: dict[str, int],
     results: dict[str, Any],
     failures: dict[str, str],
     tunings: dict[str, Any],
     interrupted: str | None = None,
+    shards: dict[str, Any] | None = None,
 ) -> str:
-    """config.json: the resolved arguments, the version, the graph's size and each run's summary and tuning.
+    """config.json: the resolved arguments, the version, the graph's size, each run's summary and tuning, and with
+    --shards the shard directory's manifest (its parts' sha256s among its fields).
 
     Parameters
     ----------
@@ -105,8 +107,8 @@ def config_text(
         The runs, labelled as run (a tuned run's label holds its value).
     params : dict
         {label: the parameters the run was given}.
-    G : networkx.Graph or pdmm.Graph
-        The graph solved on.
+    graph : dict
+        The graph's size: {"n": nodes, "edges": undirected edges} (graph_size).
     results : dict
         {label: pdmm.Result} of the runs that ran.
     failures : dict
@@ -115,6 +117,8 @@ def config_text(
         {label: pdmm.tuning.Tuning} of the tuned runs.
     interrupted : str or None
         The label of the run Ctrl-C interrupted, None when none was.
+    shards : dict or None
+        With --shards, {"dir": the directory, and the manifest's fields} (experiments/solve_shards.py, record).
 
     Returns
     -------
@@ -146,10 +150,26 @@ def config_text(
         "version": package_version(),
         "args": resolved,
         "interrupted": stopped,
-        "graph": {"n": G.number_of_nodes(), "edges": G.number_of_edges()},
+        "graph": graph,
         "methods": summary,
+        **({"shards": shards} if shards is not None else {}),
     }
     return json.dumps(config, indent=2) + "\n"
+
+
+def graph_size(G: Any) -> dict[str, int]:
+    """config.json's "graph" of a graph solved whole: {"n": its nodes, "edges": its undirected edges}.
+
+    Parameters
+    ----------
+    G : networkx.Graph or pdmm.Graph
+        The graph.
+
+    Returns
+    -------
+    dict
+    """
+    return {"n": G.number_of_nodes(), "edges": G.number_of_edges()}
 
 
 def tuning_entry(tuning: Any) -> dict[str, Any]:
@@ -281,15 +301,15 @@ def npz_bytes(results: dict[str, Any], x_star: np.ndarray | None) -> bytes:
 
 
 def title(args: argparse.Namespace, n: int, interrupted: str | None) -> str:
-    """The figure's title: "least_squares on random_geometric (n=100)", " — interrupted" after it when Ctrl-C
-    stopped a run.
+    """The figure's title: "least_squares on random_geometric (n=100)" (with --shards "least_squares on shards
+    DIR (n=100)", n the manifest's), " — interrupted" after it when Ctrl-C stopped a run.
 
     Parameters
     ----------
     args : argparse.Namespace
-        The solve command's arguments (problem, graph).
+        The solve command's arguments (problem, graph, shards).
     n : int
-        The number of nodes.
+        The number of nodes of the whole graph.
     interrupted : str or None
         The label of the interrupted run, None when none was.
 
@@ -297,7 +317,10 @@ def title(args: argparse.Namespace, n: int, interrupted: str | None) -> str:
     -------
     str
     """
-    graph_name = args.graph if args.graph in pdmm.TOPOLOGIES else Path(args.graph).name
+    if args.shards is not None:
+        graph_name = f"shards {Path(args.shards).name}"
+    else:
+        graph_name = args.graph if args.graph in pdmm.TOPOLOGIES else Path(args.graph).name
     return f"{args.problem} on {graph_name} (n={n})" + (" — interrupted" if interrupted else "")
 
 
@@ -386,8 +409,9 @@ def print_summary(
     ----------
     out : Path
         The output directory.
-    problem : pdmm.Problem
-        The problem solved (for rho_advice).
+    problem : pdmm.Problem or None
+        The problem solved (for rho_advice, which reads the whole graph); None for a part of one (--shards): no
+        advice.
     specs : iterable of (label, method, params)
         Every run asked for, in order (those after an interrupted one did not run).
     results : dict
@@ -407,7 +431,8 @@ def print_summary(
     for label, tuning in tunings.items():
         print(tuning_summary(label, tuning))
     for label, result in results.items():
-        print(summary_line(label, result, label in failures, out, rho_advice(result.params.get("rho"), problem)))
+        advice = None if problem is None else rho_advice(result.params.get("rho"), problem)
+        print(summary_line(label, result, label in failures, out, advice))
     for message in failures.values():
         print(f"pdmm-bridge solve: {message}", file=sys.stderr)
     if interrupted:

@@ -84,8 +84,8 @@ def solve_all(
 
     Parameters
     ----------
-    problem : pdmm.Problem
-        The problem.
+    problem : pdmm.Problem or pdmm.PartProblem
+        The problem, or this process's part of it (--shards).
     specs : sequence of (label, method, params)
         The runs.
     params : dict
@@ -141,18 +141,19 @@ def plan_run(
     """One run as solve_all runs it, planned (pdmm.plan, which builds its method on the local backend): every
     iteration recorded (residual, objective, messages, bits, and the privacy measures under --privacy; the error
     comes with the reference, Plan.with_reference), --iters, --tol, --device, --dtype, a divergence returned, the
-    partitioned engine for --nproc.
+    partitioned engine for --nproc, and for a part (--shards) that engine returning the part's own rows of x
+    (gather=False).
 
     Parameters
     ----------
-    problem : pdmm.Problem
-        The problem.
+    problem : pdmm.Problem or pdmm.PartProblem
+        The problem, or this process's part of it (--shards).
     method : str
         The run's method.
     params : dict
         The run's parameters.
     args : argparse.Namespace
-        The solve command's arguments (iters, tol, device, dtype, nproc, no_progress).
+        The solve command's arguments (iters, tol, device, dtype, nproc, shards, no_progress).
     network : pdmm.Network or None
         The simulated network.
 
@@ -179,8 +180,9 @@ def plan_run(
         network=network,
         history=history,
         record_every=1,
-        backend="distributed" if args.nproc > 1 else "local",
+        backend="distributed" if args.nproc > 1 or args.shards is not None else "local",
         on_divergence="return",
+        gather=args.shards is None,  # a part's run returns its own rows of x
         **params,
     )
 
@@ -415,4 +417,48 @@ def check_methods(
             raise UsageError(f"{label}: {err}") from None
     if args.nproc > problem.n:
         raise UsageError(f"--nproc {args.nproc} is more than the graph's {problem.n} nodes")
+    return plans
+
+
+def plan_parts(
+    part: Any,
+    specs: Sequence[Spec],
+    params: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+    network: pdmm.Network | None,
+) -> dict[str, pdmm.Plan]:
+    """Each run on this process's part (--shards) planned once (plan_run, the partitioned engine), so that what
+    pdmm.plan refuses is an error before anything is written; what needs every part (the problem's scale, the
+    rho it resolves) is checked by the engine as it starts, on every process alike (docs/guide/distributed.md,
+    "Each rank holds its part").
+
+    Parameters
+    ----------
+    part : pdmm.PartProblem
+        This process's part.
+    specs : sequence of (label, method, params)
+        The runs.
+    params : dict
+        {label: the run's parameters}.
+    args : argparse.Namespace
+        The solve command's arguments.
+    network : pdmm.Network or None
+        The simulated network.
+
+    Returns
+    -------
+    dict
+        {label: pdmm.Plan}, for solve_all.
+
+    Raises
+    ------
+    UsageError
+        Naming the run whose parameters are refused.
+    """
+    plans = {}
+    for label, method, _ in specs:
+        try:
+            plans[label] = plan_run(part, method, params[label], args, network)
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"{label}: {err}") from None
     return plans

@@ -18,8 +18,8 @@ import time
 
 from . import rundir
 from .errors import UsageError
-from .options import key_value, positive
-from .solve_options import BUILTIN, add_data_arguments, seed_value
+from .options import positive
+from .solve_options import BUILTIN, add_data_arguments, add_topology_arguments, seed_value
 
 
 def add_parser(subparsers):
@@ -30,15 +30,7 @@ def add_parser(subparsers):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("graph", metavar="GRAPH", help="a topology or a .graphml / edge-list file")
-    p.add_argument("--nodes", type=int, default=100, help="number of nodes of a named topology")
-    p.add_argument(
-        "--graph-param",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="topology parameter, e.g. radius=0.3 (repeatable)",
-    )
+    add_topology_arguments(p)
     p.add_argument("--seed", type=seed_value, default=0, help="seed for the graph and the synthetic data")
     add_data_arguments(p)
     p.add_argument("--parts", type=positive(int), required=True, help="number of parts (ranks)")

@@ -184,6 +184,19 @@ def _pair(text: str) -> tuple[float, float]:
     return p_gb, p_bg
 
 
+def add_topology_arguments(p: Any) -> None:
+    """--nodes and --graph-param, the size and parameters of a named topology (solve and partition)."""
+    p.add_argument("--nodes", type=int, default=100, help="number of nodes of a named topology")
+    p.add_argument(
+        "--graph-param",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="topology parameter, e.g. radius=0.3 (repeatable)",
+    )
+
+
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
     """Add the "problem and data" group of `pdmm-bridge solve` (--problem, --dim, --samples, --batch, --ridge,
     --lam, --reg, --data) to a parser: solve's and partition's, which read them with
@@ -266,15 +279,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="random_geometric",
         help=f"a topology ({', '.join(names.TOPOLOGIES)}) or a .graphml / edge-list file",
     )
-    graph.add_argument("--nodes", type=int, default=100, help="number of nodes of a named topology")
-    graph.add_argument(
-        "--graph-param",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="topology parameter, e.g. radius=0.3 (repeatable)",
-    )
+    add_topology_arguments(graph)
     graph.add_argument(
         "--shards",
         metavar="DIR",

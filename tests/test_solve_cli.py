@@ -211,8 +211,8 @@ def test_nproc_runs_the_partitioned_engine_as_one_job_and_matches_one_process(tm
 @pytest.mark.parametrize(
     "option, culprit",
     [
-        (["--privacy", "1.0"], "network privacy"),
         (["--nodes", "3", "--nproc", "4"], "more than the graph's 3 nodes"),
+        (["--method", "dgd", "--privacy", "1.0"], "privacy"),
     ],
 )
 def test_nproc_refuses_what_the_partitioned_engine_does_not_run_before_starting(tmp_path, capsys, option, culprit):

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from .constraints import Consensus
+from .halo import PartGraph
 from .local import LocalFunction
 
 
@@ -127,7 +128,7 @@ class Certificate:
             residual, scale, slack = self.constrained(state, self.origin)
         holds = torch.isfinite(residual) & torch.isfinite(scale) & (residual <= tol * scale)
         if slack is not None:
-            holds &= torch.isfinite(slack) & (slack <= tol * scale * math.sqrt(x.shape[0]) * size)
+            holds &= torch.isfinite(slack) & (slack <= tol * scale * math.sqrt(self.count) * size)
         return holds
 
     def consensus(self, x: torch.Tensor, origin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,13 +164,30 @@ class Certificate:
         else:
             L = curvature.amax(0).view(1, -1, 1)
             stationarity = L * (x - self.prox_r(x - (gradient + pull) / L, 1 / L))
-        scale = frobenius(gradient - origin) + frobenius(origin) + frobenius(pull)
+        slack = self.slackness(x, multiplier)
+        if isinstance(graph, PartGraph):  # a rank's part: every rank's sums of squares and slack, one all-reduce
+            norms, slack = self.summed_norms([stationarity, gradient - origin, origin, pull], slack)
+        else:
+            norms = [frobenius(t) for t in (stationarity, gradient - origin, origin, pull)]
+        scale = norms[1] + norms[2] + norms[3]
         if curvature is not None and self.absolute is not None:
             scale = scale + torch.where(self.absolute, torch.linalg.vector_norm(curvature, dim=0), 0)
-        return frobenius(stationarity), scale, self.slackness(x, multiplier)
+        return norms[0], scale, slack
+
+    def summed_norms(
+        self, tensors: list[torch.Tensor], slack: torch.Tensor | None
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """The Frobenius norm per instance, (B,), of each node tensor (n_r, B, d) over every rank's nodes, and the
+        slack sum K over every rank's edges (None stays None): the ranks' sums of squares and slack added in one
+        call of `summed` (docs/guide/distributed.md, "What runs on the engine")."""
+        squares = [(t * t).sum((0, 2)) for t in tensors] + ([] if slack is None else [slack])
+        sums = self.summed(torch.stack(squares, -1).unsqueeze(0))  # (B, len(tensors) [+ 1])
+        norms = list(torch.sqrt(sums[:, : len(tensors)]).unbind(-1))
+        return norms, None if slack is None else sums[:, -1]
 
     def slackness(self, x: torch.Tensor, multiplier: torch.Tensor) -> torch.Tensor | None:
-        """K per instance, (B,): the multipliers of the inequality rows times their slack; None without them."""
+        """K per instance, (B,): the multipliers of the inequality rows times their slack (this process's edges);
+        None without them."""
         edges = self.edges
         if edges.forward_inequality is None:
             return None

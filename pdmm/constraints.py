@@ -13,11 +13,30 @@ words gather, aggregate, exchange and fuse as docs/theory/pdmm.md section 14 def
 
 c is a number or one value per instance, a tensor (1, B, 1) that broadcasts against the state (E, B, m) (a grid of
 rho values run as one batch, docs/decentralised.md section 8).
+
+Both operators also run on a rank's part of the graph (pdmm.halo.PartGraph, backend="distributed"): what they read
+at an edge's far end, x_j and the reverse edge's rows, comes through the part's halo exchanges (far_end,
+graph.exchange), never by a global index (docs/guide/distributed.md, "What runs on the engine").
 """
+
+from collections.abc import Callable
 
 import torch
 
-from .edge_index import select
+from .edge_index import CompiledGraph, select
+from .halo import PartGraph
+
+
+def far_end(graph: CompiledGraph, edges: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x -> x_j at the far end j of each of the graph's `edges` (local edge indices, (k,) int64): (n, ...) -> (k, ...).
+    On a whole graph x[dst[edges]]; on a rank's part the rows of its ghosts come through its node halo, one
+    exchange per call, which every rank of the part makes at once (pdmm.halo.PartGraph.gather_neighbour)."""
+    if isinstance(graph, PartGraph):
+        assert graph.halo is not None and graph.ghost_of_edge is not None
+        halo, rows = graph.halo, graph.ghost_of_edge[edges]
+        return lambda x: select(halo(x), rows)
+    rows = graph.dst[edges]
+    return lambda x: select(x, rows)
 
 
 class Consensus:
@@ -33,7 +52,7 @@ class Consensus:
 
     def __init__(self, graph):
         self.graph = graph
-        self.ends = graph.src[graph.forward], graph.dst[graph.forward]  # (i, j) with i < j, per undirected edge
+        self.near, self.far = graph.src[graph.forward], far_end(graph, graph.forward)  # i and x_j, per edge {i < j}
 
     def state_shape(self, batch, dim):
         return (self.graph.num_edges, batch, dim)
@@ -59,19 +78,21 @@ class Consensus:
 
     def residual(self, x):
         """A_ij x_i + A_ji x_j - b_ij = +-(x_i - x_j), one row per undirected edge {i, j}: (E/2, B, d)."""
-        return select(x, self.ends[0]) - select(x, self.ends[1])
+        return select(x, self.near) - self.far(x)
 
 
 class EdgeMatrices:
     """General per-edge matrices: A (E, m, d) with A[e] = A_ij for e = i->j, b (E, m) with b[e] = b_ij;
-    inequality: None (all equalities) or (E,) bool, True where edge e's constraint is A_ij x_i + A_ji x_j <= b_ij."""
+    inequality: None (all equalities) or (E,) bool, True where edge e's constraint is A_ij x_i + A_ji x_j <= b_ij.
+    On a rank's part (pdmm.halo.PartGraph) the rows are those of the rank's own edges, in their order; A_ji is read
+    from the reverse edge through graph.exchange, one exchange at construction, which every rank makes at once."""
 
     def __init__(self, graph, A, b, inequality=None):
         self.graph, self.A, self.b = graph, A, b
         self.inequality = None if inequality is None else inequality.reshape(-1, 1, 1)  # (E, 1, 1) for (E, B, m)
         forward = graph.forward  # one directed edge i->j per undirected edge, for residuals
-        self.ends = graph.src[forward], graph.dst[forward]
-        self.forward_terms = A[forward], A[graph.rev[forward]], b[forward].unsqueeze(1)
+        self.near, self.far = graph.src[forward], far_end(graph, forward)
+        self.forward_terms = A[forward], graph.exchange(A)[forward], b[forward].unsqueeze(1)
         self.forward_inequality = None if inequality is None else self.inequality[forward]
         # per row of each undirected edge, (E/2, 1, m): the larger norm of its two coefficient rows (1 for a zero row),
         # the size in which the stopping test measures that row's residual (docs/guide/solve.md, "The stopping test")
@@ -113,8 +134,8 @@ class EdgeMatrices:
         """A_ij x_i + A_ji x_j - b_ij, one row per undirected edge: (E/2, B, m)."""
         A_ij, A_ji, b = self.forward_terms
         return (
-            torch.einsum("emd,ebd->ebm", A_ij, select(x, self.ends[0]))
-            + torch.einsum("emd,ebd->ebm", A_ji, select(x, self.ends[1]))
+            torch.einsum("emd,ebd->ebm", A_ij, select(x, self.near))
+            + torch.einsum("emd,ebd->ebm", A_ji, self.far(x))
             - b
         )
 

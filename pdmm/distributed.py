@@ -47,10 +47,13 @@ The nodes are split into P parts::
     parts      each rank may pass only its part, a pdmm.parts.PartProblem, in place of the whole problem:
                no rank then holds the whole graph (docs/guide/distributed.md, "Each rank holds its part").
 
-Supported: every method, consensus constraints, any local function the method takes, batched
+Supported: every method, consensus constraints, edge-matrix constraints (equalities and inequalities, on pdmm and
+qa-pdmm as on one process, where every rank holds the whole problem: each rank keeps A, b and the inequality mask at
+its own edges' global ids, the far end's x_j and A_ji come through its halo, and the residual, the feasibility and
+the certificate are summed over the ranks), any local function the method takes, batched
 problems, float64/float32, a simulated network (privacy included), the edge and node forms, on the CPU (gloo) or
-on CUDA (cuda:LOCAL_RANK, NCCL for the iterations' collectives, gloo for the set-up's); edge-matrix
-constraints and compile=True raise ValueError naming them. Every rank checks that all
+on CUDA (cuda:LOCAL_RANK, NCCL for the iterations' collectives, gloo for the set-up's); compile=True raises
+ValueError naming it. Every rank checks that all
 ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
 iteration. Collectives time out after the timeout given when the process group was initialised:
 `init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes; a collective
@@ -78,7 +81,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from .building import build_method, short_of_tol
-from .constraints import Consensus
+from .constraints import Consensus, EdgeMatrices
 from .halo import PartGraph, local_part
 from .loop import (
     COUNTS,
@@ -314,14 +317,11 @@ def check_group(group=None):
 
 def check_supported(problem, method, device, network, compile):
     """ValueError naming what the distributed backend does not implement (docs/guide/distributed.md, "What runs on
-    the engine"): a method whose Capabilities say so, edge-matrix constraints, compile=True and devices other
-    than the CPU and CUDA."""
+    the engine"): a method whose Capabilities say so, compile=True and devices other than the CPU and CUDA."""
     unsupported = []
     if not METHODS[method].capabilities.distributed:
         runs = sorted(name for name, kind in METHODS.items() if kind.capabilities.distributed)
         unsupported.append(f"method={method!r} (it runs {', '.join(runs)})")
-    if not problem.is_consensus:
-        unsupported.append("edge-matrix constraints (only constraints='consensus')")
     if compile:
         unsupported.append("compile=True")
     if torch.device(device).type not in ("cpu", "cuda"):
@@ -385,7 +385,7 @@ def run(problem: "Problem | PartProblem", options: RunOptions, group: Any = None
         owner = owners(problem, engine.partition, world, group)
         collectives = GroupCollectives(group, world)
         graph, _ = local_part(problem.compiled, owner, rank, world, collectives, device=device, dtype=engine.dtype)
-        part = PartProblem.of(problem, owner, rank, world)
+        part = PartProblem.of(problem, owner, rank, world, constraints_apart=True)  # edge matrices: _edge_operator
         rows = torch.from_numpy(part.nodes).to(device)
         x_star = shared_reference(problem, options, group)
         start = PartStart(
@@ -420,7 +420,7 @@ def _run(
             dtype=dtype,
         )
     local = part.local.to(device, dtype)
-    edges = Consensus(graph)
+    edges = _edge_operator(whole, part, graph, dtype)
     capabilities = METHODS[method].capabilities
     width = edges.state_shape(part.batch, part.dim)[2]
     channel = part_channel(options.network, part, graph, width, capabilities.vectors_sent, compiled)
@@ -478,6 +478,20 @@ def _run(
             bar=bar if recording.progress else None,
         )
     return finish(status, short_of_tol(status, so_far.now[1], options))
+
+
+def _edge_operator(whole: "Problem | None", part: PartProblem, graph: PartGraph, dtype: torch.dtype) -> Any:
+    """The run's edge operator on the rank's part: Consensus, or the whole problem's edge matrices at the rank's own
+    edges, the rows of A, b and the inequality mask at its global edge ids (part.edge_id), in its edges' order
+    (pdmm.constraints.EdgeMatrices; docs/guide/distributed.md, "What runs on the engine")."""
+    if whole is None or whole.is_consensus:
+        return Consensus(graph)
+    assert whole.edge_matrices is not None
+    rows = torch.from_numpy(part.edge_id)
+    device = graph.sign.device
+    A, b = (t.index_select(0, rows).to(device, dtype) for t in whole.edge_matrices)
+    inequality = None if whole.inequality is None else whole.inequality.index_select(0, rows).to(device)
+    return EdgeMatrices(graph, A, b, inequality)
 
 
 def _private(network, local, x):
@@ -543,8 +557,6 @@ class _PartBookkeeping(Bookkeeping):
         """own: this rank's node ids (n_r,) int64 on the run's device; undirected: the whole graph's edge count."""
         self.own, self.undirected, self.group = own, undirected, group
         self.star_own = None if self.x_star is None else self.x_star[self.own]
-        graph = self.edges.graph
-        self.ends = graph.src[graph.forward], graph.forward
 
     def objective(self, x):
         """As Bookkeeping.objective, from the whole x (every rank's nodes, gathered, in the graph's node order): this
@@ -552,12 +564,23 @@ class _PartBookkeeping(Bookkeeping):
         return super().objective(x.index_select(0, self.own))
 
     def residual(self, x, seen):
+        """As Bookkeeping.residual over every rank's forward edges (x_j through the node halo, EdgeMatrices' and
+        Consensus' far_end), with the stopping test's feasibility (each row relative to its size, EdgeMatrices.
+        row_size) summed in the same all-reduce."""
         if "residual" not in seen:
-            graph = self.edges.graph
-            neighbour = graph.gather_neighbour(x)  # x_j at edge i->j, through the node halo
-            r = x.index_select(0, self.ends[0]) - neighbour.index_select(0, self.ends[1])
-            seen["residual"] = torch.sqrt(_all_sum((r * r).sum((0, 2)), self.group) / self.undirected)
+            rows, row_size = self.edges.residual(x), self.edges.row_size
+            squares = [(rows * rows).sum((0, 2))]
+            if row_size is not None:
+                relative = rows / row_size
+                squares.append((relative * relative).sum((0, 2)))
+            norms = torch.sqrt(_all_sum(torch.cat(squares), self.group) / self.undirected).split(x.shape[1])
+            seen["residual"], seen["feasible"] = norms[0], norms[-1]
         return seen["residual"]
+
+    def feasibility(self, x, seen):
+        """As Bookkeeping.feasibility over every rank's forward edges (residual sums both)."""
+        self.residual(x, seen)
+        return seen["feasible"]
 
     def error(self, x, seen):
         if "error" not in seen:

@@ -460,6 +460,13 @@ class Bookkeeping:
             seen["residual"] = rms(seen["rows"])
         return seen["residual"]
 
+    def feasibility(self, x, seen):
+        """The stopping test's residual: RMS over the edges with each row relative to its coefficients' size
+        (EdgeMatrices.row_size), (B,); the residual itself for consensus, whose rows have size 1."""
+        residual = self.residual(x, seen)
+        row_size = self.edges.row_size
+        return residual if row_size is None else rms(seen["rows"] / row_size)
+
     def error(self, x, seen):
         """||x - x*||_F / ||x*||_F per instance: (B,), kept in `seen` like the residual."""
         if "error" not in seen:
@@ -554,9 +561,7 @@ class Bookkeeping:
         size, change, finite = self.sizes(x, old["x"])
         scale = self.scale(size)
         if tol > 0 and self.certificate is not None:
-            row_size = self.edges.row_size  # None for consensus, whose rows have size 1
-            feasible = residual if row_size is None else rms(seen["rows"] / row_size)
-            passes = (feasible <= tol * scale) & self.certificate.holds(new, tol, scale)
+            passes = (self.feasibility(x, seen) <= tol * scale) & self.certificate.holds(new, tol, scale)
         else:
             passes = torch.zeros_like(scale, dtype=torch.bool)
         reached = None if target is None else self.error(x, seen) <= target

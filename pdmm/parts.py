@@ -93,7 +93,9 @@ class PartProblem:
         return True
 
     @classmethod
-    def of(cls, problem: Any, owner: Any, rank: int, world: int | None = None) -> "PartProblem":
+    def of(
+        cls, problem: Any, owner: Any, rank: int, world: int | None = None, *, constraints_apart: bool = False
+    ) -> "PartProblem":
         """Rank `rank`'s part of a whole consensus pdmm.Problem: the arrays pdmm.halo.local_part reads and its
         nodes' local functions (pdmm.LocalFunction.nodes).
 
@@ -107,6 +109,9 @@ class PartProblem:
             The part's rank.
         world : int or None
             The number of ranks; None for owner.max() + 1.
+        constraints_apart : bool
+            Whether the caller runs the whole problem's constraints itself (pdmm.distributed on a whole problem
+            slices its edge matrices by the part's edge ids); the part then holds its ids and local functions.
 
         Returns
         -------
@@ -116,9 +121,10 @@ class PartProblem:
         Raises
         ------
         ValueError
-            For edge-matrix constraints, an owner of another shape or kind, or a rank that owns no node.
+            For edge-matrix constraints (unless constraints_apart), an owner of another shape or kind, or a rank
+            that owns no node.
         """
-        if not problem.is_consensus:
+        if not (problem.is_consensus or constraints_apart):
             raise ValueError("a PartProblem holds consensus constraints only, not edge matrices")
         graph = problem.compiled
         owner = np.asarray(owner)

@@ -458,7 +458,7 @@ class Plan:
         """
         problem, options = self.problem, self.options
         try:
-            if options.engine.backend == "distributed":  # consensus only: the edge state is E x B x d on all ranks
+            if options.engine.backend == "distributed":  # the edge state: about E x B x d over the ranks
                 from . import distributed
 
                 bits = torch.finfo(options.engine.dtype).bits

@@ -366,7 +366,9 @@ def _bad_worker(rank, world, port, out, timeout):
         "different_data": lambda: pdmm.solve(pdmm.averaging(G, a + rank), backend="distributed", max_iter=3),
         "different_arguments": lambda: pdmm.solve(pdmm.averaging(G, a), backend="distributed", rho=1.0 + rank),
         "compile": lambda: pdmm.solve(logistic, backend="distributed", compile=True),
-        "edge_matrices": lambda: pdmm.solve(pdmm.averaging(G, a, constraints=edge), backend="distributed"),
+        "edge_matrices": lambda: pdmm.solve(  # a method that takes none refuses them here as on one process
+            pdmm.averaging(G, a, constraints=edge), backend="distributed", method="dgd"
+        ),
         "partition": lambda: pdmm.solve(pdmm.averaging(G, a), backend="distributed", partition=np.zeros(12, int)),
         "too_many_ranks": lambda: (
             pdmm.solve(pdmm.averaging(pdmm.Graph.from_edges([0], [1]), [1.0, 2.0]), backend="distributed")

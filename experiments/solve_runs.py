@@ -412,7 +412,7 @@ def check_methods(
                 form="edges",
                 **params[label],
             )
-            pdmm.distributed.check_supported(problem, method, args.device, network, False)
+            pdmm.distributed.check_supported(method, args.device, False)
         except (ValueError, TypeError) as err:
             raise UsageError(f"{label}: {err}") from None
     if args.nproc > problem.n:

@@ -315,7 +315,7 @@ def check_group(group=None):
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def check_supported(problem, method, device, network, compile):
+def check_supported(method: str, device: Any, compile: bool) -> None:
     """ValueError naming what the distributed backend does not implement (docs/guide/distributed.md, "What runs on
     the engine"): a method whose Capabilities say so, compile=True and devices other than the CPU and CUDA."""
     unsupported = []
@@ -375,7 +375,7 @@ def run(problem: "Problem | PartProblem", options: RunOptions, group: Any = None
                 f"the ranks were given different problems or arguments: ranks {differ} differ from rank 0 "
                 "(every rank must call pdmm.solve with the same data)"
             )
-        check_supported(problem, options.method, engine.device, options.network, engine.compile)
+        check_supported(options.method, engine.device, engine.compile)
         device = rank_device(engine.device)
         options = replace(options, engine=replace(engine, device=device))  # "cuda" is this rank's GPU from here
         if world > problem.n:

@@ -509,7 +509,7 @@ def checked_part(part: PartProblem, options: Any, arguments: dict[str, Any], gro
         raise ValueError("partition= does not apply to a PartProblem: each rank's part is its nodes")
     if isinstance(recording.reference, str) and recording.reference == "cvxpy":
         raise ValueError("reference='cvxpy' needs the whole problem; give a PartProblem's run x* as its own rows")
-    check_supported(part, options.method, engine.device, options.network, engine.compile)
+    check_supported(options.method, engine.device, engine.compile)
     device = rank_device(engine.device)
     options = replace(options, engine=replace(engine, device=device))
     over = _Over(group)

@@ -149,7 +149,7 @@ def test_multipliers_node_form_compile_and_distributed_capabilities(method):
     assert refused(method, compile=True) == (not capabilities.compile)
     try:  # the distributed engine's refusals: plan's for the methods on a mixing matrix, the engine's for the rest
         pdmm.plan(problem, method=method, backend="distributed")
-        pdmm.distributed.check_supported(problem, method, "cpu", None, False)
+        pdmm.distributed.check_supported(method, "cpu", False)
         runs = True
     except ValueError:
         runs = False

@@ -8,9 +8,11 @@ GRAPH is a topology (sized by --nodes, --graph-param and --seed) or a .graphml /
 --batch). The graph is split into --parts parts by METIS (pymetis; contiguous blocks of node indices where it is not
 installed) or, with --method blocks, into blocks. --out (refused when it exists and is not empty, unless --force,
 which removes only what pdmm-bridge wrote there) receives part-00000.npz ... (rank r's nodes, the directed edges out
-of them with their global ids, its nodes' rows of the data) and, last, manifest.json (sizes, the problem, each
-part's sha256): format "pdmm-shards/1", pdmm.shards (docs/guide/distributed.md, "Shards: pdmm-bridge partition").
-One line is printed: the parts, nodes and edges per part (min..max), the directed edges cut, the seconds taken.
+of them with their global ids, its nodes' rows of the data) and, last, manifest.json (sizes, the problem, the whole
+graph's mixing spectra for dgd, extra, nids, gradient-tracking and chebyshev on the parts, each part's sha256):
+format "pdmm-shards/1", pdmm.shards (docs/guide/distributed.md, "Shards: pdmm-bridge partition"). One line is
+printed: the parts, nodes and edges per part (min..max), the directed edges cut, the seconds taken (and how many of
+them the spectra took: eigsh on the whole graph, once).
 """
 
 import argparse
@@ -48,6 +50,7 @@ def add_parser(subparsers):
 def run(args: argparse.Namespace) -> int:
     import numpy as np  # numpy, torch and pdmm: imported only to run (partition --help answers at once)
 
+    import pdmm.mixing
     import pdmm.shards
 
     from .solve_problem import data_of, graph_of, problem_from
@@ -62,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--parts {args.parts}: more parts than the graph's {problem.n} nodes")
     owner, method = pdmm.shards.owners(problem.compiled, args.parts, args.method)
     out = rundir.claim(args.out, "partition", args.force, writes=pdmm.shards.file_names(args.parts), clear=True)
+    spectra_started = time.perf_counter()
+    spectra = pdmm.mixing.mixing_spectra(problem.compiled)
+    spectra_seconds = time.perf_counter() - spectra_started
     manifest = pdmm.shards.write(
         problem,
         owner,
@@ -73,12 +79,13 @@ def run(args: argparse.Namespace) -> int:
         reg=args.reg,
         method=method,
         save=lambda name, blob: rundir.write_file(out / name, blob),
+        spectra=spectra,
     )
     nodes = np.bincount(owner, minlength=args.parts)
     edges = np.bincount(owner[problem.compiled.src.numpy()], minlength=args.parts)
     print(
         f"{out}: {args.parts} parts ({method}), nodes per part {nodes.min()}..{nodes.max()}, directed edges per "
         f"part {edges.min()}..{edges.max()}, {manifest['cut']} of {manifest['edges']} cut, "
-        f"{time.perf_counter() - started:.2f} s"
+        f"{time.perf_counter() - started:.2f} s ({spectra_seconds:.2f} s of it the mixing spectra)"
     )
     return 0

@@ -13,8 +13,9 @@ lambda_2(W) < 1 (section 1).
 
 No penalty parameter (their Capabilities, pdmm.protocol); pdmm.plan refuses rho, network privacy and wake="one" for
 them (pdmm.methods.check_mixing_options), and accepts x0. On a rank's part of the graph (backend="distributed",
-pdmm.halo.PartGraph) W is the whole graph's, multiplied by the rank's rows, its spectrum computed by rank 0 and
-max_i L_i taken over every rank (docs/guide/distributed.md, "What runs on the engine"). Over a simulated network
+pdmm.halo.PartGraph) W is the whole graph's, multiplied by the rank's rows, its spectrum computed by rank 0 (or,
+where the rank holds only its part, the one given with it: pdmm.parts.PartProblem.spectra) and max_i L_i taken over
+every rank (docs/guide/distributed.md, "What runs on the engine", "Each rank holds its part"). Over a simulated network
 (`channel`, a pdmm.network.Channel) every product with W becomes one with the round's W^k
 (section 9): a node's lost message is replaced by the receiver's own value, quantised messages are
 what the neighbours use, and a sleeping node sends nothing and keeps its whole state.
@@ -88,7 +89,7 @@ class Decentralised:
             )
         self.smooth_part, self.prox_r = _split(local, self.name, self.proximal)
         self.W = as_mixing(mixing, graph)  # scipy CSR, float64, in the run's node order
-        self.lowest = _lowest_eigenvalue(self.W, graph, self.name)
+        self.lowest = _lowest_eigenvalue(self.W, graph, self.name, mixing)
         self.product = NetworkMixing(self.W, graph, channel)
         self.alpha = _step_size(alpha, self.default_alpha, self.smooth_part, local.shape[1], graph)
 
@@ -317,13 +318,17 @@ def network_biases(network: Network) -> bool:
 def _edge_weights(W, graph):
     """(E, 1, 1): W_{src[e], dst[e]} of every directed edge (0 where W stores no entry), in the graph's dtype
     and on its device; for a rank's part (pdmm.halo.PartGraph) W is the whole graph's and src[e] the global id
-    of the edge's local source."""
-    n, W = W.shape[0], W.sorted_indices()
-    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(W.indptr)) * n + W.indices
-    src = graph.src.cpu().numpy().astype(np.int64)
-    if isinstance(graph, PartGraph):
-        src = np.asarray(graph.nodes, dtype=np.int64)[src]
-    wanted = src * n + graph.dst.cpu().numpy()
+    of the edge's local source, or, where the rank holds only its rows (pdmm.mixing.part_rows), W's row src[e] at the
+    column of halo(x) that dst[e] is (ghost_of_edge)."""
+    W = W.sorted_indices()
+    width = W.shape[1]
+    keys = np.repeat(np.arange(W.shape[0], dtype=np.int64), np.diff(W.indptr)) * width + W.indices
+    rows, columns = graph.src.cpu().numpy().astype(np.int64), graph.dst.cpu().numpy()
+    if isinstance(graph, PartGraph) and graph.whole is None:
+        columns = graph.ghost_of_edge.cpu().numpy()
+    elif isinstance(graph, PartGraph):
+        rows = np.asarray(graph.nodes, dtype=np.int64)[rows]
+    wanted = rows * width + columns
     at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
     weights = np.where(keys[at] == wanted, W.data[at], 0.0)
     return torch.from_numpy(weights).to(graph.sign.device, graph.sign.dtype).view(-1, 1, 1)
@@ -342,11 +347,12 @@ def _split(local, name, proximal):
     raise ValueError(f"{name} needs smooth local functions; {type(local).__name__} is not smooth{hint}")
 
 
-def _lowest_eigenvalue(W, graph, name):
-    """lambda_min(W), after refusing a W whose nonzeros do not connect the nodes (spectral_interval, on rank 0 for
-    a rank's part: pdmm.mixing.run_interval), or with lambda_min <= -1 or another eigenvalue >= 1 (up to
+def _lowest_eigenvalue(W, graph, name, mixing):
+    """lambda_min(W), W built from `mixing`, after refusing a W whose nonzeros do not connect the nodes
+    (spectral_interval, on rank 0 for a rank's part, or the spectrum given with a part that holds only its rows:
+    pdmm.mixing.run_interval), or with lambda_min <= -1 or another eigenvalue >= 1 (up to
     SPECTRUM_MARGIN): none of the methods converges then."""
-    low, high = run_interval(W, graph)
+    low, high = run_interval(W, graph, mixing)
     if low <= -1 + SPECTRUM_MARGIN:
         raise ValueError(
             f"{name} needs the mixing matrix's smallest eigenvalue above -1, got {low:.6g} "

@@ -418,6 +418,7 @@ def _run(
             GroupCollectives(group, part.world),
             device=device,
             dtype=dtype,
+            spectra=part.spectra,
         )
     local = part.local.to(device, dtype)
     edges = _edge_operator(whole, part, graph, dtype)

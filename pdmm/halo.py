@@ -20,8 +20,8 @@ rank and shared (a mixing matrix's spectrum).
 """
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -138,13 +138,15 @@ class PartGraph(CompiledGraph):
     directed edges out of them, in the global order. dst holds GLOBAL node ids, sign the global one; rev is unused
     (-1). exchange(v) is the partitioned v[rev] (swap), gather_neighbour(x) reads x at the far end through the node
     halo (ghost_of_edge: the row of halo(x) each edge reads); whole is the whole graph where the rank holds it
-    (mixing matrices are built on it) and collectives those of the part's ranks."""
+    (mixing matrices are built on it), collectives those of the part's ranks and spectra, where it does not, the
+    whole graph's mixing spectra by kind (pdmm.parts.PartProblem.spectra, read by pdmm.mixing.run_interval)."""
 
     swap: EdgeSwap | None = None
     halo: NodeHalo | None = None
     ghost_of_edge: torch.Tensor | None = None
     whole: CompiledGraph | None = None
     collectives: Any = None
+    spectra: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def exchange(self, v: torch.Tensor) -> torch.Tensor:
         assert self.swap is not None
@@ -184,10 +186,12 @@ class PartGraph(CompiledGraph):
         device: Any = "cpu",
         dtype: torch.dtype = torch.float64,
         whole: CompiledGraph | None = None,
+        spectra: Mapping[str, tuple[float, float]] | None = None,
     ) -> "PartGraph":
         """A rank's part from its nodes' global ids (n_r,) ascending and its edges (E_r,) in the global order: src
         (local index), dst, global edge id, the reverse's global id and the rank owning dst, int arrays; built on
-        the CPU, then on `device` in `dtype`."""
+        the CPU, then on `device` in `dtype`; spectra: the whole graph's mixing spectra by kind, where the rank
+        holds only its part (None: none)."""
         nodes, src, dst, peer = (np.asarray(a, dtype=np.int64) for a in (nodes, src, dst, peer))
         exchange = collectives.all_to_all
         halo = NodeHalo.build(src, dst, peer, rank, world, exchange, device)
@@ -209,6 +213,7 @@ class PartGraph(CompiledGraph):
             ghost_of_edge=torch.from_numpy(ghost_of_edge).to(device),
             whole=whole,
             collectives=collectives,
+            spectra={} if spectra is None else dict(spectra),
         )
 
 

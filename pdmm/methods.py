@@ -348,7 +348,7 @@ class Chebyshev(Gossip):
 
     def __init__(self, graph, local, edges, rho, mixing="metropolis", interval=None, *, channel=None):
         super().__init__(graph, local, edges, rho, mixing, channel=channel)
-        self.low, self.high = _interval(interval, self.W, graph)
+        self.low, self.high = _interval(interval, self.W, graph, mixing)
         self.t1 = (2 - self.low - self.high) / (self.high - self.low)
         self.omegas = [1.0, 2 * self.t1 * self.t1 / (2 * self.t1 * self.t1 - 1)]  # omega_1 (no x^{-1}), omega_2
 
@@ -396,11 +396,11 @@ def _is_identity(P):
     return bool((P == one).all())
 
 
-def _interval(interval, W, graph):
+def _interval(interval, W, graph, mixing):
     """(low, high) of Chebyshev's interval, checked: -1 <= low < high < 1 (docs/averaging.md section 5); each end a
     number, or a float64 tensor (1, B, 1) where it was given per instance."""
     if interval is None:
-        low, high = run_interval(W, graph)
+        low, high = run_interval(W, graph, mixing)
         if low >= -1 - 1e-12:  # else refused below; -1 up to rounding (a bipartite W) counts as -1
             pad = max(MIN_WIDTH - (high - max(low, -1.0)), 0) / 2
             low, high = max(low - pad, -1.0), high + pad

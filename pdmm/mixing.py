@@ -11,7 +11,10 @@ scipy.sparse CSR arrays, float64, rows and columns in the graph's node order. sc
 on the first call: a plain `import pdmm` stays fast.
 """
 
+import math
+import numbers
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -217,14 +220,55 @@ def spectral_interval(W: "scipy.sparse.csr_array | np.ndarray") -> tuple[float, 
     return float(smallest - EIGSH_TOL * abs(smallest)), float(second + EIGSH_TOL * abs(second))
 
 
-def run_interval(W: "scipy.sparse.csr_array", graph: CompiledGraph) -> tuple[float, float]:
-    """spectral_interval(W) of a run's mixing matrix: on a rank's part (pdmm.halo.PartGraph) computed by rank 0
-    alone and the same on every rank (docs/guide/distributed.md, "What runs on the engine"). ValueError where the
-    rank holds only its part: the spectrum needs the whole matrix."""
+def mixing_spectra(
+    graph: "GraphLike | CompiledGraph", kinds: tuple[str, ...] = KINDS
+) -> dict[str, tuple[float, float]]:
+    """{kind: spectral_interval(mixing_matrix(graph, kind))} for each mixing kind: exactly the (lambda_min, lambda_2)
+    that a run on the whole graph computes (run_interval), for a rank that holds only its part
+    (pdmm.parts.PartProblem.spectra; docs/guide/distributed.md, "Each rank holds its part"). Give the whole problem's
+    compiled graph (pdmm.Problem.compiled), whose node order the parts' global ids follow: above DENSE_LIMIT nodes
+    the Lanczos estimates depend on the node order to EIGSH_TOL. ValueError for an unknown kind or a graph whose
+    mixing matrices do not connect its nodes."""
+    return {kind: spectral_interval(mixing_matrix(graph, kind)) for kind in kinds}
+
+
+def checked_spectra(spectra: Any) -> dict[str, tuple[float, float]]:
+    """spectra as {kind: (lambda_min, lambda_2)} of Python floats, after checking that it maps mixing kinds (KINDS)
+    to pairs of finite real numbers, the first at most the second (mixing_spectra's form; docs/guide/distributed.md,
+    "Each rank holds its part"). ValueError, one line, naming the first entry that is not."""
+    if not isinstance(spectra, Mapping):
+        raise ValueError(f"spectra must map mixing kinds to (lambda_min, lambda_2), got {type(spectra).__name__}")
+    checked = {}
+    for kind, pair in spectra.items():
+        if kind not in KINDS:
+            raise ValueError(f"spectra: unknown mixing kind {kind!r}; the kinds are {', '.join(KINDS)}")
+        ends = list(pair) if isinstance(pair, (tuple, list)) else []
+        if not (
+            len(ends) == 2
+            and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in ends)
+            and ends[0] <= ends[1]
+        ):
+            raise ValueError(
+                f"spectra[{kind!r}] must be (lambda_min, lambda_2), finite, lambda_min <= lambda_2, got {pair!r:.80}"
+            )
+        checked[kind] = (float(ends[0]), float(ends[1]))
+    return checked
+
+
+def run_interval(W: "scipy.sparse.csr_array", graph: CompiledGraph, mixing: Any) -> tuple[float, float]:
+    """spectral_interval(W) of a run's mixing matrix W, built from `mixing` (a kind, or the user's matrix): on a
+    rank's part (pdmm.halo.PartGraph) computed by rank 0 alone and the same on every rank (docs/guide/distributed.md,
+    "What runs on the engine"); where the rank holds only its part, the part's spectra[mixing], given with it
+    (pdmm.parts.PartProblem.spectra, the same on every rank), and a one-line ValueError naming what to give where
+    they lack the kind."""
     if isinstance(graph, PartGraph) and graph.whole is None:
+        if isinstance(mixing, str) and mixing in graph.spectra:
+            low, high = graph.spectra[mixing]
+            return low, high
         raise ValueError(
-            "the mixing matrix's spectrum needs the whole graph, which no rank holds here: give chebyshev its "
-            "interval=(low, high), or run the whole problem (pdmm.halo.whole_graph)"
+            f"the {mixing!r} mixing matrix's spectrum needs the whole graph, which no rank holds here: give the "
+            f"PartProblem spectra={{{mixing!r}: (lambda_min, lambda_2)}} (pdmm.mixing.mixing_spectra of the whole "
+            "graph; pdmm-bridge partition writes them), chebyshev its interval=(low, high), or run the whole problem"
         )
     low, high = computed_once(lambda: spectral_interval(W), 2, graph)
     return low, high

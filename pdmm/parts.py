@@ -5,12 +5,14 @@ part").
 `pdmm.solve(part, backend="distributed")` runs on the parts; `PartProblem.of(problem, owner, rank)` cuts one out of a
 whole pdmm.Problem (the arrays pdmm.halo.local_part reads); `PartProblem.from_edges(nodes, src, dst, local, n)` derives
 the global ids of a rank's edges on the process group itself, each rank holding O((n + E) / P) of the ids: a block
-directory (node i's record at rank i // ceil(n / P)) and all_to_all exchanges (PartExchange).
+directory (node i's record at rank i // ceil(n / P)) and all_to_all exchanges (PartExchange). The methods that need
+the mixing matrix's spectrum (dgd, extra, nids, gradient-tracking, chebyshev without interval=) read it from
+PartProblem.spectra, the whole graph's, given with the parts (pdmm.mixing.mixing_spectra, or the shards' manifest).
 """
 
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ import torch
 
 from .halo import AllToAll
 from .local import LocalFunction
+from .mixing import checked_spectra
 from .network import undirected_ids
 
 _ID_FIELDS = ("nodes", "src", "dst", "edge_id", "rev_id", "peer", "undirected_id")
@@ -51,12 +54,18 @@ class PartProblem:
         Whether the problem has a batch axis (pdmm.Problem.batched).
     rank, world : int
         This part's rank and the number of parts.
+    spectra : Mapping[str, tuple[float, float]]
+        {mixing kind: (lambda_min, lambda_2)} of the whole graph's mixing matrix of that kind, exactly what a run on
+        the whole graph computes (pdmm.mixing.mixing_spectra; pdmm-bridge partition writes them into the shards):
+        what dgd, extra, nids, gradient-tracking and chebyshev without interval= read on a part. Empty by default;
+        the same on every rank (pdmm.parts.checked_part). Stored as a dict of float pairs.
 
     Raises
     ------
     ValueError
         On construction, in one line, for a field of the wrong type, dtype, shape or range, nodes not strictly
-        ascending, edges not sorted by (src, dst), or a self-loop.
+        ascending, edges not sorted by (src, dst), a self-loop, or spectra that are not finite pairs of known kinds
+        (pdmm.mixing.checked_spectra).
     """
 
     n: int
@@ -72,10 +81,15 @@ class PartProblem:
     batched: bool
     rank: int
     world: int
+    spectra: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_sizes(self)
         _check_ids(self)
+        try:
+            object.__setattr__(self, "spectra", checked_spectra(self.spectra))
+        except ValueError as err:
+            raise ValueError(f"PartProblem.{err}") from None
 
     @property
     def batch(self) -> int:
@@ -94,7 +108,14 @@ class PartProblem:
 
     @classmethod
     def of(
-        cls, problem: Any, owner: Any, rank: int, world: int | None = None, *, constraints_apart: bool = False
+        cls,
+        problem: Any,
+        owner: Any,
+        rank: int,
+        world: int | None = None,
+        *,
+        constraints_apart: bool = False,
+        spectra: Mapping[str, tuple[float, float]] | None = None,
     ) -> "PartProblem":
         """Rank `rank`'s part of a whole consensus pdmm.Problem: the arrays pdmm.halo.local_part reads and its
         nodes' local functions (pdmm.LocalFunction.nodes).
@@ -112,6 +133,8 @@ class PartProblem:
         constraints_apart : bool
             Whether the caller runs the whole problem's constraints itself (pdmm.distributed on a whole problem
             slices its edge matrices by the part's edge ids); the part then holds its ids and local functions.
+        spectra : Mapping or None
+            The part's spectra (PartProblem.spectra; pdmm.mixing.mixing_spectra(problem.compiled)); None: none.
 
         Returns
         -------
@@ -151,6 +174,7 @@ class PartProblem:
             batched=bool(problem.batched),
             rank=rank,
             world=world,
+            spectra={} if spectra is None else spectra,
         )
 
     @classmethod
@@ -165,6 +189,7 @@ class PartProblem:
         *,
         batched: bool | None = None,
         exchange: "PartExchange | None" = None,
+        spectra: Mapping[str, tuple[float, float]] | None = None,
     ) -> "PartProblem":
         """A rank's part from its own nodes and edges alone, the global ids derived with the other ranks: every rank
         of the process group (or of `exchange`, an emulated one) calls it at once. The ids are those of the whole
@@ -190,6 +215,8 @@ class PartProblem:
             Whether the problem has a batch axis; None: B > 1.
         exchange : PartExchange or None
             The exchange to use instead of the group's (one that emulates a world in one process).
+        spectra : Mapping or None
+            The whole graph's mixing spectra (PartProblem.spectra), the same on every rank; None: none.
 
         Returns
         -------
@@ -237,6 +264,7 @@ class PartProblem:
             batched=local.shape[1] > 1 if batched is None else bool(batched),
             rank=rank,
             world=world,
+            spectra={} if spectra is None else spectra,
         )
 
 
@@ -502,6 +530,7 @@ def checked_part(part: PartProblem, options: Any, arguments: dict[str, Any], gro
     from .distributed import all_gathered, check_supported, rank_device
 
     shared = {**arguments, "x0": _per_rank(arguments["x0"]), "reference": _per_rank(arguments["reference"])}
+    shared["part spectra"] = part.spectra
     shared["method_params"] = {k: _per_rank(v) for k, v in arguments["method_params"].items()}
     _check_tiling(part, all_gathered([_fingerprint(part, shared), len(part.nodes), len(part.src)], group), group)
     engine, recording = options.engine, options.recording
@@ -538,8 +567,8 @@ def _check_tiling(part: PartProblem, every: np.ndarray, group: Any) -> None:
     differ = [r for r in range(len(every)) if every[r, 0] != every[0, 0]]
     if differ:
         raise ValueError(
-            f"the ranks' parts or arguments differ: ranks {differ} differ from rank 0 in the arguments or the whole "
-            "graph's sizes (n, num_edges, batch, dim, local kind)"
+            f"the ranks' parts or arguments differ: ranks {differ} differ from rank 0 in the arguments, the whole "
+            "graph's sizes (n, num_edges, batch, dim, local kind) or the spectra"
         )
     exchange = PartExchange.of_group(group)
     if (part.rank, part.world) != (exchange.rank, exchange.world):

@@ -5,7 +5,8 @@ A shard directory, format "pdmm-shards/1", holds
 
     manifest.json      {"format", "n", "edges" (directed), "parts", "problem" (a kind of pdmm.synthetic),
                         "ridge", "lam", "reg", "batch", "dim", "batched", "partition" (metis, blocks or given),
-                        "cut" (directed cut edges), "spectra" ({}), "files" {part file: sha256}, "pdmm_bridge"}
+                        "cut" (directed cut edges), "spectra" {mixing kind: [lambda_min, lambda_2]} (the whole
+                        graph's, pdmm.mixing.mixing_spectra), "files" {part file: sha256}, "pdmm_bridge"}
     part-RRRRR.npz     rank R's int64 ids (ID_KEYS, the global ids of the whole pdmm.Problem's compiled graph, as
                         pdmm.halo.local_part numbers them) and its nodes' rows of the data arrays
                         (pdmm.synthetic.DATA_KEYS of the kind, each named with the prefix DATA_PREFIX)
@@ -32,6 +33,7 @@ import numpy as np
 from .distributed import blocks, partition
 from .edge_index import CompiledGraph
 from .local import LocalFunction
+from .mixing import checked_spectra, mixing_spectra
 from .network import undirected_ids
 from .npz import NpzError, read_npz
 from .problem import Problem
@@ -89,6 +91,7 @@ def write(
     reg: float = 0.1,
     method: str = "given",
     save: Save | None = None,
+    spectra: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """Write the shards of `problem` (a consensus problem made by pdmm.synthetic.make_problem(kind, G, data, ridge,
     lam, reg)) whose node i rank owner[i] holds, into directory `out`; returns the manifest written.
@@ -97,8 +100,11 @@ def write(
     memory beyond the whole problem is one part's. Each file is written by `save` (the command line's records what
     it writes, docs/guide/runs.md), by default to NAME.tmp in `out`, fsynced and renamed over NAME, never through a
     symbolic link; `out` (created where missing) must not be one. `method` names the partition in the manifest.
-    ValueError for an owner that is not one rank in 0..P-1 per node with every rank holding a node, data without
-    the problem's rows, edge matrices, or an unknown kind or method.
+    `spectra`: the whole graph's mixing spectra for the manifest, pdmm.mixing.mixing_spectra(problem.compiled) (every
+    kind: a sparse eigsh per end above pdmm.mixing.DENSE_LIMIT nodes) where None, as the caller computed them
+    otherwise (checked: pdmm.mixing.checked_spectra). ValueError for an owner that is not one rank in 0..P-1 per node
+    with every rank holding a node, data without the problem's rows, edge matrices, an unknown kind or method, or
+    spectra that are not finite pairs of known kinds.
     """
     if kind not in KINDS or method not in PARTITIONS:
         raise ValueError(f"kind must be one of {list(KINDS)} and method one of {list(PARTITIONS)}")
@@ -110,10 +116,12 @@ def write(
         len(s) < 1 or s[int(len(s) == BATCHED_NDIM[key])] != problem.n for key, s in rows.items()
     ):
         raise ValueError(f"data must hold {list(DATA_KEYS[kind])} with the problem's {problem.n} rows, got {rows}")
+    spectra = mixing_spectra(problem.compiled) if spectra is None else checked_spectra(spectra)
+    header = dict(ridge=ridge, lam=lam, reg=reg, spectra=spectra)
     if save is not None:
-        return _write_parts(problem, owner, kind, data, dict(ridge=ridge, lam=lam, reg=reg), method, save)
+        return _write_parts(problem, owner, kind, data, header, method, save)
     with directory_writer(out) as own:
-        return _write_parts(problem, owner, kind, data, dict(ridge=ridge, lam=lam, reg=reg), method, own)
+        return _write_parts(problem, owner, kind, data, header, method, own)
 
 
 def _checked_owner(owner: Any, n: int) -> np.ndarray:
@@ -129,9 +137,9 @@ def _checked_owner(owner: Any, n: int) -> np.ndarray:
 
 
 def _write_parts(
-    problem: Problem, owner: np.ndarray, kind: str, data: Mapping[str, Any], scalars: dict, method: str, save: Save
+    problem: Problem, owner: np.ndarray, kind: str, data: Mapping[str, Any], header: dict, method: str, save: Save
 ) -> dict[str, Any]:
-    """write's work, through `save`: each part's file, then the manifest."""
+    """write's work, through `save`: each part's file, then the manifest (header: ridge, lam, reg and spectra)."""
     graph = problem.compiled
     src, dst, rev = (t.cpu().numpy() for t in (graph.src, graph.dst, graph.rev))
     undirected = undirected_ids(graph).cpu().numpy()
@@ -162,13 +170,13 @@ def _write_parts(
         "edges": graph.num_edges,
         "parts": parts,
         "problem": kind,
-        **{name: float(value) for name, value in scalars.items()},
+        **{name: float(header[name]) for name in ("ridge", "lam", "reg")},
         "batch": problem.batch,
         "dim": problem.dim,
         "batched": problem.batched,
         "partition": method,
         "cut": int(np.count_nonzero(tail != owner[dst])),
-        "spectra": {},
+        "spectra": {name: list(ends) for name, ends in header["spectra"].items()},
         "files": files,
         "pdmm_bridge": _version(),
     }
@@ -261,7 +269,8 @@ def part_arrays(directory: str | Path, rank: int, world: int) -> tuple[dict[str,
 
 
 def load(directory: str | Path, rank: int, world: int) -> Any:
-    """Rank `rank`'s part of the shard directory `directory` as a pdmm.parts.PartProblem (part_arrays' checks)."""
+    """Rank `rank`'s part of the shard directory `directory` as a pdmm.parts.PartProblem (part_arrays' checks), its
+    spectra the manifest's (the whole graph's mixing spectra, so that the mixing methods run on it)."""
     from .parts import PartProblem
 
     ids, local, manifest = part_arrays(directory, rank, world)
@@ -273,6 +282,7 @@ def load(directory: str | Path, rank: int, world: int) -> Any:
         batched=manifest["batched"],
         rank=rank,
         world=world,
+        spectra=manifest["spectra"],
     )
 
 
@@ -322,7 +332,7 @@ def _manifest_problem(manifest: Any) -> str | None:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return f"not a {FORMAT} manifest"
     required = {"n", "edges", "parts", "problem", "ridge", "lam", "reg", "batch", "dim", "batched", "partition", "cut"}
-    missing = sorted((required | {"files"}) - set(manifest))
+    missing = sorted((required | {"spectra", "files"}) - set(manifest))
     if missing:
         return f"missing {missing}"
     n, edges, parts = manifest["n"], manifest["edges"], manifest["parts"]
@@ -343,6 +353,10 @@ def _manifest_problem(manifest: Any) -> str | None:
         return "batch and dim must be integers >= 1"
     if not isinstance(manifest["batched"], bool) or not _count(manifest["cut"], 0, edges):
         return "batched must be true or false and cut a count of directed edges"
+    try:
+        checked_spectra(manifest["spectra"])
+    except ValueError as err:
+        return str(err)
     files = manifest["files"]
     expected = {part_name(rank) for rank in range(parts)}
     if not isinstance(files, dict) or set(files) != expected:

@@ -137,7 +137,7 @@ def _parts_worker(rank, world, port, out, timeout):
         )
     found["hostile"] = _hostile(problems["averaging"], _owner(problems["averaging"].n, world), rank, world)
     part = PartProblem.of(problems["averaging"], _owner(problems["averaging"].n, world), rank, world)
-    whole_only = dict(  # what needs the whole problem: W's spectrum, cvxpy's x*, node labels
+    whole_only = dict(  # what needs the whole problem: W's spectrum (where no spectra are given), cvxpy's x*, labels
         chebyshev=dict(method="chebyshev"),
         dgd=dict(method="dgd"),
         cvxpy=dict(reference="cvxpy"),
@@ -219,7 +219,7 @@ def test_hostile_parts_give_one_line_on_every_rank(ranks):
     for found in ranks:
         hostile = found["hostile"]
         for method in ("chebyshev", "dgd"):
-            assert hostile[method].startswith("the mixing matrix's spectrum needs the whole graph")
+            assert hostile[method].startswith("the 'metropolis' mixing matrix's spectrum needs the whole graph")
         assert hostile["cvxpy"].startswith("reference='cvxpy' needs the whole problem")
         assert "names node labels" in hostile["labels"]
         assert all("\n" not in message for message in hostile.values())

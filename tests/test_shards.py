@@ -75,6 +75,8 @@ def test_each_part_is_local_parts_ids_and_the_whole_local_functions_rows(tmp_pat
     assert (manifest["n"], manifest["edges"], manifest["parts"]) == (problem.n, whole.num_edges, WORLD)
     assert (manifest["batch"], manifest["dim"], manifest["batched"]) == (problem.batch, problem.dim, problem.batched)
     assert manifest["cut"] == int(np.count_nonzero(owner[whole.src.numpy()] != owner[whole.dst.numpy()]))
+    expected = pdmm.mixing.mixing_spectra(whole)  # the whole graph's, exactly: JSON keeps every float
+    assert manifest["spectra"] == {kind: list(ends) for kind, ends in expected.items()}
 
 
 @pytest.mark.parametrize("kind", ["averaging", "logistic"])
@@ -118,6 +120,7 @@ def test_load_is_the_part_problem_cut_from_the_whole_problem(tmp_path, kind, bat
         assert isinstance(loaded, pdmm.PartProblem)
         for name in ("n", "num_edges", "batched", "rank", "world"):
             assert getattr(loaded, name) == getattr(cut, name), name
+        assert loaded.spectra == pdmm.mixing.mixing_spectra(problem.compiled)
         for name in ("nodes", "src", "dst", "edge_id", "rev_id", "peer", "undirected_id"):
             assert np.array_equal(getattr(loaded, name), getattr(cut, name)), name
         mine, theirs = _tensors(loaded.local), _tensors(cut.local)
@@ -204,6 +207,11 @@ def test_a_hostile_or_damaged_part_is_one_line_naming_it(tmp_path, spoil, match)
         ("problem", "ridge", "unknown problem"),
         ("files", {"part-00000.npz": "0" * 64}, "files must name"),
         ("lam", -1, "finite numbers >= 0"),
+        ("spectra", {"uniform": [0.0, 0.5]}, "unknown mixing kind 'uniform'"),
+        ("spectra", {"metropolis": [0.5]}, "spectra['metropolis'] must be"),
+        ("spectra", {"metropolis": [float("nan"), 0.5]}, "finite"),
+        ("spectra", {"metropolis": [0.5, 0.1]}, "lambda_min <= lambda_2"),
+        ("spectra", [], "spectra must map mixing kinds"),
     ],
 )
 def test_a_bad_manifest_is_one_line_naming_it(tmp_path, field, value, match):
@@ -212,6 +220,14 @@ def test_a_bad_manifest_is_one_line_naming_it(tmp_path, field, value, match):
     manifest[field] = value
     (out / shards.MANIFEST).write_text(json.dumps(manifest))
     assert shards.MANIFEST in _refused(out, match)
+
+
+def test_a_manifest_without_spectra_is_refused(tmp_path):
+    _, _, _, out = _written(tmp_path)
+    manifest = json.loads((out / shards.MANIFEST).read_text())
+    del manifest["spectra"]
+    (out / shards.MANIFEST).write_text(json.dumps(manifest))
+    _refused(out, "missing ['spectra']")
 
 
 def test_a_rank_of_another_world_is_refused(tmp_path):

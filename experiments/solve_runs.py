@@ -19,7 +19,7 @@ import pdmm.datasets
 import pdmm.distributed
 import pdmm.npz
 import pdmm.tuning
-from pdmm.solve import problem_scale
+from pdmm.building import problem_scale
 
 from . import launch, solve_job
 from .errors import RunFailure, UsageError

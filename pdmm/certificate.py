@@ -68,7 +68,7 @@ def optimality_certificate(
     curvature : torch.Tensor or None
         L_i of the smooth part for every node of the problem, (n, B) (pdmm.building.local_curvature), or None.
     scale : torch.Tensor or None
-        The problem's scale per instance, (B,) (pdmm.solve.problem_scale), or None.
+        The problem's scale per instance, (B,) (pdmm.building.problem_scale), or None.
     multipliers : callable or None
         state -> the method's multiplier estimates per directed edge, (E, B, m), whose projection (both ends averaged,
         clipped at 0 on inequality rows) is the certificate's multiplier (pdmm.methods.PDMM.multipliers).

@@ -37,7 +37,7 @@ The nodes are split into P parts::
                node order: compare with a one-process run that is not renumbered, reorder=False); its
                messages and bits count its own receiving edges, and with privacy (z^0 perturbed by the same
                draws) the privacy measures are taken from sums of squares over its nodes and edges: all of them
-               summed in one all-reduce per recorded row (_PartBookkeeping.network_row).
+               summed in one all-reduce per recorded row (pdmm.part_bookkeeping.PartBookkeeping.network_row).
     node form  form="nodes" (or None from LARGE_GRAPH_EDGES directed edges, as on one process; pdmm and qa-pdmm,
                consensus, no network): the edge state summed out (pdmm.methods.NodeForm), the adjacency product
                over the rank's rows, its neighbours' rows of x through the NodeHalo (pdmm.halo.adjacency).
@@ -57,7 +57,7 @@ ValueError naming it. Every rank checks that all
 ranks hold the same problem and arguments (a SHA-256 fingerprint, all-gathered) before the first
 iteration. Collectives time out after the timeout given when the process group was initialised:
 `init_process_group` here sets DEFAULT_TIMEOUT (120 s), torch's own default is 30 minutes; a collective
-that fails (another rank ended, or did not answer in time) raises CollectiveError, a RuntimeError whose
+that fails (another rank ended, or did not answer in time) raises pdmm.collectives.CollectiveError, a RuntimeError whose
 message is one line.
 
 Ctrl-C (SIGINT) stops every rank at the same iteration, as one process does: from the moment solve
@@ -70,8 +70,8 @@ import hashlib
 import os
 import signal
 import threading
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -80,13 +80,11 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .building import build_method, short_of_tol
+from .building import build_method, check_rho_extremes, problem_scale, short_of_tol
+from .collectives import all_gathered, all_sum, check_group, collective
 from .constraints import Consensus, EdgeMatrices
 from .halo import PartGraph, local_part
 from .loop import (
-    COUNTS,
-    PRIVACY,
-    Bookkeeping,
     Progress,
     RunOptions,
     initial_x,
@@ -94,10 +92,13 @@ from .loop import (
     make_result,
     norm,
     reference_point,
+    to_numpy,
 )
 from .methods import METHODS, NodeForm
-from .network import gaps_of_sums, privacy_sums, private_point
-from .parts import PartProblem, PartStart, checked_part, owners, part_channel, part_params, returned
+from .network import Channel, GlobalIds, private_point
+from .part_bookkeeping import PartBookkeeping, Summed
+from .parts import PartProblem, check_tiling
+from .problem import node_data
 
 if TYPE_CHECKING:
     from .loop import Result
@@ -105,26 +106,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 120.0  # seconds a collective may wait for the other ranks (init_process_group)
 REFERENCE_TIMEOUT = 3600.0  # seconds the other ranks wait for rank 0's centralised reference (shared_reference)
-
-
-class CollectiveError(RuntimeError):
-    """A collective of the distributed solve failed: another rank ended (its connections closed) or did not answer
-    within the process group's timeout (a stopped or hung process). The message says which, in one line."""
-
-
-def _collective(op, *args, **kwargs):
-    """torch.distributed's op(*args, **kwargs), its failure a CollectiveError with gloo's reason in one line (the
-    reason without gloo's source path and advice): "Connection reset by peer", "Timed out waiting 120000ms ..."."""
-    try:
-        return op(*args, **kwargs)
-    except RuntimeError as err:
-        text = " ".join(str(err).split())
-        reason = text.split("] ", 1)[1] if text.startswith("[") and "] " in text else text
-        reason = reason.split(". This is typically caused", 1)[0].rstrip(".")
-        raise CollectiveError(
-            f"a collective with the other processes failed ({reason}): one of them ended, or did "
-            "not answer within the process group's timeout"
-        ) from err
 
 
 def init_process_group(backend: str | None = None, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> None:
@@ -237,12 +218,12 @@ class GroupCollectives:
         self.all_to_all = self._all_to_all if world > 1 or always else None
 
     def _all_to_all(self, output, input, output_sizes, input_sizes):
-        _collective(dist.all_to_all_single, output, input, output_sizes, input_sizes, group=self.group)
+        collective(dist.all_to_all_single, output, input, output_sizes, input_sizes, group=self.group)
 
     def maximum(self, t: torch.Tensor) -> torch.Tensor:
         """On the CPU (gloo, a set-up collective), whatever t's device."""
         values = t.detach().cpu().contiguous()
-        _collective(lambda: dist.all_reduce(values, dist.ReduceOp.MAX, group=self.group))
+        collective(lambda: dist.all_reduce(values, dist.ReduceOp.MAX, group=self.group))
         return values.to(t.device)
 
     def once(self, compute: Callable[[], tuple[float, ...]], count: int) -> tuple[float, ...]:
@@ -260,7 +241,7 @@ def _patient_broadcast(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     options.timeout = timedelta(seconds=REFERENCE_TIMEOUT)
     process_group = dist.group.WORLD if group is None else group
     assert process_group is not None  # check_group found an initialised process group
-    _collective(lambda: process_group.broadcast([tensor], options).wait())
+    collective(lambda: process_group.broadcast([tensor], options).wait())
     return tensor
 
 
@@ -304,17 +285,6 @@ def fingerprint(problem, arguments):
     return int.from_bytes(h.digest()[:8], "little", signed=True)
 
 
-def check_group(group=None):
-    """The (rank, world size) of an initialised process group, or a RuntimeError saying how to get one."""
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError(
-            "backend='distributed' needs an initialised torch.distributed process group: run the "
-            "script under torchrun and call pdmm.distributed.init_process_group() (or "
-            "torch.distributed.init_process_group('gloo')) before pdmm.solve"
-        )
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
 def check_supported(method: str, device: Any, compile: bool) -> None:
     """ValueError naming what the distributed backend does not implement (docs/guide/distributed.md, "What runs on
     the engine"): a method whose Capabilities say so, compile=True and devices other than the CPU and CUDA."""
@@ -336,7 +306,7 @@ def run(problem: "Problem | PartProblem", options: RunOptions, group: Any = None
     whole x; options.recording.progress: a tqdm bar on this rank; options.scale: the problem's scale, the stopping
     test's floor as one process has it). A whole pdmm.Problem, the same on every rank, is cut into the ranks' parts
     (pdmm.parts.PartProblem.of); a PartProblem is this rank's part already, checked against the other ranks'
-    (pdmm.parts.checked_part; docs/guide/distributed.md, "Each rank holds its part"). The method is built as the
+    (pdmm.distributed.checked_part; docs/guide/distributed.md, "Each rank holds its part"). The method is built as the
     local engine builds it (pdmm.building.build_method) on the rank's pdmm.halo.PartGraph. With gather, the same
     Result on every rank; without, each rank's Result holds its own nodes' rows, result.nodes their global ids."""
 
@@ -402,7 +372,7 @@ def _run(
     options: RunOptions,
     group: Any,
     asked: Callable[[], bool],
-    start: PartStart,
+    start: "PartStart",
     whole: "Problem | None" = None,
     graph: PartGraph | None = None,
 ) -> "Result":
@@ -434,15 +404,15 @@ def _run(
         start.params,
         channel,
         count=part.n,
-        summed=lambda t: _all_sum(t.sum(0).contiguous(), group),
+        summed=lambda t: all_sum(t.sum(0).contiguous(), group),
         certified=start.certified,
     )
     algorithm = NodeForm(algorithm) if options.node_form else algorithm  # the node form on the part's halo
     state = algorithm.init(start.x0)
     sent = part.num_edges * capabilities.vectors_sent  # messages per round, every rank's
-    book = _PartBookkeeping(
+    book = PartBookkeeping(
         options,
-        local=_Summed(local, part.n, group),
+        local=Summed(local, part.n, group),
         edges=edges,
         per_round=(sent, sent * width * torch.finfo(dtype).bits),
         channel=channel,
@@ -523,122 +493,217 @@ class _DeferredInterrupts:
             signal.signal(signal.SIGINT, self.previous)
 
 
-def all_gathered(values: list[int], group: Any = None) -> np.ndarray:
-    """Every rank's `values` (ints), (world, len(values)) int64 in rank order: one all_gather on the CPU."""
-    mine = torch.tensor(values, dtype=torch.int64)
-    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
-    _collective(dist.all_gather, every, mine, group=group)
-    return torch.stack(every).numpy()
+@dataclass(frozen=True)
+class PartStart:
+    """Where a rank's run starts, on the run's device: x0 and x* (None without a reference), the rank's rows
+    (n_r, B, d); star_norm, ||x*|| per instance over every rank's nodes; params, the method's parameters on the
+    part; certified, the sum of L_i over every rank's nodes, (1, B), where the rank holds only its part's
+    curvature (pdmm.building.build_method), else None."""
+
+    x0: torch.Tensor
+    x_star: torch.Tensor | None
+    star_norm: torch.Tensor | None
+    params: dict[str, Any]
+    certified: torch.Tensor | None = None
 
 
-def _all_sum(t, group):
-    _collective(dist.all_reduce, t, group=group)
-    return t
+class _Over:
+    """Element-wise reductions over a process group's ranks, on the CPU (set-up collectives): maximum and total."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+
+    def _reduced(self, t: torch.Tensor, op: Any) -> torch.Tensor:
+        import torch.distributed as dist
+
+        values = t.detach().cpu().contiguous().clone()
+        collective(dist.all_reduce, values, op, group=self.group)
+        return values.to(t.device)
+
+    def maximum(self, t: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        return self._reduced(t, dist.ReduceOp.MAX)
+
+    def total(self, t: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        return self._reduced(t, dist.ReduceOp.SUM)
 
 
-class _Summed:
-    """The whole problem's local function as the bookkeeping sees it: global shape, value summed over the ranks."""
-
-    def __init__(self, local, n, group):
-        self.local, self.group = local, group
-        self.shape = (n, *local.shape[1:])
-
-    def value(self, x):
-        return _all_sum(self.local.value(x).contiguous(), self.group)
+def _per_rank(value: Any) -> Any:
+    """An argument as the ranks must agree on it: an array (a rank's own rows) by its kind, anything else as is."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return ("rows", tuple(value.shape[:-2]), value.shape[-1]) if value.ndim >= 2 else ("rows",)
+    return value
 
 
-class _PartBookkeeping(Bookkeeping):
-    """solve's bookkeeping with every norm summed over the ranks (residuals over each rank's forward edges), and
-    the ranks' Ctrl-C flags (asked(), set by solve) summed with them: `interrupted` is whether any rank was asked to
-    stop."""
+def checked_part(part: PartProblem, options: Any, arguments: dict[str, Any], group: Any) -> tuple[Any, PartStart]:
+    """A rank's part checked against the other ranks' before any iteration, and where its run starts
+    (docs/guide/distributed.md, "Each rank holds its part"): the same arguments and whole-graph sizes (n,
+    num_edges, batch, dim, local kind) on every rank, the parts' ranks, the parts tiling the nodes (their node
+    counts and edge counts summing to n and num_edges, every node held by exactly one rank, the edge ids following
+    the degrees) and what pdmm.plan checks on a whole problem (rho against the dtype, the problem's scale) over every
+    rank's nodes. Returns the options with the scale and the rank's device, and the PartStart. ValueError, one line,
+    the same on every rank, for a mismatch; for reference="cvxpy", partition=, or an x0 / reference array that is
+    not the rank's own rows."""
+    shared = {**arguments, "x0": _per_rank(arguments["x0"]), "reference": _per_rank(arguments["reference"])}
+    shared["part spectra"] = part.spectra
+    shared["method_params"] = {k: _per_rank(v) for k, v in arguments["method_params"].items()}
+    check_tiling(part, all_gathered([fingerprint(part, shared), len(part.nodes), len(part.src)], group), group)
+    engine, recording = options.engine, options.recording
+    if engine.partition is not None:
+        raise ValueError("partition= does not apply to a PartProblem: each rank's part is its nodes")
+    if isinstance(recording.reference, str) and recording.reference == "cvxpy":
+        raise ValueError("reference='cvxpy' needs the whole problem; give a PartProblem's run x* as its own rows")
+    check_supported(options.method, engine.device, engine.compile)
+    device = rank_device(engine.device)
+    options = replace(options, engine=replace(engine, device=device))
+    over = _Over(group)
+    certified = _checked_curvature(part, options, over)
+    options = replace(options, scale=problem_scale(part, engine.dtype, options.curvature, over=over))
+    x0, x_star = _start_rows(part, options)
+    star_norm = None
+    if x_star is not None:
+        squares = over.total((x_star.double() ** 2).sum((0, 2)))
+        star_norm = squares.sqrt().to(device, engine.dtype).clamp(min=torch.finfo(engine.dtype).tiny)
+    return options, PartStart(x0, x_star, star_norm, dict(options.method_params), certified)
 
-    asked: Callable[[], bool]  # set by run(): whether this rank was asked to stop
 
-    def part(self, own, undirected, group):
-        """own: this rank's node ids (n_r,) int64 on the run's device; undirected: the whole graph's edge count."""
-        self.own, self.undirected, self.group = own, undirected, group
-        self.star_own = None if self.x_star is None else self.x_star[self.own]
+def _checked_curvature(part: PartProblem, options: Any, over: _Over) -> torch.Tensor | None:
+    """rho checked against the dtype over every rank's nodes (pdmm.building.check_rho_extremes); the sum of L_i over
+    them, (1, B) float64, or None without a curvature."""
+    curvature = options.curvature
+    if curvature is None:
+        return None
+    degree = torch.bincount(torch.from_numpy(part.src), minlength=len(part.nodes)).double()
+    extremes = over.maximum(
+        torch.stack([curvature.max().double(), -curvature.min().double(), degree.max(), -degree.min()])
+    ).tolist()
+    if options.rho is not None:
+        largest, smallest, high, low = extremes[0], -extremes[1], int(extremes[2]), -int(extremes[3])
+        check_rho_extremes(options.rho, options.engine.dtype, largest, smallest, low, high)
+    return over.total(curvature.double().sum(0)).unsqueeze(0)
 
-    def objective(self, x):
-        """As Bookkeeping.objective, from the whole x (every rank's nodes, gathered, in the graph's node order): this
-        rank's nodes' sum, summed over the ranks."""
-        return super().objective(x.index_select(0, self.own))
 
-    def residual(self, x, seen):
-        """As Bookkeeping.residual over every rank's forward edges (x_j through the node halo, EdgeMatrices' and
-        Consensus' far_end), with the stopping test's feasibility (each row relative to its size, EdgeMatrices.
-        row_size) summed in the same all-reduce."""
-        if "residual" not in seen:
-            rows, row_size = self.edges.residual(x), self.edges.row_size
-            squares = [(rows * rows).sum((0, 2))]
-            if row_size is not None:
-                relative = rows / row_size
-                squares.append((relative * relative).sum((0, 2)))
-            norms = torch.sqrt(_all_sum(torch.cat(squares), self.group) / self.undirected).split(x.shape[1])
-            seen["residual"], seen["feasible"] = norms[0], norms[-1]
-        return seen["residual"]
+def _start_rows(part: PartProblem, options: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """x0 and x* on the rank's nodes, (n_r, B, d) on the run's device: x0 None (zeros), "random" (the whole graph's
+    draw from the seed, its own rows: one process's x0) or the rank's rows; the reference None or the rank's rows."""
 
-    def feasibility(self, x, seen):
-        """As Bookkeeping.feasibility over every rank's forward edges (residual sums both)."""
-        self.residual(x, seen)
-        return seen["feasible"]
+    engine, n_r = options.engine, len(part.nodes)
+    x0 = options.x0
+    if isinstance(x0, str) and x0 == "random":
+        whole = replace(options, engine=replace(engine, device="cpu"))
+        rows = initial_x(_Sizes(part.n, part.batch, part.dim), whole)[torch.from_numpy(part.nodes)]
+        start = rows.to(engine.device, engine.dtype)
+    else:
+        start = initial_x(_Sizes(n_r, part.batch, part.dim), options)
+    reference = options.recording.reference
+    if reference is None:
+        return start, None
+    rows = node_data("reference", reference, n_r, (part.dim,))
+    if rows.shape[1] not in (1, part.batch):
+        raise ValueError(f"reference: expected {part.batch} instances, got {rows.shape[1]}")
+    return start, rows.expand(n_r, part.batch, part.dim).to(engine.device, engine.dtype)
 
-    def error(self, x, seen):
-        if "error" not in seen:
-            d = x - self.star_own
-            seen["error"] = torch.sqrt(_all_sum((d * d).sum((0, 2)), self.group)) / self.x_star_norm
-        return seen["error"]
 
-    def network_row(self, x):
-        """As Bookkeeping.network_row over all ranks' nodes and edges: the counts of each rank's receiving edges and
-        the sums of squares behind the privacy measures (pdmm.network.privacy_sums) summed in one all-reduce per
-        recorded row, the measures then taken from the sums as one process takes them (docs/guide/distributed.md,
-        "What runs on the engine")."""
-        counts = [name for name in COUNTS if name in self.columns]
-        private = PRIVACY[0] in self.columns or PRIVACY[1] in self.columns
-        parts = [getattr(self.channel, name) for name in counts]
-        if private:
-            sums = privacy_sums(x, self.channel.sent, self.private, self.edges, self.rho)
-            parts += [s.to(torch.float64) for s in sums]
-        summed = _all_sum(torch.cat(parts), self.group).split(x.shape[1])
-        row = dict(zip(counts, summed, strict=False))  # summed: the counts, then the privacy sums
-        if private:
-            sums = (t.to(x.dtype) for t in summed[len(counts) :])  # the measures in the run's dtype, as one process's
-            row.update(zip(PRIVACY, gaps_of_sums(*sums, self.local.shape[0], 2 * self.undirected), strict=True))
-        return row
+@dataclass(frozen=True)
+class _Sizes:
+    """The sizes pdmm.loop.initial_x reads (n, batch, dim), of a part's rows or of the whole graph."""
 
-    def sizes(self, x, x_old):
-        """As Bookkeeping.sizes over all ranks' nodes: the sums of squares and the non-finite count, one
-        all-reduce, which also sums the ranks' Ctrl-C flags into `asking` (check() reads it with the test)."""
-        change = x - x_old
-        sums = _all_sum(
-            torch.cat(
-                [
-                    (x * x).sum((0, 2)),
-                    (change * change).sum((0, 2)),
-                    (~torch.isfinite(x)).sum().reshape(1).to(x.dtype),
-                    x.new_tensor([float(self.asked())]),
-                ]
-            ),
-            self.group,
-        )
-        B, n = x.shape[1], self.local.shape[0]
-        self.asking = sums[-1]  # read by check() with its other values: no host sync here
-        return torch.sqrt(sums[:B] / n), torch.sqrt(sums[B : 2 * B] / n), sums[-2] == 0
+    n: int
+    batch: int
+    dim: int
 
-    def state_sizes(self, t, t_old):
-        """As Bookkeeping.state_sizes over all ranks' rows of t (each rank's edges or nodes), one all-reduce."""
-        change = t - t_old
-        sums = _all_sum(
-            torch.cat([(t * t).sum((0, 2)), (change * change).sum((0, 2)), t.new_tensor([len(t)])]), self.group
-        )
-        B, rows = t.shape[1], sums[-1].clamp(min=1)
-        return torch.sqrt(sums[:B] / rows), torch.sqrt(sums[B : 2 * B] / rows)
+
+def returned(
+    result: Any, x: torch.Tensor, x_star: torch.Tensor | None, part: PartProblem, whole: Any, gather: bool, group: Any
+) -> Any:
+    """The Result a rank returns: with gather, x (and the reference) all-gathered in the whole graph's node order,
+    result.nodes its labels (whole: the whole compiled graph, where the rank holds it) or the global ids 0..n-1;
+    without, the rank's own rows as they are, result.nodes their global ids."""
+
+    if not gather:
+        return replace(result, reference=None if x_star is None else to_numpy(x_star, part.batched))
+    nodes = list(range(part.n)) if whole is None else list(whole.nodes)
+    reference = None if x_star is None else to_numpy(_gathered_rows(x_star, part, group), part.batched)
+    return replace(result, x=to_numpy(_gathered_rows(x, part, group), part.batched), reference=reference, nodes=nodes)
+
+
+def _gathered_rows(x: torch.Tensor, part: PartProblem, group: Any) -> torch.Tensor:
+    """Every rank's rows of a node tensor, (n, ...) in global node order: one all_gather of the rows (padded to the
+    largest part) and one of their global ids."""
+    import torch.distributed as dist
+
+    sizes = all_gathered([len(part.nodes)], group)[:, 0]
+    padded = x.new_zeros((int(sizes.max()), *x.shape[1:]))
+    padded[: len(x)] = x
+    ids = torch.full((int(sizes.max()),), -1, dtype=torch.int64, device=x.device)
+    ids[: len(x)] = torch.from_numpy(part.nodes).to(x.device)
+    rows = [torch.empty_like(padded) for _ in sizes]
+    names = [torch.empty_like(ids) for _ in sizes]
+    collective(dist.all_gather, rows, padded, group=group)
+    collective(dist.all_gather, names, ids, group=group)
+    full = x.new_empty((part.n, *x.shape[1:]))
+    for size, row, name in zip(sizes, rows, names, strict=True):
+        full[name[:size]] = row[:size]
+    return full
+
+
+def part_channel(network: Any, part: PartProblem, graph: Any, width: int, vectors: int, whole: Any = None) -> Any:
+    """The rank's Channel over the simulated network (None for the ideal one): its nodes' and edges' global ids
+    (pdmm.network.GlobalIds), so that it draws exactly the whole graph's draws for its part in the graph's own node
+    order (docs/guide/network.md, "Partitioned runs"); whole: the whole compiled graph where the rank holds it (the
+    settings that name node labels need it)."""
+
+    if network is None:
+        return None
+    nodes, edges, reverse, undirected = (
+        torch.from_numpy(a) for a in (part.nodes, part.edge_id, part.rev_id, part.undirected_id)
+    )
+    ids = GlobalIds(nodes, edges, reverse, undirected, part.n, part.num_edges, whole)
+    return Channel(network, graph, part.batch, width, graph.sign.dtype, vectors=vectors, ids=ids)
+
+
+def owners(problem: Any, given: Any, world: int, group: Any) -> np.ndarray:
+    """The rank of every node of a whole problem, (n,) int64: `given` (partition=) checked, or
+    pdmm.distributed.partition() on rank 0, broadcast."""
+    import torch.distributed as dist
+
+    n = problem.n
+    if given is not None:
+        owner = np.asarray(given)
+        if owner.shape != (n,) or not np.issubdtype(owner.dtype, np.integer):
+            raise ValueError(
+                f"partition must be {n} integer ranks, one per node, got shape {owner.shape}, dtype {owner.dtype}"
+            )
+        missing = sorted(set(range(world)) - set(owner.tolist()))
+        if owner.min() < 0 or owner.max() >= world or missing:
+            raise ValueError(
+                f"partition must give every rank 0..{world - 1} at least one node and use no other "
+                f"value; got values {sorted(set(owner.tolist()))[:10]}"
+            )
+        return owner.astype(np.int64)
+    chosen = torch.from_numpy(
+        partition(problem.compiled, world) if dist.get_rank(group) == 0 else np.zeros(n, dtype=np.int64)
+    )
+    root = 0 if group is None else dist.get_global_rank(group, 0)  # broadcast's src is a global rank
+    collective(dist.broadcast, chosen, root, group=group)
+    return chosen.numpy()
+
+
+def part_params(params: Mapping[str, Any], own: np.ndarray, n: int) -> dict[str, Any]:
+    """The method parameters for a rank's nodes: a per-node eta (first axis n) sliced to the rank's rows; the
+    others (a mixing kind or the whole graph's matrix, alpha, theta, interval) as given."""
+    eta = params.get("eta")
+    if eta is None or isinstance(eta, str) or np.ndim(eta) == 0 or len(eta) != n:
+        return dict(params)
+    eta = eta.detach().cpu() if torch.is_tensor(eta) else torch.as_tensor(np.asarray(eta, dtype=np.float64))
+    return {**params, "eta": eta.index_select(0, torch.from_numpy(own))}
 
 
 __all__ = [
     "DEFAULT_TIMEOUT",
-    "CollectiveError",
     "GroupCollectives",
     "init_process_group",
     "local_rank",
@@ -646,5 +711,4 @@ __all__ = [
     "partition",
     "blocks",
     "run",
-    "all_gathered",
 ]

@@ -297,7 +297,7 @@ class RunOptions:
     node_form : bool
         Whether the run sums the edge state out (pdmm.methods.NodeForm), as resolved from engine.form.
     scale : torch.Tensor or None
-        The problem's scale per instance (pdmm.solve.problem_scale), the stopping test's floor.
+        The problem's scale per instance (pdmm.building.problem_scale), the stopping test's floor.
     curvature : torch.Tensor or None
         L_i per node and instance (pdmm.building.local_curvature), where the local functions have it.
     """

@@ -12,12 +12,13 @@ PartProblem.spectra, the whole graph's, given with the parts (pdmm.mixing.mixing
 
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from .collectives import check_group, collective
 from .halo import AllToAll
 from .local import LocalFunction
 from .mixing import checked_spectra
@@ -58,7 +59,7 @@ class PartProblem:
         {mixing kind: (lambda_min, lambda_2)} of the whole graph's mixing matrix of that kind, exactly what a run on
         the whole graph computes (pdmm.mixing.mixing_spectra; pdmm-bridge partition writes them into the shards):
         what dgd, extra, nids, gradient-tracking and chebyshev without interval= read on a part. Empty by default;
-        the same on every rank (pdmm.parts.checked_part). Stored as a dict of float pairs.
+        the same on every rank (pdmm.distributed.checked_part). Stored as a dict of float pairs.
 
     Raises
     ------
@@ -281,15 +282,13 @@ class PartExchange:
     @classmethod
     def of_group(cls, group: Any = None) -> "PartExchange":
         """The exchange on an initialised torch.distributed process group (pdmm.distributed.check_group), its
-        failures pdmm.distributed.CollectiveError."""
+        failures pdmm.collectives.CollectiveError."""
         import torch.distributed as dist
-
-        from .distributed import _collective, check_group
 
         rank, world = check_group(group)
 
         def all_to_all(output, input, output_sizes, input_sizes):
-            _collective(dist.all_to_all_single, output, input, output_sizes, input_sizes, group=group)
+            collective(dist.all_to_all_single, output, input, output_sizes, input_sizes, group=group)
 
         return cls(rank, world, all_to_all)
 
@@ -471,96 +470,10 @@ def _check_ids(part: PartProblem) -> None:
         raise ValueError("PartProblem has a self-loop")
 
 
-@dataclass(frozen=True)
-class PartStart:
-    """Where a rank's run starts, on the run's device: x0 and x* (None without a reference), the rank's rows
-    (n_r, B, d); star_norm, ||x*|| per instance over every rank's nodes; params, the method's parameters on the
-    part; certified, the sum of L_i over every rank's nodes, (1, B), where the rank holds only its part's
-    curvature (pdmm.building.build_method), else None."""
-
-    x0: torch.Tensor
-    x_star: torch.Tensor | None
-    star_norm: torch.Tensor | None
-    params: dict[str, Any]
-    certified: torch.Tensor | None = None
+__all__ = ["PartProblem", "PartExchange"]
 
 
-class _Over:
-    """Element-wise reductions over a process group's ranks, on the CPU (set-up collectives): maximum and total."""
-
-    def __init__(self, group: Any) -> None:
-        self.group = group
-
-    def _reduced(self, t: torch.Tensor, op: Any) -> torch.Tensor:
-        import torch.distributed as dist
-
-        from .distributed import _collective
-
-        values = t.detach().cpu().contiguous().clone()
-        _collective(dist.all_reduce, values, op, group=self.group)
-        return values.to(t.device)
-
-    def maximum(self, t: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
-        return self._reduced(t, dist.ReduceOp.MAX)
-
-    def total(self, t: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
-        return self._reduced(t, dist.ReduceOp.SUM)
-
-
-def _per_rank(value: Any) -> Any:
-    """An argument as the ranks must agree on it: an array (a rank's own rows) by its kind, anything else as is."""
-    if isinstance(value, (np.ndarray, torch.Tensor)):
-        return ("rows", tuple(value.shape[:-2]), value.shape[-1]) if value.ndim >= 2 else ("rows",)
-    return value
-
-
-def checked_part(part: PartProblem, options: Any, arguments: dict[str, Any], group: Any) -> tuple[Any, PartStart]:
-    """A rank's part checked against the other ranks' before any iteration, and where its run starts
-    (docs/guide/distributed.md, "Each rank holds its part"): the same arguments and whole-graph sizes (n,
-    num_edges, batch, dim, local kind) on every rank, the parts' ranks, the parts tiling the nodes (their node
-    counts and edge counts summing to n and num_edges, every node held by exactly one rank, the edge ids following
-    the degrees) and what pdmm.plan checks on a whole problem (rho against the dtype, the problem's scale) over every
-    rank's nodes. Returns the options with the scale and the rank's device, and the PartStart. ValueError, one line,
-    the same on every rank, for a mismatch; for reference="cvxpy", partition=, or an x0 / reference array that is
-    not the rank's own rows."""
-    from .distributed import all_gathered, check_supported, rank_device
-
-    shared = {**arguments, "x0": _per_rank(arguments["x0"]), "reference": _per_rank(arguments["reference"])}
-    shared["part spectra"] = part.spectra
-    shared["method_params"] = {k: _per_rank(v) for k, v in arguments["method_params"].items()}
-    _check_tiling(part, all_gathered([_fingerprint(part, shared), len(part.nodes), len(part.src)], group), group)
-    engine, recording = options.engine, options.recording
-    if engine.partition is not None:
-        raise ValueError("partition= does not apply to a PartProblem: each rank's part is its nodes")
-    if isinstance(recording.reference, str) and recording.reference == "cvxpy":
-        raise ValueError("reference='cvxpy' needs the whole problem; give a PartProblem's run x* as its own rows")
-    check_supported(options.method, engine.device, engine.compile)
-    device = rank_device(engine.device)
-    options = replace(options, engine=replace(engine, device=device))
-    over = _Over(group)
-    certified = _checked_curvature(part, options, over)
-    from .solve import problem_scale
-
-    options = replace(options, scale=problem_scale(part, engine.dtype, options.curvature, over=over))
-    x0, x_star = _start_rows(part, options)
-    star_norm = None
-    if x_star is not None:
-        squares = over.total((x_star.double() ** 2).sum((0, 2)))
-        star_norm = squares.sqrt().to(device, engine.dtype).clamp(min=torch.finfo(engine.dtype).tiny)
-    return options, PartStart(x0, x_star, star_norm, dict(options.method_params), certified)
-
-
-def _fingerprint(part: PartProblem, shared: dict[str, Any]) -> int:
-    from .distributed import fingerprint
-
-    return fingerprint(part, shared)
-
-
-def _check_tiling(part: PartProblem, every: np.ndarray, group: Any) -> None:
+def check_tiling(part: PartProblem, every: np.ndarray, group: Any) -> None:
     """every: each rank's (fingerprint, n_r, E_r). ValueError on every rank where they differ, the counts do not sum
     to n and num_edges, a part names another rank or world, a node is held twice or not at all, or the edge ids do
     not follow the degrees (the exclusive prefix sum over global ids)."""
@@ -590,148 +503,3 @@ def _check_tiling(part: PartProblem, every: np.ndarray, group: Any) -> None:
     if not np.array_equal(part.edge_id[first[held]], offsets[held, 0]):
         wrong = f"rank {part.rank}'s edge ids do not follow the whole graph's (src, dst) order and degrees"
     exchange.agree(wrong, "the parts' edge ids")
-
-
-def _checked_curvature(part: PartProblem, options: Any, over: _Over) -> torch.Tensor | None:
-    """rho checked against the dtype over every rank's nodes (pdmm.solve.check_rho_extremes); the sum of L_i over
-    them, (1, B) float64, or None without a curvature."""
-    from .solve import check_rho_extremes
-
-    curvature = options.curvature
-    if curvature is None:
-        return None
-    degree = torch.bincount(torch.from_numpy(part.src), minlength=len(part.nodes)).double()
-    extremes = over.maximum(
-        torch.stack([curvature.max().double(), -curvature.min().double(), degree.max(), -degree.min()])
-    ).tolist()
-    if options.rho is not None:
-        largest, smallest, high, low = extremes[0], -extremes[1], int(extremes[2]), -int(extremes[3])
-        check_rho_extremes(options.rho, options.engine.dtype, largest, smallest, low, high)
-    return over.total(curvature.double().sum(0)).unsqueeze(0)
-
-
-def _start_rows(part: PartProblem, options: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """x0 and x* on the rank's nodes, (n_r, B, d) on the run's device: x0 None (zeros), "random" (the whole graph's
-    draw from the seed, its own rows: one process's x0) or the rank's rows; the reference None or the rank's rows."""
-    from .loop import initial_x
-    from .problem import node_data
-
-    engine, n_r = options.engine, len(part.nodes)
-    x0 = options.x0
-    if isinstance(x0, str) and x0 == "random":
-        whole = replace(options, engine=replace(engine, device="cpu"))
-        rows = initial_x(_Sizes(part.n, part.batch, part.dim), whole)[torch.from_numpy(part.nodes)]
-        start = rows.to(engine.device, engine.dtype)
-    else:
-        start = initial_x(_Sizes(n_r, part.batch, part.dim), options)
-    reference = options.recording.reference
-    if reference is None:
-        return start, None
-    rows = node_data("reference", reference, n_r, (part.dim,))
-    if rows.shape[1] not in (1, part.batch):
-        raise ValueError(f"reference: expected {part.batch} instances, got {rows.shape[1]}")
-    return start, rows.expand(n_r, part.batch, part.dim).to(engine.device, engine.dtype)
-
-
-@dataclass(frozen=True)
-class _Sizes:
-    """The sizes pdmm.loop.initial_x reads (n, batch, dim), of a part's rows or of the whole graph."""
-
-    n: int
-    batch: int
-    dim: int
-
-
-def returned(
-    result: Any, x: torch.Tensor, x_star: torch.Tensor | None, part: PartProblem, whole: Any, gather: bool, group: Any
-) -> Any:
-    """The Result a rank returns: with gather, x (and the reference) all-gathered in the whole graph's node order,
-    result.nodes its labels (whole: the whole compiled graph, where the rank holds it) or the global ids 0..n-1;
-    without, the rank's own rows as they are, result.nodes their global ids."""
-    from .loop import to_numpy
-
-    if not gather:
-        return replace(result, reference=None if x_star is None else to_numpy(x_star, part.batched))
-    nodes = list(range(part.n)) if whole is None else list(whole.nodes)
-    reference = None if x_star is None else to_numpy(_gathered_rows(x_star, part, group), part.batched)
-    return replace(result, x=to_numpy(_gathered_rows(x, part, group), part.batched), reference=reference, nodes=nodes)
-
-
-def _gathered_rows(x: torch.Tensor, part: PartProblem, group: Any) -> torch.Tensor:
-    """Every rank's rows of a node tensor, (n, ...) in global node order: one all_gather of the rows (padded to the
-    largest part) and one of their global ids."""
-    import torch.distributed as dist
-
-    from .distributed import _collective, all_gathered
-
-    sizes = all_gathered([len(part.nodes)], group)[:, 0]
-    padded = x.new_zeros((int(sizes.max()), *x.shape[1:]))
-    padded[: len(x)] = x
-    ids = torch.full((int(sizes.max()),), -1, dtype=torch.int64, device=x.device)
-    ids[: len(x)] = torch.from_numpy(part.nodes).to(x.device)
-    rows = [torch.empty_like(padded) for _ in sizes]
-    names = [torch.empty_like(ids) for _ in sizes]
-    _collective(dist.all_gather, rows, padded, group=group)
-    _collective(dist.all_gather, names, ids, group=group)
-    full = x.new_empty((part.n, *x.shape[1:]))
-    for size, row, name in zip(sizes, rows, names, strict=True):
-        full[name[:size]] = row[:size]
-    return full
-
-
-def part_channel(network: Any, part: PartProblem, graph: Any, width: int, vectors: int, whole: Any = None) -> Any:
-    """The rank's Channel over the simulated network (None for the ideal one): its nodes' and edges' global ids
-    (pdmm.network.GlobalIds), so that it draws exactly the whole graph's draws for its part in the graph's own node
-    order (docs/guide/network.md, "Partitioned runs"); whole: the whole compiled graph where the rank holds it (the
-    settings that name node labels need it)."""
-    from .network import Channel, GlobalIds
-
-    if network is None:
-        return None
-    nodes, edges, reverse, undirected = (
-        torch.from_numpy(a) for a in (part.nodes, part.edge_id, part.rev_id, part.undirected_id)
-    )
-    ids = GlobalIds(nodes, edges, reverse, undirected, part.n, part.num_edges, whole)
-    return Channel(network, graph, part.batch, width, graph.sign.dtype, vectors=vectors, ids=ids)
-
-
-def owners(problem: Any, given: Any, world: int, group: Any) -> np.ndarray:
-    """The rank of every node of a whole problem, (n,) int64: `given` (partition=) checked, or
-    pdmm.distributed.partition() on rank 0, broadcast."""
-    import torch.distributed as dist
-
-    from .distributed import _collective, partition
-
-    n = problem.n
-    if given is not None:
-        owner = np.asarray(given)
-        if owner.shape != (n,) or not np.issubdtype(owner.dtype, np.integer):
-            raise ValueError(
-                f"partition must be {n} integer ranks, one per node, got shape {owner.shape}, dtype {owner.dtype}"
-            )
-        missing = sorted(set(range(world)) - set(owner.tolist()))
-        if owner.min() < 0 or owner.max() >= world or missing:
-            raise ValueError(
-                f"partition must give every rank 0..{world - 1} at least one node and use no other "
-                f"value; got values {sorted(set(owner.tolist()))[:10]}"
-            )
-        return owner.astype(np.int64)
-    chosen = torch.from_numpy(
-        partition(problem.compiled, world) if dist.get_rank(group) == 0 else np.zeros(n, dtype=np.int64)
-    )
-    root = 0 if group is None else dist.get_global_rank(group, 0)  # broadcast's src is a global rank
-    _collective(dist.broadcast, chosen, root, group=group)
-    return chosen.numpy()
-
-
-def part_params(params: Mapping[str, Any], own: np.ndarray, n: int) -> dict[str, Any]:
-    """The method parameters for a rank's nodes: a per-node eta (first axis n) sliced to the rank's rows; the
-    others (a mixing kind or the whole graph's matrix, alpha, theta, interval) as given."""
-    eta = params.get("eta")
-    if eta is None or isinstance(eta, str) or np.ndim(eta) == 0 or len(eta) != n:
-        return dict(params)
-    eta = eta.detach().cpu() if torch.is_tensor(eta) else torch.as_tensor(np.asarray(eta, dtype=np.float64))
-    return {**params, "eta": eta.index_select(0, torch.from_numpy(own))}
-
-
-__all__ = ["PartProblem", "PartExchange"]

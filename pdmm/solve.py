@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .building import BIASED, biased, build_method, local_curvature, short_of_tol
+from .building import BIASED, biased, build_method, check_rho_extremes, local_curvature, problem_scale, short_of_tol
 from .edge_index import locality_order
 from .loop import (
     HISTORY,
@@ -199,7 +199,7 @@ def solve(
         For a network that is not a pdmm.Network, a callback that is not callable, or a parameter the method does
         not take.
     RuntimeError
-        For backend="distributed" without an initialised process group; pdmm.distributed.CollectiveError, a
+        For backend="distributed" without an initialised process group; pdmm.collectives.CollectiveError, a
         RuntimeError, when another rank ends or does not answer.
     DivergenceError
         When the run diverges and on_divergence is "raise"; its `.result` holds the run so far.
@@ -573,7 +573,7 @@ def checked_options(
     stuck = None if network is None else network.stuck(None if isinstance(problem, PartProblem) else problem.compiled)
     if stuck is not None:
         raise ValueError(f"network: {stuck}; no method can make progress over it")
-    scale = None if part else problem_scale(problem, dtype, curvature)  # a part's: pdmm.parts.checked_part
+    scale = None if part else problem_scale(problem, dtype, curvature)  # a part's: pdmm.distributed.checked_part
     if network is not None and network.privacy is not None and capabilities.rho and not capabilities.privacy:
         raise ValueError(f"network privacy perturbs the z of pdmm and qa-pdmm; it is not implemented for {method}")
     names = _history_names(recording.history, reference, network)
@@ -861,75 +861,6 @@ def check_rho_resolved(rho: float | None, problem, dtype: torch.dtype, curvature
         return
     degree = problem.compiled.degree
     check_rho_extremes(rho, dtype, float(curvature.max()), float(curvature.min()), int(degree.min()), int(degree.max()))
-
-
-def check_rho_extremes(rho: float, dtype: torch.dtype, largest: float, smallest: float, low: int, high: int) -> None:
-    """check_rho_resolved's test from the extremes over the nodes: the largest and smallest L_i, the least and
-    greatest degree (low, high); for a rank's part, the extremes over every rank's nodes (pdmm.parts.checked_part)."""
-    eps, dtype_name = torch.finfo(dtype).eps, str(dtype).removeprefix("torch.")
-    penalty = rho * low * eps
-    if penalty > largest:
-        raise ValueError(
-            f"rho={rho:g} is beyond what {dtype_name} resolves for this problem: rho * eps * degree = "
-            f"{penalty:.3g} exceeds the largest local curvature L = {largest:.3g}, so every node "
-            f"update rounds f_i away; use rho <= {largest / (low * eps):.3g}"
-        )
-    coupling = rho * high
-    if smallest > 0 and coupling < eps * smallest:
-        raise ValueError(
-            f"rho={rho:g} is below what {dtype_name} resolves for this problem: rho * degree = "
-            f"{coupling:.3g} is below eps * L = {eps * smallest:.3g} at every node, so the penalty "
-            "rounds away in every node update and the multipliers would need more than 1/eps "
-            f"iterations to move x; use rho near the local curvature L = {smallest:.3g}"
-        )
-
-
-def problem_scale(problem, dtype: torch.dtype, curvature=None, over: Any = None) -> torch.Tensor | None:
-    """(B,) float64 on the CPU: per instance, the RMS over the nodes of ||grad s_i(0)|| / L_i, s_i the smooth part
-    of f_i (a lower bound on ||argmin s_i||), the size of the problem's solution unless every f_i is minimised
-    near 0 (with edge matrices at least RMS ||b_ij|| / max ||A_ij||, the size the constraints ask of x); None
-    where the local functions do not say (no gradient or curvature). It sets the stopping test's
-    floor, min(1, scale) in place of 1, so that data of size 1e-8 is not "converged" at x = 0
-    (docs/guide/solve.md, "The stopping test"). ValueError where it is beyond what dtype's norms resolve (their
-    squares under- or overflow: below sqrt(tiny) / eps or above sqrt(max) / 10^4). curvature: local_curvature(problem)
-    where computed. over: for a rank's part (pdmm.parts.PartProblem), its ranks' reductions (maximum(t), total(t):
-    element-wise over the ranks), so that every rank gets the whole problem's scale; None for a whole problem."""
-    local = problem.local
-    curvature = local_curvature(problem) if curvature is None else curvature
-    if curvature is None:
-        return None
-    try:
-        smooth = local.composite()[0]
-        zero = torch.zeros(local.shape, dtype=curvature.dtype, device=curvature.device)
-        gradient = smooth.gradient(zero)
-    except (ValueError, NotImplementedError, TypeError, RuntimeError):
-        return None
-    with torch.no_grad():
-        ratio = gradient.double() / torch.where(curvature > 0, curvature, math.inf).double().unsqueeze(-1)
-        largest = ratio.abs().amax(dim=(0, 2))  # norms of the ratio scaled by its largest entry: no overflow
-        largest = largest if over is None else over.maximum(largest)
-        unit = ratio / torch.where(largest > 0, largest, 1.0).view(1, -1, 1)
-        squares = (unit * unit).sum(-1)
-        mean = squares.mean(0) if over is None else over.total(squares.sum(0)) / problem.n
-        scale = (largest * torch.sqrt(mean)).cpu()
-        if not problem.is_consensus:  # A_ij x_i + A_ji x_j = b_ij: x of size about ||b|| / ||A|| whatever f is
-            A, b = (t.double() for t in problem.edge_matrices)
-            norm = float(torch.linalg.matrix_norm(A, ord=2).max()) if A.numel() else 0.0
-            if norm > 0:
-                top = float(b.abs().max()) if b.numel() else 0.0
-                offset = top * math.sqrt(float(((b / top) ** 2).sum(-1).mean())) / norm if top > 0 else 0.0
-                scale = torch.clamp(scale, min=offset)
-    info = torch.finfo(dtype)
-    low, high = math.sqrt(info.tiny) / info.eps, math.sqrt(info.max) * 1e-4
-    bad = (scale > 0) & ~((scale >= low) & (scale <= high))
-    if bool(bad.any()):
-        value = float(scale[bad][0])
-        raise ValueError(
-            f"the problem's scale (about {value:.3g}, the size of grad f_i(0) / L_i) is beyond what "
-            f"{str(dtype).removeprefix('torch.')} resolves in the stopping test's norms ({low:.2g} to "
-            f"{high:.2g}): rescale the data"
-        )
-    return scale
 
 
 def _check_seed(seed):

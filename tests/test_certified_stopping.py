@@ -460,9 +460,8 @@ def kkt_numpy(kind, graph, rows, data, x, estimates):
 
 def kkt_certificate(problem, rows, x, estimates):
     """(R, G, K) of pdmm.certificate at x, the method's multiplier estimates per directed edge given by `estimates`."""
-    from pdmm.building import local_curvature
+    from pdmm.building import local_curvature, problem_scale
     from pdmm.certificate import optimality_certificate
-    from pdmm.solve import problem_scale
 
     graph, local, edges = problem.compile("cpu", torch.float64)
     nodes = list(problem.compiled.nodes)

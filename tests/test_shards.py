@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from extras import needs
 from tiny_runs import fails
 
 import pdmm
@@ -296,10 +297,23 @@ def test_the_command_reads_a_data_file(tmp_path):
     data = make_data("logistic", 30, 2, 5, None, 4)
     np.savez(tmp_path / "data.npz", **data)
     out = tmp_path / "shards"
-    assert _partition(out, "--problem", "logistic", "--data", str(tmp_path / "data.npz")) == 0
+    assert _partition(out, "--problem", "logistic", "--data", str(tmp_path / "data.npz"), "--method", "blocks") == 0
     ids, local, manifest = shards.part_arrays(out, 2, 3)
-    assert manifest["partition"] == "metis" and local.shape == (len(ids["nodes"]), 1, 2)
+    assert manifest["partition"] == "blocks" and local.shape == (len(ids["nodes"]), 1, 2)
     assert torch.equal(local.X[:, 0], torch.from_numpy(data["X"][ids["nodes"]]))
+
+
+def test_the_command_cuts_with_metis_where_pymetis_is_installed(tmp_path):
+    needs("pymetis", "distributed")
+    out = tmp_path / "shards"
+    assert _partition(out, "--problem", "averaging") == 0
+    G = pdmm.topology("random_geometric", 30, seed=0)
+    owner = pdmm.distributed.partition(pdmm.averaging(G, np.zeros((30, 1))).compiled, 3)
+    assert not np.array_equal(owner, pdmm.distributed.blocks(30, 3))  # METIS's cut, not the fallback's blocks
+    for rank in range(3):
+        ids, _, manifest = shards.part_arrays(out, rank, 3)
+        assert np.array_equal(ids["nodes"], np.flatnonzero(owner == rank))
+    assert manifest["partition"] == "metis"
 
 
 def test_the_command_refuses_in_one_line(tmp_path, capsys):

@@ -66,3 +66,11 @@ def differences(reference: Any, result: Any) -> dict[str, Any]:
             np.array_equal(reference.history[k], result.history[k]) for k in ("messages", "bits") if k in result.history
         ),
     )
+
+
+def report(rank: int, found: Any, out: str, each: bool = False) -> None:
+    """A worker's findings written as JSON for spawn (rank 0 alone, to `out`) or spawn_each (every rank, to
+    f"{out}.{rank}"), then its process group ended."""
+    if each or rank == 0:
+        Path(f"{out}.{rank}" if each else out).write_text(json.dumps(found))
+    torch.distributed.destroy_process_group()

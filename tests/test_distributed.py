@@ -20,6 +20,7 @@ import torch
 import torch.multiprocessing as mp
 from distributed_workers import free_port as _free_port
 from distributed_workers import init_group as _init
+from distributed_workers import report
 from distributed_workers import spawn as _spawn
 
 import pdmm
@@ -134,10 +135,7 @@ def _compare_worker(rank, world, port, out, timeout):
         found[name] = _compare(pdmm.solve(problem, tol=0, **alone), wrong)
     found.update(_method_cases(world))
     found.update(_reference_cases(rank))
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(found, f)
-    torch.distributed.destroy_process_group()
+    report(rank, found, out)
 
 
 def _problems():
@@ -241,10 +239,7 @@ def _method_cases(world, heavy=False):
 def _heavy_worker(rank, world, port, out, timeout):
     _init(rank, world, port, timeout)
     found = _method_cases(world, heavy=True)
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(found, f)
-    torch.distributed.destroy_process_group()
+    report(rank, found, out)
 
 
 def _reference_cases(rank):

@@ -5,12 +5,9 @@ and 4 gloo processes, against one process (pdmm.solve, reorder=False: the networ
 numbering) to 1e-10 in x, the objective and every history row, with the same iterations, status and message; runs to
 a real tol stop where one process stops, by the certificate summed over the ranks (status "converged")."""
 
-import json
-
 import numpy as np
 import pytest
-import torch
-from distributed_workers import differences, init_group, spawn
+from distributed_workers import differences, init_group, report, spawn
 from inequality_problems import D, mixed_constraints
 
 import pdmm
@@ -75,10 +72,7 @@ def _worker(rank, world, port, out, timeout):
             keywords = {**keywords, "partition": np.arange(N) % world}
         found[name] = differences(alone, pdmm.solve(problems[key], backend="distributed", **keywords))
         found[name]["iterations"] = alone.iterations
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(found, f)
-    torch.distributed.destroy_process_group()
+    report(rank, found, out)
 
 
 @pytest.fixture(scope="module", params=[2, 4])

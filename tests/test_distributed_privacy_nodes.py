@@ -8,12 +8,10 @@ exactly) and the stopping decision; the node form (form="nodes": the adjacency p
 the node halo) equal to one process's node form; and the network entries of a row summed in one all-reduce.
 """
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from distributed_workers import differences, spawn
+from distributed_workers import differences, report, spawn
 from distributed_workers import init_group as init
 
 import pdmm
@@ -100,10 +98,7 @@ def _worker(rank, world, port, out, timeout):
         partition = np.arange(problem.n) % world if extra.get("cut") else None
         found[name] = differences(alone, pdmm.solve(problem, backend="distributed", partition=partition, **keywords))
     found["collectives_per_row"] = _collectives_per_row()
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(found, f)
-    torch.distributed.destroy_process_group()
+    report(rank, found, out)
 
 
 @pytest.fixture(scope="module", params=[2, 4])

@@ -5,13 +5,11 @@ ranks (1e-12) and one process, not renumbered (1e-10), on 2 and 4 gloo processes
 another kind's, or given different spectra on different ranks are refused in one line on every rank; shards written
 by `pdmm-bridge partition` carry the whole graph's spectra, and a part loaded from them runs the methods."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from distributed_workers import init_group, spawn_each
+from distributed_workers import init_group, report, spawn_each
 
 import pdmm
 import pdmm.shards as shards
@@ -107,9 +105,7 @@ def _spectra_worker(rank, world, port, out, timeout):
         other_kind=_refusal(only, method="dgd", mixing="lazy_metropolis"),
         differ=_refusal(differ, method="dgd"),
     )
-    with open(f"{out}.{rank}", "w") as f:
-        json.dump(found, f)
-    torch.distributed.destroy_process_group()
+    report(rank, found, out, each=True)
 
 
 @pytest.fixture(scope="module", params=[2, 4])
@@ -214,9 +210,7 @@ def _shard_worker(rank, world, port, out, timeout):
         method: _summary(pdmm.solve(part, backend="distributed", method=method, max_iter=30, tol=0))
         for method in ("dgd", "extra", "nids", "gradient-tracking")
     }
-    with open(f"{out}.{rank}", "w") as f:
-        json.dump(found, f)
-    torch.distributed.destroy_process_group()
+    report(rank, found, out, each=True)
 
 
 def test_a_part_loaded_from_shards_runs_the_mixing_methods(tmp_path):

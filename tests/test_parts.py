@@ -3,13 +3,12 @@ pdmm.parts.PartProblem per rank against the whole problem on the same ranks (1e-
 ids PartProblem.from_edges derives against PartProblem.of's (in one process, ranks emulated by threads, and on a
 gloo group); gather=False; hostile parts, one line each."""
 
-import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-from distributed_workers import init_group, spawn_each
+from distributed_workers import init_group, report, spawn_each
 from thread_world import ThreadWorld
 
 import pdmm
@@ -149,9 +148,7 @@ def _parts_worker(rank, world, port, out, timeout):
             found["hostile"][case] = "no error"
         except ValueError as err:
             found["hostile"][case] = str(err)
-    with open(f"{out}.{rank}", "w") as f:
-        json.dump(found, f)
-    torch.distributed.destroy_process_group()
+    report(rank, found, out, each=True)
 
 
 @pytest.fixture(scope="module", params=[2, 4])

@@ -1,5 +1,5 @@
 """`pdmm-bridge solve --shards DIR`: a problem `pdmm-bridge partition` cut into DIR, each process of the job loading
-only its part (pdmm.shards.load), x written as one file per part (docs/guide/solve_cli.md, "Shards").
+only its part (pdmm.shards.load), x written as one file per part (docs/guide/solve_cli.md, "Solving shards").
 
 What the manifest fixes (the graph, the data, the problem) and what needs the whole problem (a cvxpy reference,
 --tune) is refused beside --shards, in one line; so is a job of another size than the manifest's parts. Each

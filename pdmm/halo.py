@@ -220,25 +220,30 @@ class PartGraph(CompiledGraph):
 def local_part(graph: CompiledGraph, owner: np.ndarray, rank: int, world: int, collectives: Collectives, **kw: Any):
     """(rank's PartGraph, its own node ids (n_r,)) of a whole CompiledGraph whose node i is owned by rank owner[i];
     keywords: PartGraph.of_edges' device and dtype."""
+    ids = part_ids(graph, owner, rank)
+    part = PartGraph.of_edges(**ids, rank=rank, world=world, collectives=collectives, whole=graph, **kw)
+    return part, ids["nodes"]
+
+
+def part_ids(graph: CompiledGraph, owner: np.ndarray, rank: int) -> dict[str, Any]:
+    """The ids of rank `rank`'s part of a whole CompiledGraph whose node i rank owner[i] holds, int64 arrays in
+    PartGraph.of_edges' order: nodes (n_r,) its nodes' global ids, ascending; then per directed edge out of them
+    (E_r,), in the global order, src (the local index of its tail), dst, edge_id, rev_id (global ids) and peer (the
+    rank owning dst)."""
     src, dst, rev = (t.cpu().numpy() for t in (graph.src, graph.dst, graph.rev))
+    owner = np.asarray(owner, dtype=np.int64)
     own = np.flatnonzero(owner == rank)
     local_id = np.full(graph.n, -1, dtype=np.int64)
     local_id[own] = np.arange(len(own))
     edges = np.flatnonzero(owner[src] == rank)  # global edge ids, still sorted by (src, dst)
-    part = PartGraph.of_edges(
-        own,
-        local_id[src[edges]],
-        dst[edges],
-        edges,
-        rev[edges],
-        owner[dst[edges]],
-        rank,
-        world,
-        collectives,
-        whole=graph,
-        **kw,
-    )
-    return part, own
+    return {
+        "nodes": own.astype(np.int64),
+        "src": local_id[src[edges]],
+        "dst": dst[edges].astype(np.int64),
+        "edge_id": edges.astype(np.int64),
+        "rev_id": rev[edges].astype(np.int64),
+        "peer": owner[dst[edges]],
+    }
 
 
 def largest(t: torch.Tensor, graph: CompiledGraph) -> torch.Tensor:

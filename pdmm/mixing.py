@@ -64,15 +64,22 @@ def mixing_matrix(graph: "GraphLike | CompiledGraph", kind: str = "metropolis") 
     graph = _undirected(graph)
     i, j = graph.edges[:, 0], graph.edges[:, 1]
     degree = graph.degree
-    weight: np.ndarray  # float64, one per undirected edge
+    weight = _weights(kind, degree[i], degree[j], degree.max())  # one per undirected edge
+    diagonal = 1 - np.bincount(i, weight, graph.n) - np.bincount(j, weight, graph.n)
+    return _symmetric(graph.n, i, j, *_lazy(kind, weight, diagonal))
+
+
+def _weights(kind: str, degree_i: np.ndarray, degree_j: np.ndarray, top: float) -> np.ndarray:
+    """W_ij, float64, for edges whose ends have degrees degree_i and degree_j, before the lazy halving: metropolis's
+    1 / (1 + max(d_i, d_j)), max_degree's 1 / (1 + max_k d_k) with top = max_k d_k (docs/averaging.md section 1)."""
     if kind == "max_degree":
-        weight = np.full(len(i), 1.0 / (1 + degree.max()))
-    else:
-        weight = 1.0 / (1 + np.maximum(degree[i], degree[j]))
-    diagonal: np.ndarray = 1 - np.bincount(i, weight, graph.n) - np.bincount(j, weight, graph.n)
-    if kind == "lazy_metropolis":
-        weight, diagonal = weight / 2, (1 + diagonal) / 2
-    return _symmetric(graph.n, i, j, weight, diagonal)
+        return np.full(len(degree_i), 1.0 / (1 + top))
+    return 1.0 / (1 + np.maximum(degree_i, degree_j))
+
+
+def _lazy(kind: str, weight: np.ndarray, diagonal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(weights, diagonal) of the kind: lazy_metropolis's (W + I) / 2, the others' as they are."""
+    return (weight / 2, (1 + diagonal) / 2) if kind == "lazy_metropolis" else (weight, diagonal)
 
 
 def check_mixing(W: Any, graph: "GraphLike | CompiledGraph") -> "scipy.sparse.csr_array":
@@ -151,15 +158,13 @@ def part_rows(graph: PartGraph, kind: str) -> "scipy.sparse.csr_array":
     src, column = graph.src.cpu().numpy(), graph.ghost_of_edge.cpu().numpy()
     own = np.bincount(src, minlength=graph.n).astype(np.float64)
     degree = graph.halo(torch.from_numpy(own)[:, None].to(graph.sign.device))[:, 0].cpu().numpy()  # own, ghosts'
-    weight: np.ndarray  # float64, one per edge
-    if kind == "max_degree":
-        top = float(graph.collectives.maximum(torch.tensor([own.max()], dtype=torch.float64))[0])
-        weight = np.full(len(src), 1.0 / (1 + top))
-    else:
-        weight = 1.0 / (1 + np.maximum(degree[src], degree[column]))
-    diagonal: np.ndarray = 1 - np.bincount(src, weight, graph.n)
-    if kind == "lazy_metropolis":
-        weight, diagonal = weight / 2, (1 + diagonal) / 2
+    top = (
+        float(graph.collectives.maximum(torch.tensor([own.max()], dtype=torch.float64))[0])
+        if kind == "max_degree"
+        else 0
+    )
+    weight = _weights(kind, degree[src], degree[column], top)  # one per directed edge
+    weight, diagonal = _lazy(kind, weight, 1 - np.bincount(src, weight, graph.n))
     rows, nodes = np.concatenate([src, np.arange(graph.n)]), np.arange(graph.n)
     entries = (np.concatenate([weight, diagonal]), (rows, np.concatenate([column, nodes])))
     return sp.csr_array(entries, shape=(graph.n, len(degree)))

@@ -3,7 +3,7 @@ data, so that no rank of a distributed run holds the whole graph (docs/guide/dis
 part").
 
 `pdmm.solve(part, backend="distributed")` runs on the parts; `PartProblem.of(problem, owner, rank)` cuts one out of a
-whole pdmm.Problem (the arrays pdmm.halo.local_part reads); `PartProblem.from_edges(nodes, src, dst, local, n)` derives
+whole pdmm.Problem (the ids pdmm.halo.part_ids cuts); `PartProblem.from_edges(nodes, src, dst, local, n)` derives
 the global ids of a rank's edges on the process group itself, each rank holding O((n + E) / P) of the ids: a block
 directory (node i's record at rank i // ceil(n / P)) and all_to_all exchanges (PartExchange). The methods that need
 the mixing matrix's spectrum (dgd, extra, nids, gradient-tracking, chebyshev without interval=) read it from
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .collectives import check_group, collective
-from .halo import AllToAll
+from .halo import AllToAll, part_ids
 from .local import LocalFunction
 from .mixing import checked_spectra
 from .network import undirected_ids
@@ -118,7 +118,7 @@ class PartProblem:
         constraints_apart: bool = False,
         spectra: Mapping[str, tuple[float, float]] | None = None,
     ) -> "PartProblem":
-        """Rank `rank`'s part of a whole consensus pdmm.Problem: the arrays pdmm.halo.local_part reads and its
+        """Rank `rank`'s part of a whole consensus pdmm.Problem: the ids pdmm.halo.part_ids cuts and its
         nodes' local functions (pdmm.LocalFunction.nodes).
 
         Parameters
@@ -156,22 +156,13 @@ class PartProblem:
             raise ValueError(f"owner must be {graph.n} integer ranks, one per node, got {owner.shape} {owner.dtype}")
         owner = owner.astype(np.int64)
         world = int(owner.max()) + 1 if world is None else world
-        src, dst, rev = (t.cpu().numpy() for t in (graph.src, graph.dst, graph.rev))
-        own = np.flatnonzero(owner == rank)
-        local_id = np.full(graph.n, -1, dtype=np.int64)
-        local_id[own] = np.arange(len(own))
-        edges = np.flatnonzero(owner[src] == rank)  # global edge ids, still sorted by (src, dst)
+        ids = part_ids(graph, owner, rank)
         return cls(
             n=graph.n,
             num_edges=graph.num_edges,
-            nodes=own.astype(np.int64),
-            src=local_id[src[edges]],
-            dst=dst[edges].astype(np.int64),
-            edge_id=edges.astype(np.int64),
-            rev_id=rev[edges].astype(np.int64),
-            peer=owner[dst[edges]],
-            undirected_id=undirected_ids(graph).cpu().numpy()[edges],
-            local=problem.local.nodes(torch.from_numpy(own)),
+            **ids,
+            undirected_id=undirected_ids(graph).cpu().numpy()[ids["edge_id"]],
+            local=problem.local.nodes(torch.from_numpy(ids["nodes"])),
             batched=bool(problem.batched),
             rank=rank,
             world=world,

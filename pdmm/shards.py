@@ -8,7 +8,7 @@ A shard directory, format "pdmm-shards/1", holds
                         "cut" (directed cut edges), "spectra" {mixing kind: [lambda_min, lambda_2]} (the whole
                         graph's, pdmm.mixing.mixing_spectra), "files" {part file: sha256}, "pdmm_bridge"}
     part-RRRRR.npz     rank R's int64 ids (ID_KEYS, the global ids of the whole pdmm.Problem's compiled graph, as
-                        pdmm.halo.local_part numbers them) and its nodes' rows of the data arrays
+                        pdmm.halo.part_ids numbers them) and its nodes' rows of the data arrays
                         (pdmm.synthetic.DATA_KEYS of the kind, each named with the prefix DATA_PREFIX)
 
 `write` makes one part at a time from a whole problem and an owner per node, and the manifest last (a directory
